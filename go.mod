@@ -1,0 +1,3 @@
+module github.com/streamalloc/streamalloc
+
+go 1.26

@@ -1,0 +1,94 @@
+// Package mr holds streamalloc's memory resources and the adaptors that
+// wrap them.
+//
+// A Resource hands out device memory in stream order. Allocate(n, s) returns
+// at once, and the memory may be used by any work enqueued on s after the
+// call. Deallocate(p, n, s) is enqueued on s as well: the memory may be
+// handed to another request on s at once (later work on s runs after the
+// free), and to a request on another stream only once that stream is
+// ordered after the free, by an event wait or because the free has
+// completed. A resource never blocks the host to give that guarantee unless
+// its documentation says so.
+//
+// Contracts every resource and adaptor keeps:
+//
+//   - It is safe for concurrent use by many goroutines on many streams.
+//   - Every allocation is aligned to Alignment (256) bytes.
+//   - Allocate(0, s) returns the null pointer 0 and no error, touching
+//     nothing; Deallocate(0, 0, s) returns nil. (Decided once for all
+//     resources, like cudaMalloc(0).)
+//   - A negative size returns an error matching ErrInvalidSize; a free of a
+//     pointer the resource did not hand out matches ErrUnknownPointer; a free
+//     of one it handed out and has freed matches ErrDoubleFree where it can
+//     tell; a free with another size than the allocation's matches
+//     ErrSizeMismatch; a nil stream, or one of another device, matches
+//     gpu.ErrInvalidHandle or gpu.ErrWrongDevice. None of them changes the
+//     resource's state.
+//   - Out of memory is an error matching ErrOutOfMemory (gpu.ErrOutOfMemory),
+//     an *OutOfMemoryError carrying the request and the state of the
+//     resource that refused it.
+package mr
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// Alignment is the alignment of every allocation, what cudaMalloc
+// guarantees.
+const Alignment = 256
+
+// Resource is a stream-ordered device memory resource.
+type Resource interface {
+	// Allocate returns size bytes aligned to Alignment, usable by work
+	// enqueued on s after the call returns.
+	Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error)
+	// Deallocate frees p, which Allocate returned with the same size, in
+	// stream order on s: after all work enqueued on s before the call.
+	Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error
+	// Device is the device the memory lives on.
+	Device() gpu.Device
+}
+
+// Errors common to all resources.
+var (
+	ErrOutOfMemory    error = gpu.ErrOutOfMemory
+	ErrInvalidSize          = errors.New("mr: invalid allocation size")
+	ErrUnknownPointer       = errors.New("mr: pointer was not allocated by this resource")
+	ErrDoubleFree           = errors.New("mr: pointer freed twice")
+	ErrSizeMismatch         = errors.New("mr: deallocation size differs from allocation size")
+	ErrClosed               = errors.New("mr: resource closed")
+)
+
+// OutOfMemoryError is returned when a resource cannot satisfy a request.
+// It matches ErrOutOfMemory with errors.Is.
+type OutOfMemoryError struct {
+	Resource  string // which resource refused, e.g. "pool"
+	Requested int    // bytes asked for
+	Stream    uint64 // Stream.ID of the request
+	Reserved  uint64 // bytes the resource held from upstream at the time
+	Used      uint64 // bytes it had handed out
+	Limit     uint64 // its limit, or 0 if it has none
+	Err       error  // the upstream error, if the refusal came from below
+}
+
+func (e *OutOfMemoryError) Error() string {
+	msg := fmt.Sprintf("%s: out of memory allocating %d bytes on stream %d (reserved %d, used %d",
+		e.Resource, e.Requested, e.Stream, e.Reserved, e.Used)
+	if e.Limit != 0 {
+		msg += fmt.Sprintf(", limit %d", e.Limit)
+	}
+	msg += ")"
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrOutOfMemory.
+func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
+
+// Unwrap returns the upstream error, if any.
+func (e *OutOfMemoryError) Unwrap() error { return e.Err }
