@@ -92,3 +92,25 @@ func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemo
 
 // Unwrap returns the upstream error, if any.
 func (e *OutOfMemoryError) Unwrap() error { return e.Err }
+
+// Usage is what a resource holds: Reserved is memory taken from upstream
+// (or the driver), Used is memory handed out to callers and not yet freed.
+// The Peak fields are high-water marks since creation or the last
+// ResetPeaks.
+type Usage struct {
+	Reserved, Used         uint64
+	PeakReserved, PeakUsed uint64
+}
+
+// UsageReporter is implemented by resources that know what they hold.
+// Usage must be cheap enough to call after every operation of a replay.
+type UsageReporter interface {
+	Usage() Usage
+}
+
+// Releaser is implemented by resources that cache memory: Release returns
+// every cached byte that no allocation uses to the upstream (or driver), in
+// stream order, without blocking on work that is still running.
+type Releaser interface {
+	Release() error
+}
