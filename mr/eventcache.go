@@ -11,8 +11,9 @@
 //
 // Invariants: every event in free belongs to dev, is not destroyed, and is
 // used by nobody; at most maxCachedEvents are kept, extra ones are
-// destroyed on put. After close, get creates nothing and fails with
-// ErrClosed, and put destroys.
+// destroyed on put. After close the cache keeps nothing: get creates an
+// event and put destroys it, so a resource's frees keep working after its
+// Close.
 package mr
 
 import (
@@ -34,10 +35,6 @@ type eventCache struct {
 
 func (c *eventCache) get() (gpu.Event, error) {
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, ErrClosed
-	}
 	if n := len(c.free); n > 0 {
 		e := c.free[n-1]
 		c.free[n-1] = nil

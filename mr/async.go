@@ -1,0 +1,363 @@
+// Async: the driver's stream-ordered allocator, cuMemAllocAsync and
+// cuMemFreeAsync, on the device's default pool or on a pool of its own.
+//
+// The driver's pool already gives stream-ordered semantics for frees and
+// allocations on one stream. What it does not do is protect a free on
+// another stream: cuMemFreeAsync(p, s2) runs after the work enqueued on s2,
+// but work on the allocation's stream s1 may still be using p, and the
+// driver may hand p to s2's next allocation while it does. There are three
+// ways to close that hole (seed 000):
+//
+//  1. Event ordering: record an event on s1 and make s2 wait on it before
+//     the free. Nothing blocks the host; the only cost is a record and a
+//     wait, and only on cross-stream frees. The memory stays in the pool
+//     for reuse in stream order.
+//  2. Trimming the pool (cuMemPoolTrimTo) after the free: it returns idle
+//     memory to the OS and so relieves fragmentation, but it orders
+//     nothing; s1 may still use p. Safe only once the memory is known to
+//     be idle, so Async offers it as Trim and Release, never as the answer
+//     to a cross-stream free.
+//  3. Synchronizing the streams before the free: safe, but it blocks the
+//     host and serializes the program; it belongs to shutdown and
+//     debugging (Direct does it, because a synchronous free has no other
+//     choice).
+//
+// Async uses 1, the only one that is both safe and asynchronous. The
+// events come from a per-resource cache, so a cross-stream free creates no
+// event in the steady state, and a same-stream free costs nothing extra.
+//
+// Async remembers every pointer it handed out (a sharded table, one lock
+// per shard chosen by address, never one lock for the resource) so that
+// unknown pointers, double frees and wrong sizes are rejected with typed
+// errors before they reach the driver, where they would be undefined
+// behaviour.
+//
+// Invariants: a pointer is in live exactly from the MallocAsync that
+// returned it until the FreeAsync that freed it was enqueued successfully;
+// a Deallocate that fails leaves it live. Reserved and Used in Usage are the
+// pool's own counters (on the default pool they include every other user of
+// that pool in the process).
+package mr
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// ReusePolicy is a set of the driver pool's reuse policies.
+type ReusePolicy uint8
+
+// The reuse policies of a driver pool (all enabled by default).
+const (
+	// ReuseFollowEventDependencies lets the pool reuse memory freed on
+	// another stream when the allocating stream already waits on an
+	// event recorded after the free.
+	ReuseFollowEventDependencies ReusePolicy = 1 << iota
+	// ReuseAllowOpportunistic lets the pool reuse memory whose free has
+	// already completed, whatever the stream.
+	ReuseAllowOpportunistic
+	// ReuseAllowInternalDependencies lets the pool make the allocating
+	// stream wait on a free enqueued on another stream, so that memory can
+	// be reused instead of growing the pool.
+	ReuseAllowInternalDependencies
+)
+
+var reuseAttrs = [...]struct {
+	p ReusePolicy
+	a gpu.PoolAttr
+}{
+	{ReuseFollowEventDependencies, gpu.PoolReuseFollowEventDependencies},
+	{ReuseAllowOpportunistic, gpu.PoolReuseAllowOpportunistic},
+	{ReuseAllowInternalDependencies, gpu.PoolReuseAllowInternalDependencies},
+}
+
+// AsyncOptions configure an Async resource. The zero value uses the
+// device's default pool as it is.
+type AsyncOptions struct {
+	// OwnPool makes the resource create a pool of its own (NewMemPool),
+	// destroyed by Close. Otherwise it allocates from the device's default
+	// pool, which every user of cuMemAllocAsync in the process shares.
+	OwnPool bool
+	// ReleaseThreshold, if not zero, is set as the pool's release
+	// threshold: the reserved bytes the pool keeps across
+	// synchronizations instead of returning them to the OS.
+	// math.MaxUint64 keeps everything until Trim. Zero leaves the pool's
+	// threshold as it is (zero for a new pool: release at every
+	// synchronization).
+	ReleaseThreshold uint64
+	// InitialPoolSize, if not zero, grows the pool by that many bytes at
+	// creation (allocated and freed at once), so that the first
+	// allocations do not reach the OS. It only sticks with a release
+	// threshold at least as large.
+	InitialPoolSize int
+	// DisableReuse turns the given reuse policies off (on the default pool
+	// too, for the whole process).
+	DisableReuse ReusePolicy
+}
+
+// Async is a resource over the driver's stream-ordered allocator. It is
+// safe for concurrent use.
+type Async struct {
+	dev    gpu.Device
+	pool   gpu.MemPool
+	own    bool
+	live   liveTable
+	events eventCache
+
+	// onFree, if set, is called after each free has been enqueued, with
+	// the freeing stream and the size: the hook for pending-free
+	// accounting (bytes freed in stream order but not yet known to be
+	// complete).
+	onFree func(s gpu.Stream, size int)
+
+	closeMu       sync.RWMutex // Allocate holds it shared; Close exclusively
+	closed        bool
+	poolDestroyed bool
+}
+
+// NewAsync returns an Async resource on dev configured by opts. It fails
+// with an error matching gpu.ErrNotSupported if the device has no memory
+// pools.
+func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("async: nil device: %w", gpu.ErrInvalidHandle)
+	}
+	if !dev.Properties().MemoryPoolsSupported {
+		return nil, fmt.Errorf("async: device %d has no memory pools: %w", dev.Ordinal(), gpu.ErrNotSupported)
+	}
+	if opts.InitialPoolSize < 0 {
+		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
+	}
+	r := &Async{dev: dev, own: opts.OwnPool, events: eventCache{dev: dev}}
+	var err error
+	if opts.OwnPool {
+		r.pool, err = dev.NewMemPool()
+	} else {
+		r.pool, err = dev.DefaultMemPool()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("async: pool: %w", err)
+	}
+	if err := r.configure(opts); err != nil {
+		if r.own {
+			r.pool.Destroy()
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Async) configure(opts AsyncOptions) error {
+	if opts.ReleaseThreshold != 0 {
+		if err := r.pool.SetAttribute(gpu.PoolReleaseThreshold, opts.ReleaseThreshold); err != nil {
+			return fmt.Errorf("async: set release threshold: %w", err)
+		}
+	}
+	for _, ra := range reuseAttrs {
+		if opts.DisableReuse&ra.p != 0 {
+			if err := r.pool.SetAttribute(ra.a, 0); err != nil {
+				return fmt.Errorf("async: disable reuse policy %d: %w", ra.a, err)
+			}
+		}
+	}
+	if opts.InitialPoolSize == 0 {
+		return nil
+	}
+	s, err := r.dev.NewStream()
+	if err != nil {
+		return fmt.Errorf("async: initial pool: %w", err)
+	}
+	defer s.Destroy()
+	p, err := r.dev.MallocFromPoolAsync(opts.InitialPoolSize, r.pool, s)
+	if err != nil {
+		return fmt.Errorf("async: initial pool of %d bytes: %w", opts.InitialPoolSize, err)
+	}
+	if err := r.dev.FreeAsync(p, s); err != nil {
+		s.Synchronize()
+		return fmt.Errorf("async: initial pool: %w", err)
+	}
+	if err := s.Synchronize(); err != nil {
+		return fmt.Errorf("async: initial pool: %w", err)
+	}
+	return nil
+}
+
+// Allocate enqueues cuMemAllocAsync (or cuMemAllocFromPoolAsync on the
+// resource's own pool) on s. It does not block the host.
+func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if err := checkStream("async: allocate", r.dev, s); err != nil {
+		return 0, err
+	}
+	if size < 0 {
+		return 0, fmt.Errorf("async: allocate %d bytes: %w", size, ErrInvalidSize)
+	}
+	if size == 0 {
+		return 0, nil
+	}
+	r.closeMu.RLock()
+	defer r.closeMu.RUnlock()
+	if r.closed {
+		return 0, fmt.Errorf("async: allocate: %w", ErrClosed)
+	}
+	var p gpu.DevicePtr
+	var err error
+	if r.own {
+		p, err = r.dev.MallocFromPoolAsync(size, r.pool, s)
+	} else {
+		p, err = r.dev.MallocAsync(size, s)
+	}
+	if err != nil {
+		if errors.Is(err, gpu.ErrOutOfMemory) {
+			u := r.Usage()
+			return 0, &OutOfMemoryError{Resource: "async", Requested: size, Stream: s.ID(),
+				Reserved: u.Reserved, Used: u.Used, Err: err}
+		}
+		return 0, fmt.Errorf("async: allocate %d bytes: %w", size, err)
+	}
+	if p%Alignment != 0 {
+		r.dev.FreeAsync(p, s)
+		return 0, fmt.Errorf("async: allocate %d bytes: driver returned misaligned %#x: %w",
+			size, uint64(p), gpu.ErrInvalidValue)
+	}
+	r.live.insert(p, liveEntry{size: size, stream: s})
+	return p, nil
+}
+
+// Deallocate enqueues cuMemFreeAsync of p on s. If p was allocated on
+// another stream, s first waits on an event recorded on that stream, so
+// the memory is not reused while work enqueued there may still use it. It
+// does not block the host (unless the allocation's stream was destroyed,
+// in which case the device is synchronized: see eventCache.order).
+// Deallocate keeps working after Close.
+func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if err := checkStream("async: deallocate", r.dev, s); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("async: deallocate %d bytes: %w", size, ErrInvalidSize)
+	}
+	if p == 0 {
+		if size == 0 {
+			return nil
+		}
+		return fmt.Errorf("async: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
+	}
+	e, err := r.live.take(p, size)
+	if err != nil {
+		return fmt.Errorf("async: deallocate: %w", err)
+	}
+	if err := r.events.order(s, e.stream); err != nil {
+		r.live.restore(p, e)
+		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
+	}
+	if err := r.dev.FreeAsync(p, s); err != nil {
+		r.live.restore(p, e)
+		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
+	}
+	if r.onFree != nil {
+		r.onFree(s, size)
+	}
+	return nil
+}
+
+// Device is the device the memory lives on.
+func (r *Async) Device() gpu.Device { return r.dev }
+
+// Pool is the driver pool the resource allocates from.
+func (r *Async) Pool() gpu.MemPool { return r.pool }
+
+// Attribute reads one of the pool's attributes.
+func (r *Async) Attribute(a gpu.PoolAttr) (uint64, error) {
+	v, err := r.pool.Attribute(a)
+	if err != nil {
+		return 0, fmt.Errorf("async: attribute %d: %w", a, err)
+	}
+	return v, nil
+}
+
+// SetAttribute sets one of the pool's attributes (a release threshold,
+// a reuse policy, or 0 to reset a high-water mark).
+func (r *Async) SetAttribute(a gpu.PoolAttr, v uint64) error {
+	if err := r.pool.SetAttribute(a, v); err != nil {
+		return fmt.Errorf("async: set attribute %d: %w", a, err)
+	}
+	return nil
+}
+
+// Usage reports the pool's reserved and used bytes and their high-water
+// marks, read from the pool's attributes. On the default pool they count
+// every user of that pool. An attribute the driver fails to report reads
+// as zero.
+func (r *Async) Usage() Usage {
+	var u Usage
+	for _, f := range []struct {
+		a gpu.PoolAttr
+		v *uint64
+	}{
+		{gpu.PoolReservedMemCurrent, &u.Reserved},
+		{gpu.PoolUsedMemCurrent, &u.Used},
+		{gpu.PoolReservedMemHigh, &u.PeakReserved},
+		{gpu.PoolUsedMemHigh, &u.PeakUsed},
+	} {
+		*f.v, _ = r.pool.Attribute(f.a)
+	}
+	return u
+}
+
+// ResetPeaks resets the pool's high-water marks to the current values.
+func (r *Async) ResetPeaks() error {
+	if err := r.pool.SetAttribute(gpu.PoolReservedMemHigh, 0); err != nil {
+		return fmt.Errorf("async: reset peaks: %w", err)
+	}
+	if err := r.pool.SetAttribute(gpu.PoolUsedMemHigh, 0); err != nil {
+		return fmt.Errorf("async: reset peaks: %w", err)
+	}
+	return nil
+}
+
+// Trim releases the pool's unused memory to the OS until it holds at most
+// minBytesToKeep reserved bytes, as far as allocations (and frees not yet
+// completed) allow. It does not block.
+func (r *Async) Trim(minBytesToKeep uint64) error {
+	if err := r.pool.TrimTo(minBytesToKeep); err != nil {
+		return fmt.Errorf("async: trim to %d: %w", minBytesToKeep, err)
+	}
+	return nil
+}
+
+// Release trims the pool to zero: every byte no allocation uses and whose
+// free has completed goes back to the OS.
+func (r *Async) Release() error { return r.Trim(0) }
+
+// Live returns the number of allocations handed out and not yet freed and
+// their bytes.
+func (r *Async) Live() (n int, bytes uint64) { return r.live.count() }
+
+// Close stops the resource: later Allocates fail with ErrClosed, cached
+// events are destroyed and, if the resource owns its pool, the pool is
+// destroyed (the driver releases its memory once the frees already enqueued
+// have completed). While allocations are live on an own pool, Close only
+// stops allocation and returns an error: destroying the pool would free
+// memory under the caller. Deallocate still works after Close, so free them
+// and call Close again. Closing twice is harmless.
+func (r *Async) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	r.closed = true
+	if r.own && !r.poolDestroyed {
+		if n, bytes := r.live.count(); n > 0 {
+			return fmt.Errorf("async: close: %d allocations (%d bytes) still live", n, bytes)
+		}
+		if err := r.pool.Destroy(); err != nil {
+			return fmt.Errorf("async: close: destroy pool: %w", err)
+		}
+		r.poolDestroyed = true
+	}
+	if err := r.events.close(); err != nil {
+		return fmt.Errorf("async: close: %w", err)
+	}
+	return nil
+}
