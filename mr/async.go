@@ -96,6 +96,13 @@ type AsyncOptions struct {
 	// DisableReuse turns the given reuse policies off (on the default pool
 	// too, for the whole process).
 	DisableReuse ReusePolicy
+	// Pending, if not nil, receives the resource's pending-free
+	// accounting: each allocation is counted live (AddLive), and each free
+	// moves its bytes to the freeing stream's pending tally (Add) once the
+	// free is enqueued, so Pending.Reap tells which frees have completed
+	// and Pending.Outstanding is live plus pending bytes. It must not be
+	// shared with another resource.
+	Pending *PendingFrees
 }
 
 // Async is a resource over the driver's stream-ordered allocator. It is
@@ -107,11 +114,10 @@ type Async struct {
 	live   liveTable
 	events eventCache
 
-	// onFree, if set, is called after each free has been enqueued, with
-	// the freeing stream and the size: the hook for pending-free
-	// accounting (bytes freed in stream order but not yet known to be
-	// complete).
-	onFree func(s gpu.Stream, size int)
+	// pending, if set, is the pending-free accounting hook: AddLive after
+	// each allocation, Add on the freeing stream after each free has been
+	// enqueued (pending.go's ordering rule).
+	pending *PendingFrees
 
 	closeMu       sync.RWMutex // Allocate holds it shared; Close exclusively
 	closed        bool
@@ -131,7 +137,7 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	if opts.InitialPoolSize < 0 {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
-	r := &Async{dev: dev, own: opts.OwnPool, events: eventCache{dev: dev}}
+	r := &Async{dev: dev, own: opts.OwnPool, events: eventCache{dev: dev}, pending: opts.Pending}
 	var err error
 	if opts.OwnPool {
 		r.pool, err = dev.NewMemPool()
@@ -223,6 +229,9 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 			size, uint64(p), gpu.ErrInvalidValue)
 	}
 	r.live.insert(p, liveEntry{size: size, stream: s})
+	if r.pending != nil {
+		r.pending.AddLive(uint64(size))
+	}
 	return p, nil
 }
 
@@ -257,8 +266,9 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		r.live.restore(p, e)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
-	if r.onFree != nil {
-		r.onFree(s, size)
+	if r.pending != nil {
+		// Cannot fail: this resource alone moves its bytes, each once.
+		r.pending.Add(s, uint64(size))
 	}
 	return nil
 }
