@@ -1,0 +1,287 @@
+//go:build cgo
+
+// This file is the only one in the module that calls C. Each raw* function
+// is one cgo call into shim.c and nothing else: it converts arguments to C
+// scalars and the result back, and never passes a Go pointer that C could
+// keep (the few buffers passed, name and copy buffers, are borrowed for the
+// call alone, as the cgo rules allow). Validation, error wrapping and the
+// "is the driver loaded" check live in the portable files, so that a build
+// without cgo (raw_nocgo.go) has the same API.
+
+package cuda
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import "unsafe"
+
+func rawLoad(path string) (int, string) {
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	if r := C.sa_load(cs); r != 0 {
+		return int(r), C.GoString(C.sa_load_error())
+	}
+	return 0, ""
+}
+
+func rawHas(name string) bool {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return C.sa_has(cs) == 1
+}
+
+func rawInit() Result { return Result(C.sa_init()) }
+
+func rawDriverVersion() (Result, uint64) {
+	r := C.sa_driver_version()
+	return Result(r.r), uint64(r.v)
+}
+
+func rawErrorName(code Result) (Result, string) {
+	var buf [128]byte
+	r := C.sa_get_error_name(C.int(code), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)))
+	if r != 0 {
+		return Result(r), ""
+	}
+	return Success, cstring(buf[:])
+}
+
+func rawDeviceCount() (Result, uint64) {
+	r := C.sa_device_count()
+	return Result(r.r), uint64(r.v)
+}
+
+func rawDeviceGet(ordinal int32) (Result, uint64) {
+	r := C.sa_device_get(C.int(ordinal))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawDeviceName(d Device) (Result, string) {
+	var buf [256]byte
+	r := C.sa_device_name(C.int(d), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)))
+	if r != 0 {
+		return Result(r), ""
+	}
+	return Success, cstring(buf[:])
+}
+
+func rawDeviceTotalMem(d Device) (Result, uint64) {
+	r := C.sa_device_total_mem(C.int(d))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawDeviceAttribute(d Device, a DeviceAttribute) (Result, uint64) {
+	r := C.sa_device_attribute(C.int(d), C.int(a))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawDeviceDefaultMemPool(d Device) (Result, uint64) {
+	r := C.sa_device_default_mem_pool(C.int(d))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawDeviceMemPool(d Device) (Result, uint64) {
+	r := C.sa_device_mem_pool(C.int(d))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawDeviceSetMemPool(d Device, p MemPool) Result {
+	return Result(C.sa_device_set_mem_pool(C.int(d), C.uintptr_t(p)))
+}
+
+func rawPrimaryCtxRetain(d Device) (Result, uint64) {
+	r := C.sa_primary_ctx_retain(C.int(d))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawPrimaryCtxRelease(d Device) Result {
+	return Result(C.sa_primary_ctx_release(C.int(d)))
+}
+
+func rawCtxSetCurrent(c Context) Result { return Result(C.sa_ctx_set_current(C.uintptr_t(c))) }
+
+func rawCtxGetCurrent() (Result, uint64) {
+	r := C.sa_ctx_get_current()
+	return Result(r.r), uint64(r.v)
+}
+
+func rawCtxCreate(d Device) (Result, uint64) {
+	r := C.sa_ctx_create(C.int(d))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawCtxDestroy(c Context) Result { return Result(C.sa_ctx_destroy(C.uintptr_t(c))) }
+
+func rawCtxSynchronize(c Context) Result { return Result(C.sa_ctx_synchronize(C.uintptr_t(c))) }
+
+func rawMemGetInfo(c Context) (Result, uint64, uint64) {
+	r := C.sa_mem_get_info(C.uintptr_t(c))
+	return Result(r.r), uint64(r.free_bytes), uint64(r.total_bytes)
+}
+
+func rawStreamCreate(c Context, flags uint32) (Result, uint64) {
+	r := C.sa_stream_create(C.uintptr_t(c), C.uint(flags))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawStreamDestroy(c Context, s Stream) Result {
+	return Result(C.sa_stream_destroy(C.uintptr_t(c), C.uintptr_t(s)))
+}
+
+func rawStreamSynchronize(c Context, s Stream) Result {
+	return Result(C.sa_stream_synchronize(C.uintptr_t(c), C.uintptr_t(s)))
+}
+
+func rawStreamQuery(c Context, s Stream) Result {
+	return Result(C.sa_stream_query(C.uintptr_t(c), C.uintptr_t(s)))
+}
+
+func rawStreamWaitEvent(c Context, s Stream, e Event) Result {
+	return Result(C.sa_stream_wait_event(C.uintptr_t(c), C.uintptr_t(s), C.uintptr_t(e)))
+}
+
+func rawEventCreate(c Context, flags uint32) (Result, uint64) {
+	r := C.sa_event_create(C.uintptr_t(c), C.uint(flags))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawEventDestroy(c Context, e Event) Result {
+	return Result(C.sa_event_destroy(C.uintptr_t(c), C.uintptr_t(e)))
+}
+
+func rawEventRecord(c Context, e Event, s Stream) Result {
+	return Result(C.sa_event_record(C.uintptr_t(c), C.uintptr_t(e), C.uintptr_t(s)))
+}
+
+func rawEventQuery(c Context, e Event) Result {
+	return Result(C.sa_event_query(C.uintptr_t(c), C.uintptr_t(e)))
+}
+
+func rawEventSynchronize(c Context, e Event) Result {
+	return Result(C.sa_event_synchronize(C.uintptr_t(c), C.uintptr_t(e)))
+}
+
+func rawEventElapsed(c Context, start, end Event) (Result, float32) {
+	r := C.sa_event_elapsed(C.uintptr_t(c), C.uintptr_t(start), C.uintptr_t(end))
+	return Result(r.r), float32(r.ms)
+}
+
+func rawMemAlloc(c Context, size uint64) (Result, uint64) {
+	r := C.sa_mem_alloc(C.uintptr_t(c), C.uint64_t(size))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemFree(c Context, p DevicePtr) Result {
+	return Result(C.sa_mem_free(C.uintptr_t(c), C.uint64_t(p)))
+}
+
+func rawMemAllocAsync(c Context, size uint64, s Stream) (Result, uint64) {
+	r := C.sa_mem_alloc_async(C.uintptr_t(c), C.uint64_t(size), C.uintptr_t(s))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemFreeAsync(c Context, p DevicePtr, s Stream) Result {
+	return Result(C.sa_mem_free_async(C.uintptr_t(c), C.uint64_t(p), C.uintptr_t(s)))
+}
+
+func rawMemAllocFromPoolAsync(c Context, size uint64, pool MemPool, s Stream) (Result, uint64) {
+	r := C.sa_mem_alloc_from_pool_async(C.uintptr_t(c), C.uint64_t(size), C.uintptr_t(pool), C.uintptr_t(s))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemAllocManaged(c Context, size uint64, flags uint32) (Result, uint64) {
+	r := C.sa_mem_alloc_managed(C.uintptr_t(c), C.uint64_t(size), C.uint(flags))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemAllocHost(c Context, size uint64) (Result, unsafe.Pointer) {
+	r := C.sa_mem_alloc_host(C.uintptr_t(c), C.uint64_t(size))
+	return Result(r.r), r.p
+}
+
+func rawMemFreeHost(c Context, p unsafe.Pointer) Result {
+	return Result(C.sa_mem_free_host(C.uintptr_t(c), p))
+}
+
+func rawMemsetD8Async(c Context, p DevicePtr, v byte, n uint64, s Stream) Result {
+	return Result(C.sa_memset_d8_async(C.uintptr_t(c), C.uint64_t(p), C.uchar(v), C.uint64_t(n), C.uintptr_t(s)))
+}
+
+func rawMemcpyHtoDAsync(c Context, dst DevicePtr, src unsafe.Pointer, n uint64, s Stream) Result {
+	return Result(C.sa_memcpy_htod_async(C.uintptr_t(c), C.uint64_t(dst), src, C.uint64_t(n), C.uintptr_t(s)))
+}
+
+func rawMemcpyDtoHAsync(c Context, dst unsafe.Pointer, src DevicePtr, n uint64, s Stream) Result {
+	return Result(C.sa_memcpy_dtoh_async(C.uintptr_t(c), dst, C.uint64_t(src), C.uint64_t(n), C.uintptr_t(s)))
+}
+
+func rawMemcpyDtoDAsync(c Context, dst, src DevicePtr, n uint64, s Stream) Result {
+	return Result(C.sa_memcpy_dtod_async(C.uintptr_t(c), C.uint64_t(dst), C.uint64_t(src), C.uint64_t(n), C.uintptr_t(s)))
+}
+
+func rawMemPoolCreate(c Context, d Device) (Result, uint64) {
+	r := C.sa_mem_pool_create(C.uintptr_t(c), C.int(d))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemPoolDestroy(c Context, p MemPool) Result {
+	return Result(C.sa_mem_pool_destroy(C.uintptr_t(c), C.uintptr_t(p)))
+}
+
+func rawMemPoolGetAttribute(c Context, p MemPool, a PoolAttribute) (Result, uint64) {
+	r := C.sa_mem_pool_get_attribute(C.uintptr_t(c), C.uintptr_t(p), C.int(a))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemPoolSetAttribute(c Context, p MemPool, a PoolAttribute, v uint64) Result {
+	return Result(C.sa_mem_pool_set_attribute(C.uintptr_t(c), C.uintptr_t(p), C.int(a), C.uint64_t(v)))
+}
+
+func rawMemPoolTrimTo(c Context, p MemPool, keep uint64) Result {
+	return Result(C.sa_mem_pool_trim_to(C.uintptr_t(c), C.uintptr_t(p), C.uint64_t(keep)))
+}
+
+func rawModuleLoadData(c Context, image string) (Result, uint64) {
+	cs := C.CString(image)
+	defer C.free(unsafe.Pointer(cs))
+	r := C.sa_module_load_data(C.uintptr_t(c), cs)
+	return Result(r.r), uint64(r.v)
+}
+
+func rawModuleUnload(c Context, m Module) Result {
+	return Result(C.sa_module_unload(C.uintptr_t(c), C.uintptr_t(m)))
+}
+
+func rawModuleGetFunction(c Context, m Module, name string) (Result, uint64) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	r := C.sa_module_get_function(C.uintptr_t(c), C.uintptr_t(m), cs)
+	return Result(r.r), uint64(r.v)
+}
+
+func rawLaunchKernel(c Context, f Function, grid, block [3]uint32, shared uint32, s Stream, p *Params) Result {
+	var vals, offs unsafe.Pointer
+	if p.n > 0 {
+		vals = unsafe.Pointer(&p.vals[0])
+		offs = unsafe.Pointer(&p.offs[0])
+	}
+	return Result(C.sa_launch_kernel(C.uintptr_t(c), C.uintptr_t(f),
+		C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
+		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
+		C.uint(shared), C.uintptr_t(s),
+		vals, C.int(p.size), (*C.uint32_t)(offs), C.int(p.n)))
+}
+
+// cstring returns the text of a NUL-terminated byte buffer.
+func cstring(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,91 @@
+//go:build !cgo
+
+// Without cgo there is no way to load the driver: rawLoad fails, so
+// ready() returns ErrNoDriver and no other raw* function is ever reached.
+// They exist so that the portable files compile unchanged, and answer
+// CUDA_ERROR_NOT_INITIALIZED should anything call them regardless.
+
+package cuda
+
+import "unsafe"
+
+func rawLoad(string) (int, string) { return 1, "built without cgo" }
+func rawHas(string) bool           { return false }
+func rawInit() Result              { return ErrNotInitialized }
+
+func rawDriverVersion() (Result, uint64)        { return ErrNotInitialized, 0 }
+func rawErrorName(Result) (Result, string)      { return ErrNotInitialized, "" }
+func rawDeviceCount() (Result, uint64)          { return ErrNotInitialized, 0 }
+func rawDeviceGet(int32) (Result, uint64)       { return ErrNotInitialized, 0 }
+func rawDeviceName(Device) (Result, string)     { return ErrNotInitialized, "" }
+func rawDeviceTotalMem(Device) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawDeviceDefaultMemPool(Device) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawDeviceMemPool(Device) (Result, uint64)    { return ErrNotInitialized, 0 }
+func rawDeviceSetMemPool(Device, MemPool) Result  { return ErrNotInitialized }
+func rawPrimaryCtxRetain(Device) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawPrimaryCtxRelease(Device) Result          { return ErrNotInitialized }
+func rawCtxSetCurrent(Context) Result             { return ErrNotInitialized }
+func rawCtxGetCurrent() (Result, uint64)          { return ErrNotInitialized, 0 }
+func rawCtxCreate(Device) (Result, uint64)        { return ErrNotInitialized, 0 }
+func rawCtxDestroy(Context) Result                { return ErrNotInitialized }
+func rawCtxSynchronize(Context) Result            { return ErrNotInitialized }
+func rawMemGetInfo(Context) (Result, uint64, uint64) {
+	return ErrNotInitialized, 0, 0
+}
+func rawDeviceAttribute(Device, DeviceAttribute) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawStreamCreate(Context, uint32) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawStreamDestroy(Context, Stream) Result          { return ErrNotInitialized }
+func rawStreamSynchronize(Context, Stream) Result      { return ErrNotInitialized }
+func rawStreamQuery(Context, Stream) Result            { return ErrNotInitialized }
+func rawStreamWaitEvent(Context, Stream, Event) Result { return ErrNotInitialized }
+func rawEventCreate(Context, uint32) (Result, uint64)  { return ErrNotInitialized, 0 }
+func rawEventDestroy(Context, Event) Result            { return ErrNotInitialized }
+func rawEventRecord(Context, Event, Stream) Result     { return ErrNotInitialized }
+func rawEventQuery(Context, Event) Result              { return ErrNotInitialized }
+func rawEventSynchronize(Context, Event) Result        { return ErrNotInitialized }
+func rawEventElapsed(Context, Event, Event) (Result, float32) {
+	return ErrNotInitialized, 0
+}
+func rawMemAlloc(Context, uint64) (Result, uint64)                { return ErrNotInitialized, 0 }
+func rawMemFree(Context, DevicePtr) Result                        { return ErrNotInitialized }
+func rawMemAllocAsync(Context, uint64, Stream) (Result, uint64)   { return ErrNotInitialized, 0 }
+func rawMemFreeAsync(Context, DevicePtr, Stream) Result           { return ErrNotInitialized }
+func rawMemAllocManaged(Context, uint64, uint32) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawMemAllocFromPoolAsync(Context, uint64, MemPool, Stream) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawMemAllocHost(Context, uint64) (Result, unsafe.Pointer) { return ErrNotInitialized, nil }
+func rawMemFreeHost(Context, unsafe.Pointer) Result            { return ErrNotInitialized }
+func rawMemsetD8Async(Context, DevicePtr, byte, uint64, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemcpyHtoDAsync(Context, DevicePtr, unsafe.Pointer, uint64, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemcpyDtoHAsync(Context, unsafe.Pointer, DevicePtr, uint64, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemcpyDtoDAsync(Context, DevicePtr, DevicePtr, uint64, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemPoolCreate(Context, Device) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawMemPoolDestroy(Context, MemPool) Result         { return ErrNotInitialized }
+func rawMemPoolGetAttribute(Context, MemPool, PoolAttribute) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawMemPoolSetAttribute(Context, MemPool, PoolAttribute, uint64) Result {
+	return ErrNotInitialized
+}
+func rawMemPoolTrimTo(Context, MemPool, uint64) Result   { return ErrNotInitialized }
+func rawModuleLoadData(Context, string) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawModuleUnload(Context, Module) Result             { return ErrNotInitialized }
+func rawModuleGetFunction(Context, Module, string) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawLaunchKernel(Context, Function, [3]uint32, [3]uint32, uint32, Stream, *Params) Result {
+	return ErrNotInitialized
+}

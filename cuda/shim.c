@@ -1,0 +1,694 @@
+//go:build cgo
+
+// shim.c loads the CUDA driver with dlopen and wraps the entry points that
+// package cuda uses. See shim.h for the conventions.
+//
+// The few CUDA types needed are declared here by their ABI (handles are
+// pointers, CUdevice is an int, CUdeviceptr a 64-bit integer, CUresult an
+// int enum); no CUDA header is used. The driver exports several versions
+// of some entry points; the table below names the one whose ABI matches
+// the prototype here (the _v2 forms take 64-bit sizes), and for a few whose
+// older form has the same signature it names that as a fallback.
+//
+// Invariant: after sa_load returned 0, every function pointer is either
+// resolved or NULL, and never changes again; wrappers test for NULL
+// before each call, so a missing entry point is an error, never a crash.
+
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef void *CUmemoryPool;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef unsigned long long CUdeviceptr;
+
+// CUmemPoolProps as of CUDA 12.2 and 13 (88 bytes on 64-bit): location is
+// {CUmemLocationType type; int id}.
+typedef struct {
+	int allocType;
+	int handleTypes;
+	int locationType;
+	int locationId;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} sa_pool_props;
+
+enum {
+	SA_MEM_ALLOCATION_TYPE_PINNED = 1,
+	SA_MEM_HANDLE_TYPE_NONE = 0,
+	SA_MEM_LOCATION_TYPE_DEVICE = 1,
+};
+
+static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDriverGetVersion)(int *);
+static CUresult (*p_cuGetErrorName)(CUresult, const char **);
+static CUresult (*p_cuDeviceGetCount)(int *);
+static CUresult (*p_cuDeviceGet)(CUdevice *, int);
+static CUresult (*p_cuDeviceGetName)(char *, int, CUdevice);
+static CUresult (*p_cuDeviceTotalMem)(size_t *, CUdevice);
+static CUresult (*p_cuDeviceGetAttribute)(int *, int, CUdevice);
+static CUresult (*p_cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+static CUresult (*p_cuDeviceGetMemPool)(CUmemoryPool *, CUdevice);
+static CUresult (*p_cuDeviceSetMemPool)(CUdevice, CUmemoryPool);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*p_cuDevicePrimaryCtxRelease)(CUdevice);
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+static CUresult (*p_cuCtxGetCurrent)(CUcontext *);
+static CUresult (*p_cuCtxCreate)(CUcontext *, unsigned, CUdevice);
+static CUresult (*p_cuCtxDestroy)(CUcontext);
+static CUresult (*p_cuCtxSynchronize)(void);
+static CUresult (*p_cuMemGetInfo)(size_t *, size_t *);
+static CUresult (*p_cuStreamCreate)(CUstream *, unsigned);
+static CUresult (*p_cuStreamDestroy)(CUstream);
+static CUresult (*p_cuStreamSynchronize)(CUstream);
+static CUresult (*p_cuStreamQuery)(CUstream);
+static CUresult (*p_cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+static CUresult (*p_cuEventCreate)(CUevent *, unsigned);
+static CUresult (*p_cuEventDestroy)(CUevent);
+static CUresult (*p_cuEventRecord)(CUevent, CUstream);
+static CUresult (*p_cuEventQuery)(CUevent);
+static CUresult (*p_cuEventSynchronize)(CUevent);
+static CUresult (*p_cuEventElapsedTime)(float *, CUevent, CUevent);
+static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemFree)(CUdeviceptr);
+static CUresult (*p_cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+static CUresult (*p_cuMemFreeAsync)(CUdeviceptr, CUstream);
+static CUresult (*p_cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+static CUresult (*p_cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned);
+static CUresult (*p_cuMemAllocHost)(void **, size_t);
+static CUresult (*p_cuMemFreeHost)(void *);
+static CUresult (*p_cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+static CUresult (*p_cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+static CUresult (*p_cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+static CUresult (*p_cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+static CUresult (*p_cuMemPoolCreate)(CUmemoryPool *, const sa_pool_props *);
+static CUresult (*p_cuMemPoolDestroy)(CUmemoryPool);
+static CUresult (*p_cuMemPoolGetAttribute)(CUmemoryPool, int, void *);
+static CUresult (*p_cuMemPoolSetAttribute)(CUmemoryPool, int, void *);
+static CUresult (*p_cuMemPoolTrimTo)(CUmemoryPool, size_t);
+static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*p_cuModuleUnload)(CUmodule);
+static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                                    unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void **, void **);
+
+// One entry point: its name as the Go side knows it (the unversioned API
+// name), the exported symbols to try in order, where to store it, and
+// whether loading fails without it.
+typedef struct {
+	const char *api;
+	const char *sym[2];
+	void **slot;
+	int required;
+} sa_entry;
+
+#define E(api, s1, s2, req) {#api, {s1, s2}, (void **)&p_##api, req}
+static const sa_entry entries[] = {
+	E(cuInit, "cuInit", NULL, 1),
+	E(cuDriverGetVersion, "cuDriverGetVersion", NULL, 1),
+	E(cuGetErrorName, "cuGetErrorName", NULL, 0),
+	E(cuDeviceGetCount, "cuDeviceGetCount", NULL, 0),
+	E(cuDeviceGet, "cuDeviceGet", NULL, 0),
+	E(cuDeviceGetName, "cuDeviceGetName", NULL, 0),
+	E(cuDeviceTotalMem, "cuDeviceTotalMem_v2", NULL, 0),
+	E(cuDeviceGetAttribute, "cuDeviceGetAttribute", NULL, 0),
+	E(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", NULL, 0),
+	E(cuDeviceGetMemPool, "cuDeviceGetMemPool", NULL, 0),
+	E(cuDeviceSetMemPool, "cuDeviceSetMemPool", NULL, 0),
+	E(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL, 0),
+	E(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 0),
+	E(cuCtxSetCurrent, "cuCtxSetCurrent", NULL, 0),
+	E(cuCtxGetCurrent, "cuCtxGetCurrent", NULL, 0),
+	E(cuCtxCreate, "cuCtxCreate_v2", NULL, 0),
+	E(cuCtxDestroy, "cuCtxDestroy_v2", NULL, 0),
+	E(cuCtxSynchronize, "cuCtxSynchronize", NULL, 0),
+	E(cuMemGetInfo, "cuMemGetInfo_v2", NULL, 0),
+	E(cuStreamCreate, "cuStreamCreate", NULL, 0),
+	E(cuStreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy", 0),
+	E(cuStreamSynchronize, "cuStreamSynchronize", NULL, 0),
+	E(cuStreamQuery, "cuStreamQuery", NULL, 0),
+	E(cuStreamWaitEvent, "cuStreamWaitEvent", NULL, 0),
+	E(cuEventCreate, "cuEventCreate", NULL, 0),
+	E(cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy", 0),
+	E(cuEventRecord, "cuEventRecord", NULL, 0),
+	E(cuEventQuery, "cuEventQuery", NULL, 0),
+	E(cuEventSynchronize, "cuEventSynchronize", NULL, 0),
+	E(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", 0),
+	E(cuMemAlloc, "cuMemAlloc_v2", NULL, 0),
+	E(cuMemFree, "cuMemFree_v2", NULL, 0),
+	E(cuMemAllocAsync, "cuMemAllocAsync", NULL, 0),
+	E(cuMemFreeAsync, "cuMemFreeAsync", NULL, 0),
+	E(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", NULL, 0),
+	E(cuMemAllocManaged, "cuMemAllocManaged", NULL, 0),
+	E(cuMemAllocHost, "cuMemAllocHost_v2", NULL, 0),
+	E(cuMemFreeHost, "cuMemFreeHost", NULL, 0),
+	E(cuMemsetD8Async, "cuMemsetD8Async", NULL, 0),
+	E(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", NULL, 0),
+	E(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL, 0),
+	E(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL, 0),
+	E(cuMemPoolCreate, "cuMemPoolCreate", NULL, 0),
+	E(cuMemPoolDestroy, "cuMemPoolDestroy", NULL, 0),
+	E(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", NULL, 0),
+	E(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", NULL, 0),
+	E(cuMemPoolTrimTo, "cuMemPoolTrimTo", NULL, 0),
+	E(cuModuleLoadData, "cuModuleLoadData", NULL, 0),
+	E(cuModuleUnload, "cuModuleUnload", NULL, 0),
+	E(cuModuleGetFunction, "cuModuleGetFunction", NULL, 0),
+	E(cuLaunchKernel, "cuLaunchKernel", NULL, 0),
+};
+#undef E
+
+static char load_error[512];
+
+int sa_load(const char *path) {
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) {
+		const char *why = dlerror();
+		snprintf(load_error, sizeof load_error, "dlopen %s: %s", path, why ? why : "unknown error");
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+		const sa_entry *e = &entries[i];
+		void *fp = NULL;
+		for (int k = 0; k < 2 && fp == NULL && e->sym[k] != NULL; k++) {
+			fp = dlsym(lib, e->sym[k]);
+		}
+		if (fp == NULL && e->required) {
+			snprintf(load_error, sizeof load_error, "%s has no %s", path, e->sym[0]);
+			// Leave every slot NULL, so that nothing can call into a
+			// half-loaded driver.
+			for (size_t j = 0; j < sizeof entries / sizeof entries[0]; j++) {
+				*entries[j].slot = NULL;
+			}
+			dlclose(lib);
+			return 2;
+		}
+		*e->slot = fp;
+	}
+	// The library stays open for the life of the process.
+	return 0;
+}
+
+const char *sa_load_error(void) { return load_error; }
+
+int sa_has(const char *name) {
+	for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+		if (strcmp(entries[i].api, name) == 0) {
+			return *entries[i].slot != NULL;
+		}
+	}
+	return -1;
+}
+
+// NEED returns SA_NOT_SUPPORTED from the enclosing function (of result
+// type int) when an entry point is missing.
+#define NEED(fn)                          \
+	do {                                  \
+		if (p_##fn == NULL) {             \
+			return SA_NOT_SUPPORTED;      \
+		}                                 \
+	} while (0)
+// NEEDR is NEED for functions returning a struct with an r field.
+#define NEEDR(T, fn)                      \
+	do {                                  \
+		if (p_##fn == NULL) {             \
+			T bad_ = {0};                 \
+			bad_.r = SA_NOT_SUPPORTED;    \
+			return bad_;                  \
+		}                                 \
+	} while (0)
+
+// sa_bind makes ctx current on this thread unless it already is. The
+// check asks the driver (a thread-local read there) rather than a cache
+// of our own, so that code outside this package that changes the current
+// context of a thread cannot make us run on the wrong one.
+static inline CUresult sa_bind(uintptr_t ctx) {
+	CUcontext cur = NULL;
+	if (p_cuCtxGetCurrent == NULL || p_cuCtxSetCurrent == NULL) {
+		return SA_NOT_SUPPORTED;
+	}
+	if (p_cuCtxGetCurrent(&cur) == 0 && cur == (CUcontext)ctx) {
+		return 0;
+	}
+	return p_cuCtxSetCurrent((CUcontext)ctx);
+}
+
+#define BIND(ctx)                         \
+	do {                                  \
+		CUresult b_ = sa_bind(ctx);       \
+		if (b_ != 0) {                    \
+			return b_;                    \
+		}                                 \
+	} while (0)
+#define BINDR(T, ctx)                     \
+	do {                                  \
+		CUresult b_ = sa_bind(ctx);       \
+		if (b_ != 0) {                    \
+			T bad_ = {0};                 \
+			bad_.r = b_;                  \
+			return bad_;                  \
+		}                                 \
+	} while (0)
+
+// --- Init, versions, errors -------------------------------------------
+
+int sa_init(void) {
+	NEED(cuInit);
+	return p_cuInit(0);
+}
+
+sa_ret sa_driver_version(void) {
+	NEEDR(sa_ret, cuDriverGetVersion);
+	int v = 0;
+	sa_ret out = {p_cuDriverGetVersion(&v), 0};
+	out.v = (uint64_t)(int64_t)v;
+	return out;
+}
+
+int sa_get_error_name(int r, char *buf, int len) {
+	NEED(cuGetErrorName);
+	const char *s = NULL;
+	CUresult res = p_cuGetErrorName(r, &s);
+	if (res != 0) {
+		return res;
+	}
+	if (len > 0) {
+		snprintf(buf, (size_t)len, "%s", s ? s : "");
+	}
+	return 0;
+}
+
+// --- Devices ----------------------------------------------------------
+
+sa_ret sa_device_count(void) {
+	NEEDR(sa_ret, cuDeviceGetCount);
+	int n = 0;
+	sa_ret out = {p_cuDeviceGetCount(&n), 0};
+	out.v = (uint64_t)n;
+	return out;
+}
+
+sa_ret sa_device_get(int ordinal) {
+	NEEDR(sa_ret, cuDeviceGet);
+	CUdevice d = 0;
+	sa_ret out = {p_cuDeviceGet(&d, ordinal), 0};
+	out.v = (uint64_t)d;
+	return out;
+}
+
+int sa_device_name(int dev, char *buf, int len) {
+	NEED(cuDeviceGetName);
+	return p_cuDeviceGetName(buf, len, dev);
+}
+
+sa_ret sa_device_total_mem(int dev) {
+	NEEDR(sa_ret, cuDeviceTotalMem);
+	size_t n = 0;
+	sa_ret out = {p_cuDeviceTotalMem(&n, dev), 0};
+	out.v = n;
+	return out;
+}
+
+sa_ret sa_device_attribute(int dev, int attr) {
+	NEEDR(sa_ret, cuDeviceGetAttribute);
+	int v = 0;
+	sa_ret out = {p_cuDeviceGetAttribute(&v, attr, dev), 0};
+	out.v = (uint64_t)(int64_t)v;
+	return out;
+}
+
+sa_ret sa_device_default_mem_pool(int dev) {
+	NEEDR(sa_ret, cuDeviceGetDefaultMemPool);
+	CUmemoryPool p = NULL;
+	sa_ret out = {p_cuDeviceGetDefaultMemPool(&p, dev), 0};
+	out.v = (uint64_t)(uintptr_t)p;
+	return out;
+}
+
+sa_ret sa_device_mem_pool(int dev) {
+	NEEDR(sa_ret, cuDeviceGetMemPool);
+	CUmemoryPool p = NULL;
+	sa_ret out = {p_cuDeviceGetMemPool(&p, dev), 0};
+	out.v = (uint64_t)(uintptr_t)p;
+	return out;
+}
+
+int sa_device_set_mem_pool(int dev, uintptr_t pool) {
+	NEED(cuDeviceSetMemPool);
+	return p_cuDeviceSetMemPool(dev, (CUmemoryPool)pool);
+}
+
+// --- Contexts ---------------------------------------------------------
+
+sa_ret sa_primary_ctx_retain(int dev) {
+	NEEDR(sa_ret, cuDevicePrimaryCtxRetain);
+	CUcontext c = NULL;
+	sa_ret out = {p_cuDevicePrimaryCtxRetain(&c, dev), 0};
+	out.v = (uint64_t)(uintptr_t)c;
+	return out;
+}
+
+int sa_primary_ctx_release(int dev) {
+	NEED(cuDevicePrimaryCtxRelease);
+	return p_cuDevicePrimaryCtxRelease(dev);
+}
+
+int sa_ctx_set_current(uintptr_t ctx) {
+	NEED(cuCtxSetCurrent);
+	return p_cuCtxSetCurrent((CUcontext)ctx);
+}
+
+sa_ret sa_ctx_get_current(void) {
+	NEEDR(sa_ret, cuCtxGetCurrent);
+	CUcontext c = NULL;
+	sa_ret out = {p_cuCtxGetCurrent(&c), 0};
+	out.v = (uint64_t)(uintptr_t)c;
+	return out;
+}
+
+sa_ret sa_ctx_create(int dev) {
+	NEEDR(sa_ret, cuCtxCreate);
+	NEEDR(sa_ret, cuCtxSetCurrent);
+	NEEDR(sa_ret, cuCtxGetCurrent);
+	// cuCtxCreate pushes the new context on this thread; put back what
+	// was current so the thread's state is as before the call.
+	CUcontext prev = NULL;
+	p_cuCtxGetCurrent(&prev);
+	CUcontext c = NULL;
+	sa_ret out = {p_cuCtxCreate(&c, 0, dev), 0};
+	out.v = (uint64_t)(uintptr_t)c;
+	p_cuCtxSetCurrent(prev);
+	return out;
+}
+
+int sa_ctx_destroy(uintptr_t ctx) {
+	NEED(cuCtxDestroy);
+	return p_cuCtxDestroy((CUcontext)ctx);
+}
+
+int sa_ctx_synchronize(uintptr_t ctx) {
+	NEED(cuCtxSynchronize);
+	BIND(ctx);
+	return p_cuCtxSynchronize();
+}
+
+sa_meminfo sa_mem_get_info(uintptr_t ctx) {
+	NEEDR(sa_meminfo, cuMemGetInfo);
+	BINDR(sa_meminfo, ctx);
+	size_t f = 0, t = 0;
+	sa_meminfo out = {p_cuMemGetInfo(&f, &t), 0, 0};
+	out.free_bytes = f;
+	out.total_bytes = t;
+	return out;
+}
+
+// --- Streams and events -----------------------------------------------
+
+sa_ret sa_stream_create(uintptr_t ctx, unsigned flags) {
+	NEEDR(sa_ret, cuStreamCreate);
+	BINDR(sa_ret, ctx);
+	CUstream s = NULL;
+	sa_ret out = {p_cuStreamCreate(&s, flags), 0};
+	out.v = (uint64_t)(uintptr_t)s;
+	return out;
+}
+
+int sa_stream_destroy(uintptr_t ctx, uintptr_t s) {
+	NEED(cuStreamDestroy);
+	BIND(ctx);
+	return p_cuStreamDestroy((CUstream)s);
+}
+
+int sa_stream_synchronize(uintptr_t ctx, uintptr_t s) {
+	NEED(cuStreamSynchronize);
+	BIND(ctx);
+	return p_cuStreamSynchronize((CUstream)s);
+}
+
+int sa_stream_query(uintptr_t ctx, uintptr_t s) {
+	NEED(cuStreamQuery);
+	BIND(ctx);
+	return p_cuStreamQuery((CUstream)s);
+}
+
+int sa_stream_wait_event(uintptr_t ctx, uintptr_t s, uintptr_t e) {
+	NEED(cuStreamWaitEvent);
+	BIND(ctx);
+	return p_cuStreamWaitEvent((CUstream)s, (CUevent)e, 0);
+}
+
+sa_ret sa_event_create(uintptr_t ctx, unsigned flags) {
+	NEEDR(sa_ret, cuEventCreate);
+	BINDR(sa_ret, ctx);
+	CUevent e = NULL;
+	sa_ret out = {p_cuEventCreate(&e, flags), 0};
+	out.v = (uint64_t)(uintptr_t)e;
+	return out;
+}
+
+int sa_event_destroy(uintptr_t ctx, uintptr_t e) {
+	NEED(cuEventDestroy);
+	BIND(ctx);
+	return p_cuEventDestroy((CUevent)e);
+}
+
+int sa_event_record(uintptr_t ctx, uintptr_t e, uintptr_t s) {
+	NEED(cuEventRecord);
+	BIND(ctx);
+	return p_cuEventRecord((CUevent)e, (CUstream)s);
+}
+
+int sa_event_query(uintptr_t ctx, uintptr_t e) {
+	NEED(cuEventQuery);
+	BIND(ctx);
+	return p_cuEventQuery((CUevent)e);
+}
+
+int sa_event_synchronize(uintptr_t ctx, uintptr_t e) {
+	NEED(cuEventSynchronize);
+	BIND(ctx);
+	return p_cuEventSynchronize((CUevent)e);
+}
+
+sa_elapsed sa_event_elapsed(uintptr_t ctx, uintptr_t start, uintptr_t end) {
+	NEEDR(sa_elapsed, cuEventElapsedTime);
+	BINDR(sa_elapsed, ctx);
+	float ms = 0;
+	sa_elapsed out = {p_cuEventElapsedTime(&ms, (CUevent)start, (CUevent)end), 0};
+	out.ms = ms;
+	return out;
+}
+
+// --- Memory -----------------------------------------------------------
+
+sa_ret sa_mem_alloc(uintptr_t ctx, uint64_t size) {
+	NEEDR(sa_ret, cuMemAlloc);
+	BINDR(sa_ret, ctx);
+	CUdeviceptr p = 0;
+	sa_ret out = {p_cuMemAlloc(&p, (size_t)size), 0};
+	out.v = p;
+	return out;
+}
+
+int sa_mem_free(uintptr_t ctx, uint64_t p) {
+	NEED(cuMemFree);
+	BIND(ctx);
+	return p_cuMemFree((CUdeviceptr)p);
+}
+
+sa_ret sa_mem_alloc_async(uintptr_t ctx, uint64_t size, uintptr_t s) {
+	NEEDR(sa_ret, cuMemAllocAsync);
+	BINDR(sa_ret, ctx);
+	CUdeviceptr p = 0;
+	sa_ret out = {p_cuMemAllocAsync(&p, (size_t)size, (CUstream)s), 0};
+	out.v = p;
+	return out;
+}
+
+int sa_mem_free_async(uintptr_t ctx, uint64_t p, uintptr_t s) {
+	NEED(cuMemFreeAsync);
+	BIND(ctx);
+	return p_cuMemFreeAsync((CUdeviceptr)p, (CUstream)s);
+}
+
+sa_ret sa_mem_alloc_from_pool_async(uintptr_t ctx, uint64_t size, uintptr_t pool, uintptr_t s) {
+	NEEDR(sa_ret, cuMemAllocFromPoolAsync);
+	BINDR(sa_ret, ctx);
+	CUdeviceptr p = 0;
+	sa_ret out = {p_cuMemAllocFromPoolAsync(&p, (size_t)size, (CUmemoryPool)pool, (CUstream)s), 0};
+	out.v = p;
+	return out;
+}
+
+sa_ret sa_mem_alloc_managed(uintptr_t ctx, uint64_t size, unsigned flags) {
+	NEEDR(sa_ret, cuMemAllocManaged);
+	BINDR(sa_ret, ctx);
+	CUdeviceptr p = 0;
+	sa_ret out = {p_cuMemAllocManaged(&p, (size_t)size, flags), 0};
+	out.v = p;
+	return out;
+}
+
+sa_ptr sa_mem_alloc_host(uintptr_t ctx, uint64_t size) {
+	NEEDR(sa_ptr, cuMemAllocHost);
+	BINDR(sa_ptr, ctx);
+	void *p = NULL;
+	sa_ptr out = {p_cuMemAllocHost(&p, (size_t)size), NULL};
+	out.p = p;
+	return out;
+}
+
+int sa_mem_free_host(uintptr_t ctx, void *p) {
+	NEED(cuMemFreeHost);
+	BIND(ctx);
+	return p_cuMemFreeHost(p);
+}
+
+int sa_memset_d8_async(uintptr_t ctx, uint64_t p, unsigned char v, uint64_t n, uintptr_t s) {
+	NEED(cuMemsetD8Async);
+	BIND(ctx);
+	return p_cuMemsetD8Async((CUdeviceptr)p, v, (size_t)n, (CUstream)s);
+}
+
+int sa_memcpy_htod_async(uintptr_t ctx, uint64_t dst, const void *src, uint64_t n, uintptr_t s) {
+	NEED(cuMemcpyHtoDAsync);
+	BIND(ctx);
+	return p_cuMemcpyHtoDAsync((CUdeviceptr)dst, src, (size_t)n, (CUstream)s);
+}
+
+int sa_memcpy_dtoh_async(uintptr_t ctx, void *dst, uint64_t src, uint64_t n, uintptr_t s) {
+	NEED(cuMemcpyDtoHAsync);
+	BIND(ctx);
+	return p_cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, (size_t)n, (CUstream)s);
+}
+
+int sa_memcpy_dtod_async(uintptr_t ctx, uint64_t dst, uint64_t src, uint64_t n, uintptr_t s) {
+	NEED(cuMemcpyDtoDAsync);
+	BIND(ctx);
+	return p_cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, (size_t)n, (CUstream)s);
+}
+
+// --- Memory pools -----------------------------------------------------
+
+sa_ret sa_mem_pool_create(uintptr_t ctx, int dev) {
+	NEEDR(sa_ret, cuMemPoolCreate);
+	BINDR(sa_ret, ctx);
+	sa_pool_props props;
+	memset(&props, 0, sizeof props);
+	props.allocType = SA_MEM_ALLOCATION_TYPE_PINNED;
+	props.handleTypes = SA_MEM_HANDLE_TYPE_NONE;
+	props.locationType = SA_MEM_LOCATION_TYPE_DEVICE;
+	props.locationId = dev;
+	CUmemoryPool p = NULL;
+	sa_ret out = {p_cuMemPoolCreate(&p, &props), 0};
+	out.v = (uint64_t)(uintptr_t)p;
+	return out;
+}
+
+int sa_mem_pool_destroy(uintptr_t ctx, uintptr_t pool) {
+	NEED(cuMemPoolDestroy);
+	BIND(ctx);
+	return p_cuMemPoolDestroy((CUmemoryPool)pool);
+}
+
+// Attributes 1 to 3 (the reuse policies) are ints; the others are
+// cuuint64_t. Anything else is passed with a 64-bit buffer and left to
+// the driver to refuse.
+static int sa_attr_is_int(int attr) { return attr >= 1 && attr <= 3; }
+
+sa_ret sa_mem_pool_get_attribute(uintptr_t ctx, uintptr_t pool, int attr) {
+	NEEDR(sa_ret, cuMemPoolGetAttribute);
+	BINDR(sa_ret, ctx);
+	sa_ret out = {0, 0};
+	if (sa_attr_is_int(attr)) {
+		int v = 0;
+		out.r = p_cuMemPoolGetAttribute((CUmemoryPool)pool, attr, &v);
+		out.v = (uint64_t)(int64_t)v;
+	} else {
+		uint64_t v = 0;
+		out.r = p_cuMemPoolGetAttribute((CUmemoryPool)pool, attr, &v);
+		out.v = v;
+	}
+	return out;
+}
+
+int sa_mem_pool_set_attribute(uintptr_t ctx, uintptr_t pool, int attr, uint64_t v) {
+	NEED(cuMemPoolSetAttribute);
+	BIND(ctx);
+	if (sa_attr_is_int(attr)) {
+		int iv = (int)v;
+		return p_cuMemPoolSetAttribute((CUmemoryPool)pool, attr, &iv);
+	}
+	return p_cuMemPoolSetAttribute((CUmemoryPool)pool, attr, &v);
+}
+
+int sa_mem_pool_trim_to(uintptr_t ctx, uintptr_t pool, uint64_t keep) {
+	NEED(cuMemPoolTrimTo);
+	BIND(ctx);
+	return p_cuMemPoolTrimTo((CUmemoryPool)pool, (size_t)keep);
+}
+
+// --- Modules and launches ---------------------------------------------
+
+sa_ret sa_module_load_data(uintptr_t ctx, const char *image) {
+	NEEDR(sa_ret, cuModuleLoadData);
+	BINDR(sa_ret, ctx);
+	CUmodule m = NULL;
+	sa_ret out = {p_cuModuleLoadData(&m, image), 0};
+	out.v = (uint64_t)(uintptr_t)m;
+	return out;
+}
+
+int sa_module_unload(uintptr_t ctx, uintptr_t mod) {
+	NEED(cuModuleUnload);
+	BIND(ctx);
+	return p_cuModuleUnload((CUmodule)mod);
+}
+
+sa_ret sa_module_get_function(uintptr_t ctx, uintptr_t mod, const char *name) {
+	NEEDR(sa_ret, cuModuleGetFunction);
+	BINDR(sa_ret, ctx);
+	CUfunction f = NULL;
+	sa_ret out = {p_cuModuleGetFunction(&f, (CUmodule)mod, name), 0};
+	out.v = (uint64_t)(uintptr_t)f;
+	return out;
+}
+
+int sa_launch_kernel(uintptr_t ctx, uintptr_t f,
+                     unsigned gx, unsigned gy, unsigned gz,
+                     unsigned bx, unsigned by, unsigned bz,
+                     unsigned shared, uintptr_t s,
+                     const void *vals, int nbytes, const uint32_t *offs, int n) {
+	NEED(cuLaunchKernel);
+	if (n < 0 || n > SA_MAX_PARAMS || nbytes < 0 || nbytes > SA_MAX_PARAM_BYTES) {
+		return 1; // CUDA_ERROR_INVALID_VALUE
+	}
+	// 16-byte aligned so that every parameter, placed at an offset that
+	// is a multiple of its size, is aligned for its type.
+	_Alignas(16) unsigned char block[SA_MAX_PARAM_BYTES];
+	void *params[SA_MAX_PARAMS + 1];
+	if (nbytes > 0) {
+		memcpy(block, vals, (size_t)nbytes);
+	}
+	for (int i = 0; i < n; i++) {
+		if (offs[i] >= (uint32_t)nbytes) {
+			return 1;
+		}
+		params[i] = block + offs[i];
+	}
+	params[n] = NULL;
+	BIND(ctx);
+	return p_cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, shared,
+	                        (CUstream)s, params, NULL);
+}

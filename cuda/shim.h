@@ -1,0 +1,134 @@
+// shim.h declares the C side of package cuda: a thin layer over the CUDA
+// driver API that is loaded at run time (shim.c), so no CUDA header or
+// library is needed to build.
+//
+// Conventions, which the Go side relies on:
+//   - Handles cross the boundary as uintptr_t (contexts, streams, events,
+//     pools, modules, functions) or uint64_t (device pointers), never as Go
+//     pointers, so no call retains Go memory and the hot calls take no
+//     pointer arguments at all.
+//   - A call that yields a value returns it by value in an sa_ret
+//     {status, value}, never through an out-parameter, so the Go caller
+//     does not have to let a variable escape to the heap.
+//   - Every call that needs a context takes it as its first argument and
+//     makes it current on the calling OS thread, inside the same C call,
+//     if it is not current already (sa_bind). Goroutines can therefore
+//     move between threads freely; no runtime.LockOSThread is needed.
+//   - An entry point the loaded driver does not export makes its wrapper
+//     return SA_NOT_SUPPORTED; no wrapper ever calls a null pointer.
+#ifndef STREAMALLOC_CUDA_SHIM_H
+#define STREAMALLOC_CUDA_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// The CUresult the wrappers return when an entry point is missing
+// (CUDA_ERROR_NOT_SUPPORTED), or when the driver was never loaded
+// (CUDA_ERROR_NOT_INITIALIZED).
+#define SA_NOT_SUPPORTED 801
+#define SA_NOT_INITIALIZED 3
+
+// Longest entry of the argument block of sa_launch_kernel.
+#define SA_MAX_PARAMS 32
+#define SA_MAX_PARAM_BYTES 512
+
+typedef struct {
+	int r;      // CUresult
+	uint64_t v; // the value, valid when r == 0
+} sa_ret;
+
+typedef struct {
+	int r;
+	uint64_t free_bytes, total_bytes;
+} sa_meminfo;
+
+typedef struct {
+	int r;
+	float ms;
+} sa_elapsed;
+
+typedef struct {
+	int r;
+	void *p; // C memory (pinned host memory), never Go's
+} sa_ptr;
+
+// sa_load dlopens path (normally "libcuda.so.1") and resolves the entry
+// points. It returns
+// 0 on success, 1 when the library cannot be opened, 2 when a required
+// entry point is missing; sa_load_error then describes why. Not safe to
+// call concurrently (the Go side calls it once, under sync.Once).
+int sa_load(const char *path);
+const char *sa_load_error(void);
+// sa_has reports whether the named entry point (as in shim.c's table) was
+// resolved: 1 yes, 0 no, -1 unknown name.
+int sa_has(const char *name);
+
+int sa_init(void);
+sa_ret sa_driver_version(void);
+int sa_get_error_name(int r, char *buf, int len);
+
+sa_ret sa_device_count(void);
+sa_ret sa_device_get(int ordinal);
+int sa_device_name(int dev, char *buf, int len);
+sa_ret sa_device_total_mem(int dev);
+sa_ret sa_device_attribute(int dev, int attr);
+sa_ret sa_device_default_mem_pool(int dev);
+sa_ret sa_device_mem_pool(int dev);
+int sa_device_set_mem_pool(int dev, uintptr_t pool);
+
+sa_ret sa_primary_ctx_retain(int dev);
+int sa_primary_ctx_release(int dev);
+int sa_ctx_set_current(uintptr_t ctx);
+sa_ret sa_ctx_get_current(void);
+sa_ret sa_ctx_create(int dev);
+int sa_ctx_destroy(uintptr_t ctx);
+int sa_ctx_synchronize(uintptr_t ctx);
+sa_meminfo sa_mem_get_info(uintptr_t ctx);
+
+sa_ret sa_stream_create(uintptr_t ctx, unsigned flags);
+int sa_stream_destroy(uintptr_t ctx, uintptr_t s);
+int sa_stream_synchronize(uintptr_t ctx, uintptr_t s);
+int sa_stream_query(uintptr_t ctx, uintptr_t s);
+int sa_stream_wait_event(uintptr_t ctx, uintptr_t s, uintptr_t e);
+
+sa_ret sa_event_create(uintptr_t ctx, unsigned flags);
+int sa_event_destroy(uintptr_t ctx, uintptr_t e);
+int sa_event_record(uintptr_t ctx, uintptr_t e, uintptr_t s);
+int sa_event_query(uintptr_t ctx, uintptr_t e);
+int sa_event_synchronize(uintptr_t ctx, uintptr_t e);
+sa_elapsed sa_event_elapsed(uintptr_t ctx, uintptr_t start, uintptr_t end);
+
+sa_ret sa_mem_alloc(uintptr_t ctx, uint64_t size);
+int sa_mem_free(uintptr_t ctx, uint64_t p);
+sa_ret sa_mem_alloc_async(uintptr_t ctx, uint64_t size, uintptr_t s);
+int sa_mem_free_async(uintptr_t ctx, uint64_t p, uintptr_t s);
+sa_ret sa_mem_alloc_from_pool_async(uintptr_t ctx, uint64_t size, uintptr_t pool, uintptr_t s);
+sa_ret sa_mem_alloc_managed(uintptr_t ctx, uint64_t size, unsigned flags);
+sa_ptr sa_mem_alloc_host(uintptr_t ctx, uint64_t size);
+int sa_mem_free_host(uintptr_t ctx, void *p);
+
+int sa_memset_d8_async(uintptr_t ctx, uint64_t p, unsigned char v, uint64_t n, uintptr_t s);
+int sa_memcpy_htod_async(uintptr_t ctx, uint64_t dst, const void *src, uint64_t n, uintptr_t s);
+int sa_memcpy_dtoh_async(uintptr_t ctx, void *dst, uint64_t src, uint64_t n, uintptr_t s);
+int sa_memcpy_dtod_async(uintptr_t ctx, uint64_t dst, uint64_t src, uint64_t n, uintptr_t s);
+
+sa_ret sa_mem_pool_create(uintptr_t ctx, int dev);
+int sa_mem_pool_destroy(uintptr_t ctx, uintptr_t pool);
+sa_ret sa_mem_pool_get_attribute(uintptr_t ctx, uintptr_t pool, int attr);
+int sa_mem_pool_set_attribute(uintptr_t ctx, uintptr_t pool, int attr, uint64_t v);
+int sa_mem_pool_trim_to(uintptr_t ctx, uintptr_t pool, uint64_t keep);
+
+sa_ret sa_module_load_data(uintptr_t ctx, const char *image);
+int sa_module_unload(uintptr_t ctx, uintptr_t mod);
+sa_ret sa_module_get_function(uintptr_t ctx, uintptr_t mod, const char *name);
+// sa_launch_kernel launches f with n parameters whose values lie packed in
+// vals (nbytes long), parameter i starting at offs[i]. The values are
+// copied to the C stack before the launch, so vals may be Go memory that
+// is only borrowed for the call.
+int sa_launch_kernel(uintptr_t ctx, uintptr_t f,
+                     unsigned gx, unsigned gy, unsigned gz,
+                     unsigned bx, unsigned by, unsigned bz,
+                     unsigned shared, uintptr_t s,
+                     const void *vals, int nbytes, const uint32_t *offs, int n);
+
+#endif
