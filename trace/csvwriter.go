@@ -1,0 +1,142 @@
+// The RMM CSV log writer.
+//
+// It writes exactly what RMM's logging_resource_adaptor writes: the header,
+// then one line per event with the time of day as HH:MM:SS.ffffff, the
+// pointer and the stream as 0x-prefixed lower-case hex, the thread and the
+// size in decimal. Each line is formatted with strconv.Append* into one
+// reused byte slice and copied into a bufio.Writer, so writing an event
+// allocates nothing.
+//
+// The writer is safe for concurrent use: the logging adaptor calls it from
+// every goroutine that allocates, and a mutex keeps lines whole and in one
+// order. Errors are sticky: after the first failed write every call
+// returns that error, so a full disk is reported once and not silently
+// interleaved with partial lines.
+
+package trace
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// CSVWriter writes an RMM CSV log. Create one with NewCSVWriter.
+type CSVWriter struct {
+	mu     sync.Mutex
+	w      *bufio.Writer
+	line   []byte
+	header bool
+	err    error
+}
+
+// NewCSVWriter returns a writer of an RMM CSV log to w. The header is
+// written with the first event, or by Flush if there is none. Call Flush
+// when done; the writer buffers.
+func NewCSVWriter(w io.Writer) *CSVWriter {
+	return &CSVWriter{w: bufio.NewWriterSize(w, 64<<10), line: make([]byte, 0, 128)}
+}
+
+// Write appends one event. The time is written as the time of day:
+// e.Time modulo 24 hours, truncated to the microsecond (use SinceMidnight
+// to turn a wall-clock time into one). A negative size, or an Op that is
+// not Alloc, AllocFailure or Free, is refused with an error and nothing is
+// written.
+func (cw *CSVWriter) Write(e Event) error {
+	if e.Size < 0 {
+		return fmt.Errorf("trace: write: negative size %d", e.Size)
+	}
+	if e.Op < Alloc || e.Op > Free {
+		return fmt.Errorf("trace: write: invalid op %v", e.Op)
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if err := cw.writeHeader(); err != nil {
+		return err
+	}
+	b := cw.line[:0]
+	b = strconv.AppendUint(b, e.Thread, 10)
+	b = append(b, ',')
+	b = appendClock(b, e.Time)
+	b = append(b, ',')
+	b = append(b, e.Op.String()...)
+	b = append(b, ",0x"...)
+	b = strconv.AppendUint(b, e.Ptr, 16)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, e.Size, 10)
+	b = append(b, ",0x"...)
+	b = strconv.AppendUint(b, e.Stream, 16)
+	b = append(b, '\n')
+	cw.line = b
+	if _, err := cw.w.Write(b); err != nil {
+		cw.err = fmt.Errorf("trace: write: %w", err)
+		return cw.err
+	}
+	return nil
+}
+
+// Flush writes the header if no event was written, and everything
+// buffered, to the underlying writer.
+func (cw *CSVWriter) Flush() error {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if err := cw.writeHeader(); err != nil {
+		return err
+	}
+	if err := cw.w.Flush(); err != nil {
+		cw.err = fmt.Errorf("trace: flush: %w", err)
+		return cw.err
+	}
+	return nil
+}
+
+// writeHeader writes the header once. cw.mu must be held.
+func (cw *CSVWriter) writeHeader() error {
+	if cw.err != nil {
+		return cw.err
+	}
+	if cw.header {
+		return nil
+	}
+	cw.header = true
+	if _, err := cw.w.WriteString(Header + "\n"); err != nil {
+		cw.err = fmt.Errorf("trace: write: %w", err)
+		return cw.err
+	}
+	return nil
+}
+
+// appendClock appends d modulo 24 hours as HH:MM:SS.ffffff.
+func appendClock(b []byte, d time.Duration) []byte {
+	d %= 24 * time.Hour
+	if d < 0 {
+		d += 24 * time.Hour
+	}
+	us := int64(d / time.Microsecond)
+	b = append2(b, us/3_600_000_000)
+	b = append(b, ':')
+	b = append2(b, us/60_000_000%60)
+	b = append(b, ':')
+	b = append2(b, us/1_000_000%60)
+	b = append(b, '.')
+	frac := us % 1_000_000
+	for div := int64(100_000); div > 0; div /= 10 {
+		b = append(b, byte('0'+frac/div%10))
+	}
+	return b
+}
+
+func append2(b []byte, v int64) []byte {
+	return append(b, byte('0'+v/10), byte('0'+v%10))
+}
+
+// SinceMidnight returns the time of day of t in t's location, the value
+// RMM writes in its Time column.
+func SinceMidnight(t time.Time) time.Duration {
+	h, m, s := t.Clock()
+	return time.Duration(h)*time.Hour + time.Duration(m)*time.Minute +
+		time.Duration(s)*time.Second + time.Duration(t.Nanosecond())
+}
