@@ -197,8 +197,8 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 	if !haveCompleted {
 		freeAction = "free_requested"
 	}
-	seen := make(map[uint64]bool)  // addresses met so far
-	var pre []Event                // synthetic allocations of preexisting blocks
+	seen := make(map[uint64]bool) // addresses met so far
+	var pre []Event               // synthetic allocations of preexisting blocks
 	sr.events = make([]Event, 0, len(entries))
 	for _, e := range entries {
 		var op Op
