@@ -77,7 +77,8 @@ type FixedSize struct {
 	streams   streamTable[fsStream]
 	events    eventCache
 	usage     usageMeter
-	releaseMu sync.Mutex // one Release (or Close) at a time
+	parent    *usageMeter // also counts Reserved (a Binning's bins), or nil
+	releaseMu sync.Mutex  // one Release (or Close) at a time
 }
 
 type fsChunk struct {
@@ -250,6 +251,9 @@ func (r *FixedSize) grow(size int, s gpu.Stream) ([]fsBlock, error) {
 	c := &fsChunk{base: base, state: make([]atomic.Int64, r.perChunk), owner: make([]*fsStream, r.perChunk)}
 	r.chunks.add(base, r.chunkSize, c)
 	r.usage.addReserved(r.chunkSize)
+	if r.parent != nil {
+		r.parent.addReserved(r.chunkSize)
+	}
 	batch := make([]fsBlock, r.perChunk)
 	for i := range batch {
 		batch[i] = fsBlock{c: c, i: r.perChunk - 1 - i}
@@ -407,6 +411,9 @@ func (r *FixedSize) Release() error {
 			continue
 		}
 		r.usage.subReserved(r.chunkSize)
+		if r.parent != nil {
+			r.parent.subReserved(r.chunkSize)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s: release: %w", r.name, err)

@@ -96,6 +96,15 @@ func (t *liveTable) take(p gpu.DevicePtr, size int) (liveEntry, error) {
 	return e, nil
 }
 
+// lookup returns p's entry if p is live.
+func (t *liveTable) lookup(p gpu.DevicePtr) (liveEntry, bool) {
+	sh := t.shard(p)
+	sh.mu.Lock()
+	e, ok := sh.live[p]
+	sh.mu.Unlock()
+	return e, ok
+}
+
 // restore undoes a take whose free then failed: p is live again.
 func (t *liveTable) restore(p gpu.DevicePtr, e liveEntry) { t.insert(p, e) }
 
