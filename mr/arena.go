@@ -1,0 +1,628 @@
+// Arena: per-stream arenas over a global arena of superblocks, for many
+// goroutines at once (the design of RMM's arena resource, in our words).
+//
+// Memory comes from the upstream in superblocks of one size. Each stream
+// has an arena that owns some superblocks and serves its requests from
+// them first-fit, splitting and coalescing within a superblock; so streams
+// never contend for a lock while their superblocks have room. A superblock
+// that a free leaves empty goes back to the global arena (the stream
+// keeps at least one), where any stream can take it; requests larger than
+// LargeSize bypass the arenas and go to the upstream.
+//
+// Stream order:
+//
+//   - A free on the owner's stream makes the range reusable by the owner
+//     at once.
+//   - A free on another stream s2 of a block in s1's superblock cannot be
+//     reused by s1 until s1 is ordered after s2's free. Arena records an
+//     event on s2 and parks the range on the superblock's deferred list.
+//     The owner reclaims deferred ranges whose events have completed
+//     (Query, never blocking) when it runs short; under memory pressure,
+//     and in Release, it instead makes s1 wait on the events (which blocks
+//     no host thread). No work on s1 needs ordering: s1 only reuses the
+//     range after its own earlier work.
+//   - A superblock returned to the global arena remembers the stream that
+//     returned it; a different stream that takes it first waits on an
+//     event recorded on that stream.
+//   - Release frees the global arena's superblocks upstream on the stream
+//     that returned each one, so it is ordered after all their uses.
+//
+// Invariants:
+//   - Every superblock in the index has exactly one owner: an arena
+//     (owner != nil, in that arena's list) or the global arena (owner ==
+//     nil, in global.free). Only an empty superblock (used == 0, no
+//     deferred ranges) changes owner.
+//   - Within a superblock, guarded by its mutex: free holds disjoint,
+//     sorted, non-adjacent extents; used is the bytes (rounded to
+//     Alignment) of live and deferred blocks; starts[off/Alignment] is the
+//     requested size of the live block at off, freedMark if a block there
+//     was freed (a later free there is a double free), 0 otherwise.
+//   - Lock order: arena.mu, then superblock.mu, then global.mu; a
+//     goroutine holds at most one arena's mutex.
+//   - Usage: Reserved is superblocks plus large allocations, Used the
+//     requested sizes of live allocations.
+package mr
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// ArenaOptions configure an Arena.
+type ArenaOptions struct {
+	// SuperblockSize is the size of the upstream allocations arenas are
+	// carved from, rounded up to Alignment; zero means 4 MiB. At most
+	// 1 GiB.
+	SuperblockSize int
+	// LargeSize is the largest request served from the arenas; larger
+	// ones go to the upstream. Zero means SuperblockSize/2; at most
+	// SuperblockSize.
+	LargeSize int
+}
+
+const freedMark = ^uint32(0)
+
+// Arena is a resource of per-stream arenas over a global arena. It is safe
+// for concurrent use.
+type Arena struct {
+	up        Resource
+	dev       gpu.Device
+	sbSize    int
+	largeSize int
+
+	index  spanIndex[*superblock]
+	arenas streamTable[arenaStream]
+	global struct {
+		mu   sync.Mutex
+		free []*superblock
+	}
+	large     liveTable
+	events    eventCache
+	usage     usageMeter
+	releaseMu sync.Mutex
+}
+
+type arenaStream struct {
+	s    gpu.Stream
+	mu   sync.Mutex
+	sbs  []*superblock
+	cur  int  // the superblock tried first
+	dead bool // dropped from the table by Release: look the stream up again
+	// deferred counts the deferred ranges in sbs (read without mu to skip
+	// the reclaim scan when there are none).
+	deferred atomic.Int64
+}
+
+type superblock struct {
+	base  gpu.DevicePtr
+	owner atomic.Pointer[arenaStream]
+	// last is the stream that returned it to the global arena.
+	last gpu.Stream
+
+	mu       sync.Mutex
+	free     []extent
+	used     int
+	starts   []uint32
+	deferred []deferredRange
+}
+
+type extent struct{ off, n int }
+
+type deferredRange struct {
+	off, n int
+	e      gpu.Event
+}
+
+// NewArena returns an Arena over upstream.
+func NewArena(upstream Resource, opts ArenaOptions) (*Arena, error) {
+	if upstream == nil {
+		return nil, fmt.Errorf("arena: nil upstream: %w", gpu.ErrInvalidHandle)
+	}
+	sb, large := opts.SuperblockSize, opts.LargeSize
+	if sb == 0 {
+		sb = 4 << 20
+	}
+	if sb < 0 || sb > 1<<30 || large < 0 || large > alignUp(sb) {
+		return nil, fmt.Errorf("arena: superblock %d, large %d: %w", opts.SuperblockSize, opts.LargeSize, ErrInvalidSize)
+	}
+	sb = alignUp(sb)
+	if large == 0 {
+		large = sb / 2
+	}
+	dev := upstream.Device()
+	return &Arena{up: upstream, dev: dev, sbSize: sb, largeSize: large, events: eventCache{dev: dev}}, nil
+}
+
+// Device is the upstream's device.
+func (r *Arena) Device() gpu.Device { return r.dev }
+
+// Usage reports the superblocks and large allocations held from the
+// upstream (Reserved) and the bytes asked for by live allocations (Used).
+func (r *Arena) Usage() Usage { return r.usage.snapshot() }
+
+// ResetPeaks lowers the peaks of Usage to the current values.
+func (r *Arena) ResetPeaks() { r.usage.resetPeaks() }
+
+// lockArena returns s's arena, locked.
+func (r *Arena) lockArena(s gpu.Stream) *arenaStream {
+	for {
+		a := r.arenas.get(s.ID(), func() *arenaStream { return &arenaStream{s: s} })
+		a.mu.Lock()
+		if !a.dead {
+			return a
+		}
+		a.mu.Unlock()
+	}
+}
+
+// Allocate serves size bytes from s's arena, or from the upstream if size
+// exceeds LargeSize.
+func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if err := checkStream("arena: allocate", r.dev, s); err != nil {
+		return 0, err
+	}
+	if size < 0 {
+		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, ErrInvalidSize)
+	}
+	if size == 0 {
+		return 0, nil
+	}
+	if size > r.largeSize {
+		return r.allocateLarge(size, s)
+	}
+	need := alignUp(size)
+	a := r.lockArena(s)
+	defer func() { a.mu.Unlock() }() // a may be looked up again below
+	if p, ok := a.fit(need, size); ok {
+		r.usage.addUsed(size)
+		return p, nil
+	}
+	if a.deferred.Load() > 0 {
+		r.reclaim(a, false)
+		if p, ok := a.fit(need, size); ok {
+			r.usage.addUsed(size)
+			return p, nil
+		}
+	}
+	sb, err := r.take(s)
+	if errors.Is(err, ErrOutOfMemory) {
+		// Short of memory: make s wait for its deferred ranges, then
+		// gather every arena's empty superblocks into the global one.
+		if a.deferred.Load() > 0 {
+			if rerr := r.reclaim(a, true); rerr == nil {
+				if p, ok := a.fit(need, size); ok {
+					r.usage.addUsed(size)
+					return p, nil
+				}
+			}
+		}
+		a.mu.Unlock()
+		r.scavenge()
+		a = r.lockArena(s)
+		if p, ok := a.fit(need, size); ok {
+			r.usage.addUsed(size)
+			return p, nil
+		}
+		sb, err = r.take(s)
+	}
+	if err != nil {
+		if errors.Is(err, ErrOutOfMemory) {
+			u := r.usage.snapshot()
+			return 0, &OutOfMemoryError{Resource: "arena", Requested: size, Stream: s.ID(),
+				Reserved: u.Reserved, Used: u.Used, Err: err}
+		}
+		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, err)
+	}
+	sb.owner.Store(a)
+	a.sbs = append(a.sbs, sb)
+	a.cur = len(a.sbs) - 1
+	p, _ := a.fit(need, size)
+	r.usage.addUsed(size)
+	return p, nil
+}
+
+// fit carves need bytes for a request of size from the arena's
+// superblocks, first fit, trying the current one first. Called with a.mu.
+func (a *arenaStream) fit(need, size int) (gpu.DevicePtr, bool) {
+	n := len(a.sbs)
+	for k := range n {
+		i := (a.cur + k) % n
+		if p, ok := a.sbs[i].carve(need, size); ok {
+			a.cur = i
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// carve takes need bytes first-fit from the superblock.
+func (sb *superblock) carve(need, size int) (gpu.DevicePtr, bool) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	for i := range sb.free {
+		e := &sb.free[i]
+		if e.n < need {
+			continue
+		}
+		off := e.off
+		e.off += need
+		e.n -= need
+		if e.n == 0 {
+			sb.free = slices.Delete(sb.free, i, i+1)
+		}
+		sb.used += need
+		sb.starts[off/Alignment] = uint32(size)
+		return sb.base + gpu.DevicePtr(off), true
+	}
+	return 0, false
+}
+
+// insert returns [off, off+n) to the free extents, coalescing. Called with
+// sb.mu.
+func (sb *superblock) insert(off, n int) {
+	i, _ := slices.BinarySearchFunc(sb.free, off, func(e extent, off int) int { return e.off - off })
+	left := i > 0 && sb.free[i-1].off+sb.free[i-1].n == off
+	right := i < len(sb.free) && off+n == sb.free[i].off
+	switch {
+	case left && right:
+		sb.free[i-1].n += n + sb.free[i].n
+		sb.free = slices.Delete(sb.free, i, i+1)
+	case left:
+		sb.free[i-1].n += n
+	case right:
+		sb.free[i].off = off
+		sb.free[i].n += n
+	default:
+		sb.free = slices.Insert(sb.free, i, extent{off, n})
+	}
+	sb.used -= n
+}
+
+// empty reports whether nothing is live or deferred. Called with sb.mu.
+func (sb *superblock) empty() bool { return sb.used == 0 }
+
+// take gets an empty superblock for s: from the global arena (after an
+// event wait if another stream returned it) or from the upstream.
+func (r *Arena) take(s gpu.Stream) (*superblock, error) {
+	r.global.mu.Lock()
+	var sb *superblock
+	if n := len(r.global.free); n > 0 {
+		// Prefer one that s itself returned: no wait needed.
+		i := n - 1
+		for j := n - 1; j >= 0; j-- {
+			if r.global.free[j].last.ID() == s.ID() {
+				i = j
+				break
+			}
+		}
+		sb = r.global.free[i]
+		r.global.free = slices.Delete(r.global.free, i, i+1)
+	}
+	r.global.mu.Unlock()
+	if sb != nil {
+		if err := r.events.order(s, sb.last); err != nil {
+			r.global.mu.Lock()
+			r.global.free = append(r.global.free, sb)
+			r.global.mu.Unlock()
+			return nil, err
+		}
+		sb.last = nil
+		return sb, nil
+	}
+	base, err := r.up.Allocate(r.sbSize, s)
+	if err != nil {
+		return nil, err
+	}
+	sb = &superblock{base: base, free: []extent{{0, r.sbSize}}, starts: make([]uint32, r.sbSize/Alignment)}
+	r.index.add(base, r.sbSize, sb)
+	r.usage.addReserved(r.sbSize)
+	return sb, nil
+}
+
+// reclaim returns the arena's deferred ranges to their superblocks: those
+// whose events completed, or, with wait, all of them after making the
+// arena's stream wait on their events. Called with a.mu.
+func (r *Arena) reclaim(a *arenaStream, wait bool) error {
+	var errs []error
+	for _, sb := range a.sbs {
+		sb.mu.Lock()
+		kept := sb.deferred[:0]
+		for _, d := range sb.deferred {
+			var err error
+			if wait {
+				err = a.s.WaitEvent(d.e)
+			} else {
+				err = d.e.Query()
+			}
+			if err != nil {
+				if !errors.Is(err, gpu.ErrNotReady) {
+					errs = append(errs, err)
+				}
+				kept = append(kept, d)
+				continue
+			}
+			sb.insert(d.off, d.n)
+			a.deferred.Add(-1)
+			r.events.put(d.e)
+		}
+		clear(sb.deferred[len(kept):])
+		sb.deferred = kept
+		sb.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// scavenge moves the empty superblocks of every arena to the global
+// arena. Called with no arena locked.
+func (r *Arena) scavenge() {
+	for _, a := range r.arenas.all() {
+		a.mu.Lock()
+		if !a.dead {
+			r.returnEmpty(a, 0)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// returnEmpty moves a's empty superblocks to the global arena, keeping at
+// most keep of them. Called with a.mu.
+func (r *Arena) returnEmpty(a *arenaStream, keep int) {
+	kept := 0
+	out := a.sbs[:0]
+	var moved []*superblock
+	for _, sb := range a.sbs {
+		sb.mu.Lock()
+		empty := sb.empty()
+		sb.mu.Unlock()
+		if empty && kept >= keep {
+			sb.owner.Store(nil)
+			sb.last = a.s
+			moved = append(moved, sb)
+			continue
+		}
+		if empty {
+			kept++
+		}
+		out = append(out, sb)
+	}
+	clear(a.sbs[len(out):])
+	a.sbs = out
+	a.cur = 0
+	if len(moved) > 0 {
+		r.global.mu.Lock()
+		r.global.free = append(r.global.free, moved...)
+		r.global.mu.Unlock()
+	}
+}
+
+func (r *Arena) allocateLarge(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	p, err := r.up.Allocate(size, s)
+	if errors.Is(err, ErrOutOfMemory) {
+		// The global arena's cached superblocks may be what the
+		// upstream lacks.
+		if rerr := r.releaseGlobal(); rerr == nil {
+			p, err = r.up.Allocate(size, s)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, ErrOutOfMemory) {
+			u := r.usage.snapshot()
+			return 0, &OutOfMemoryError{Resource: "arena", Requested: size, Stream: s.ID(),
+				Reserved: u.Reserved, Used: u.Used, Err: err}
+		}
+		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, err)
+	}
+	r.large.insert(p, liveEntry{size: size, stream: s})
+	r.usage.addReserved(size)
+	r.usage.addUsed(size)
+	return p, nil
+}
+
+// Deallocate frees p in stream order on s.
+func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if err := checkStream("arena: deallocate", r.dev, s); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("arena: deallocate %d bytes: %w", size, ErrInvalidSize)
+	}
+	if p == 0 {
+		if size == 0 {
+			return nil
+		}
+		return fmt.Errorf("arena: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
+	}
+	sb, base, ok := r.index.find(p)
+	if !ok {
+		return r.deallocateLarge(p, size, s)
+	}
+	off := int(p - base)
+	sb.mu.Lock()
+	if err := sb.check(p, off, size); err != nil {
+		sb.mu.Unlock()
+		return fmt.Errorf("arena: deallocate: %w", err)
+	}
+	need := alignUp(size)
+	owner := sb.owner.Load() // cannot change: the block is live
+	if owner.s.ID() == s.ID() {
+		sb.starts[off/Alignment] = freedMark
+		sb.insert(off, need)
+		empty := sb.empty()
+		sb.mu.Unlock()
+		r.usage.subUsed(size)
+		if empty {
+			r.maybeReturn(s, sb)
+		}
+		return nil
+	}
+	// Another stream's superblock: park the range until the owner is
+	// ordered after this free.
+	sb.starts[off/Alignment] = freedMark
+	sb.mu.Unlock()
+	e, err := r.events.get()
+	if err == nil {
+		if err = e.Record(s); err != nil {
+			r.events.put(e)
+		}
+	}
+	sb.mu.Lock()
+	if err != nil {
+		sb.starts[off/Alignment] = uint32(size)
+		sb.mu.Unlock()
+		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
+	}
+	sb.deferred = append(sb.deferred, deferredRange{off: off, n: need, e: e})
+	owner.deferred.Add(1)
+	sb.mu.Unlock()
+	r.usage.subUsed(size)
+	return nil
+}
+
+// check validates a free of size bytes at offset off. Called with sb.mu.
+func (sb *superblock) check(p gpu.DevicePtr, off, size int) error {
+	if off%Alignment != 0 {
+		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+	}
+	switch v := sb.starts[off/Alignment]; {
+	case v == 0:
+		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+	case v == freedMark:
+		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrDoubleFree)
+	case int(v) != size:
+		return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), v, size, ErrSizeMismatch)
+	}
+	return nil
+}
+
+// maybeReturn gives sb, just emptied by a free on its owner's stream s, to
+// the global arena unless it is the arena's only superblock.
+func (r *Arena) maybeReturn(s gpu.Stream, sb *superblock) {
+	a := r.lockArena(s)
+	defer a.mu.Unlock()
+	if len(a.sbs) < 2 || sb.owner.Load() != a {
+		return
+	}
+	sb.mu.Lock()
+	empty := sb.empty()
+	sb.mu.Unlock()
+	if !empty {
+		return
+	}
+	i := slices.Index(a.sbs, sb)
+	a.sbs = slices.Delete(a.sbs, i, i+1)
+	a.cur = 0
+	sb.owner.Store(nil)
+	sb.last = s
+	r.global.mu.Lock()
+	r.global.free = append(r.global.free, sb)
+	r.global.mu.Unlock()
+}
+
+func (r *Arena) deallocateLarge(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	e, err := r.large.take(p, size)
+	if err != nil {
+		return fmt.Errorf("arena: deallocate: %w", err)
+	}
+	// Order the free after the allocation's stream too, whatever the
+	// upstream does about cross-stream frees.
+	if err := r.events.order(s, e.stream); err != nil {
+		r.large.restore(p, e)
+		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
+	}
+	if err := r.up.Deallocate(p, size, s); err != nil {
+		r.large.restore(p, e)
+		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
+	}
+	r.usage.subUsed(size)
+	r.usage.subReserved(size)
+	return nil
+}
+
+// releaseGlobal frees the global arena's superblocks upstream, each on the
+// stream that returned it. One that fails goes back.
+func (r *Arena) releaseGlobal() error {
+	r.global.mu.Lock()
+	free := r.global.free
+	r.global.free = nil
+	r.global.mu.Unlock()
+	if len(free) == 0 {
+		return nil
+	}
+	bases := make(map[gpu.DevicePtr]bool, len(free))
+	for _, sb := range free {
+		bases[sb.base] = true
+	}
+	r.index.remove(bases)
+	var errs []error
+	var back []*superblock
+	for _, sb := range free {
+		if err := r.up.Deallocate(sb.base, r.sbSize, sb.last); err != nil {
+			errs = append(errs, err)
+			back = append(back, sb)
+			continue
+		}
+		r.usage.subReserved(r.sbSize)
+	}
+	if len(back) > 0 {
+		for _, sb := range back {
+			r.index.add(sb.base, r.sbSize, sb)
+		}
+		r.global.mu.Lock()
+		r.global.free = append(r.global.free, back...)
+		r.global.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// Release returns every superblock no allocation uses to the upstream, in
+// stream order and without blocking the host: each arena first waits (on
+// the device) for its deferred ranges and gives up its empty superblocks,
+// then the global arena's superblocks are freed upstream. Arenas left with
+// nothing are forgotten.
+func (r *Arena) Release() error {
+	r.releaseMu.Lock()
+	defer r.releaseMu.Unlock()
+	var errs []error
+	for _, a := range r.arenas.all() {
+		a.mu.Lock()
+		if a.dead {
+			a.mu.Unlock()
+			continue
+		}
+		if a.deferred.Load() > 0 {
+			if err := r.reclaim(a, true); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		r.returnEmpty(a, 0)
+		if len(a.sbs) == 0 {
+			a.dead = true
+			r.arenas.drop(a.s.ID(), a)
+		}
+		a.mu.Unlock()
+	}
+	if err := r.releaseGlobal(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("arena: release: %w", err)
+	}
+	return nil
+}
+
+// Close releases everything cached and destroys the cached events. It
+// fails if allocations are still live.
+func (r *Arena) Close() error {
+	if err := r.Release(); err != nil {
+		return err
+	}
+	if u := r.usage.snapshot(); u.Reserved != 0 {
+		return fmt.Errorf("arena: close: %d bytes still allocated", u.Used)
+	}
+	return r.events.close()
+}
