@@ -77,6 +77,12 @@ func NewSnapshotReader(r io.Reader, name string, o *Options) (*SnapshotReader, e
 		o = &Options{}
 	}
 	root, err := decodePickle(r)
+	if err == nil {
+		// Read to the end, ignoring anything after the STOP opcode as
+		// Python does, so that a gzip layer below checks its trailer:
+		// a truncated or corrupt compressed snapshot must not pass.
+		_, err = io.Copy(io.Discard, r)
+	}
 	if err != nil {
 		var pe *ParseError
 		if errors.As(err, &pe) { // the gzip layer below failed
