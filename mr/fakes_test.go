@@ -126,10 +126,12 @@ type recordingResource struct {
 	calls     []call
 	failAlloc []error
 	failFree  []error
-	capacity  int // 0: unlimited
+	capacity  int // 0: unlimited; used+cached+pending must stay within it
 	used      int
+	cached    int // held until Release
+	pending   int // held until Reap(true)
 	released  int // Release calls
-	reaped    int // Reap calls
+	reaps     []bool
 }
 
 var errFake = errors.New("fake upstream failure")
@@ -137,6 +139,24 @@ var errFake = errors.New("fake upstream failure")
 func newRecording() *recordingResource {
 	return &recordingResource{dev: &fakeDevice{}, next: 1 << 20, live: map[gpu.DevicePtr]int{}}
 }
+
+// stream returns a new stream of the resource's device.
+func (r *recordingResource) stream() *fakeStream { return newFakeStream(r.dev.(*fakeDevice)) }
+
+// nullResource is the cheapest possible upstream, for measuring an
+// adaptor's own cost: addresses from a counter, frees that do nothing.
+type nullResource struct {
+	dev  gpu.Device
+	next atomic.Uint64
+}
+
+func newNull() *nullResource { return &nullResource{dev: &fakeDevice{}} }
+
+func (r *nullResource) Device() gpu.Device { return r.dev }
+func (r *nullResource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return gpu.DevicePtr(r.next.Add(1) << 8), nil
+}
+func (r *nullResource) Deallocate(gpu.DevicePtr, int, gpu.Stream) error { return nil }
 
 func (r *recordingResource) Device() gpu.Device { return r.dev }
 
@@ -159,7 +179,7 @@ func (r *recordingResource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, err
 	case len(r.failAlloc) > 0:
 		c.Err = r.failAlloc[0]
 		r.failAlloc = r.failAlloc[1:]
-	case r.capacity > 0 && r.used+size > r.capacity:
+	case r.capacity > 0 && r.used+r.cached+r.pending+size > r.capacity:
 		c.Err = &mr.OutOfMemoryError{Resource: "recording", Requested: size, Stream: streamID(s),
 			Used: uint64(r.used), Limit: uint64(r.capacity)}
 	case size == 0:
@@ -196,11 +216,26 @@ func (r *recordingResource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) 
 	return c.Err
 }
 
+// Release drops the cached bytes.
 func (r *recordingResource) Release() error {
 	r.mu.Lock()
 	r.released++
+	r.cached = 0
 	r.mu.Unlock()
 	return nil
+}
+
+// Reap releases the pending bytes, but only when waiting.
+func (r *recordingResource) Reap(wait bool) (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reaps = append(r.reaps, wait)
+	if !wait {
+		return 0, nil
+	}
+	n := r.pending
+	r.pending = 0
+	return uint64(n), nil
 }
 
 // Calls returns a copy of the call log.

@@ -1,0 +1,141 @@
+// Limit: an adaptor that refuses allocations over a byte budget.
+//
+// A Budget is a number of bytes shared by any number of Limit adaptors, on
+// any number of devices: a process can give "8 GiB in all" to several
+// resources, and the first request that would take the sum over the budget
+// fails with an *OutOfMemoryError, whatever the upstreams still hold.
+//
+// Each allocation is charged its size rounded up to Alignment (what any
+// resource hands out at least), before the upstream is asked, so that
+// concurrent requests cannot overshoot the budget together; if the
+// upstream fails, the charge is given back. A free gives the charge back
+// after the upstream accepted it, so the budget never counts memory that
+// the upstream still holds as free.
+//
+// Invariants: budget.used is the sum of the charges of the live
+// allocations of every Limit sharing it plus the charges of allocations in
+// flight, and never exceeds budget.limit (a charge is a compare-and-swap
+// that fails rather than overshoot). A Limit's own used bytes are the sum
+// of its live allocations' charges.
+package mr
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// Budget is a number of bytes that Limit adaptors share. It is safe for
+// concurrent use.
+type Budget struct {
+	limit uint64
+	used  atomic.Uint64
+	peak  atomic.Uint64
+}
+
+// NewBudget returns a budget of limit bytes, none of them used.
+func NewBudget(limit uint64) *Budget { return &Budget{limit: limit} }
+
+// Limit is the budget's size in bytes.
+func (b *Budget) Limit() uint64 { return b.limit }
+
+// Used is the bytes charged against the budget now.
+func (b *Budget) Used() uint64 { return b.used.Load() }
+
+// Peak is the most bytes ever charged at once.
+func (b *Budget) Peak() uint64 { return max(b.peak.Load(), b.used.Load()) }
+
+// charge takes n bytes if they fit, and reports whether they did, with
+// the bytes used when it decided.
+func (b *Budget) charge(n uint64) (ok bool, used uint64) {
+	for {
+		u := b.used.Load()
+		if n > b.limit || u > b.limit-n {
+			return false, u
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			raisePeak(&b.peak, u+n)
+			return true, u + n
+		}
+	}
+}
+
+func (b *Budget) refund(n uint64) { b.used.Add(-n) }
+
+// Limit is an adaptor that charges every allocation to a Budget. It is
+// safe for concurrent use.
+type Limit struct {
+	up     Resource
+	dev    gpu.Device
+	budget *Budget
+	live   ptrTable[uint64] // the charge
+	used   atomic.Uint64
+}
+
+// NewLimit returns an adaptor over upstream that charges budget.
+func NewLimit(upstream Resource, budget *Budget) *Limit {
+	return &Limit{up: upstream, dev: upstream.Device(), budget: budget}
+}
+
+// chargeOf is what an allocation of size bytes is charged.
+func chargeOf(size int) uint64 {
+	if size > maxAlignable {
+		return ^uint64(0) // never fits
+	}
+	return uint64(alignUp(size))
+}
+
+// Allocate charges the budget and allocates from the upstream. A request
+// over the budget fails with an *OutOfMemoryError (matching ErrOutOfMemory)
+// naming the budget, without reaching the upstream.
+func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if zero, err := checkAlloc("limit: allocate", l.dev, size, s); zero || err != nil {
+		return 0, err
+	}
+	c := chargeOf(size)
+	if ok, used := l.budget.charge(c); !ok {
+		return 0, &OutOfMemoryError{Resource: "limit", Requested: size, Stream: s.ID(),
+			Reserved: used, Used: l.used.Load(), Limit: l.budget.limit,
+			Err: fmt.Errorf("budget of %d bytes has %d in use, %d more do not fit", l.budget.limit, used, c)}
+	}
+	p, err := l.up.Allocate(size, s)
+	if err != nil {
+		l.budget.refund(c)
+		return 0, fmt.Errorf("limit: %w", err)
+	}
+	if old, replaced := l.live.insert(p, size, c, nil); replaced {
+		// Freed around the adaptor and handed out again.
+		l.budget.refund(old.v)
+		l.used.Add(-old.v)
+	}
+	l.used.Add(c)
+	return p, nil
+}
+
+// Deallocate frees p through the upstream and gives its charge back. Bad
+// frees are refused with typed errors before they reach the upstream.
+func (l *Limit) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if null, err := checkFree("limit: deallocate", l.dev, p, size, s); null || err != nil {
+		return err
+	}
+	c, err := l.live.take(p, size, func(uint64) error { return l.up.Deallocate(p, size, s) })
+	if err != nil {
+		return fmt.Errorf("limit: deallocate: %w", err)
+	}
+	l.used.Add(-c)
+	l.budget.refund(c)
+	return nil
+}
+
+// Device is the upstream's device.
+func (l *Limit) Device() gpu.Device { return l.dev }
+
+// Upstream is the wrapped resource.
+func (l *Limit) Upstream() Resource { return l.up }
+
+// Budget is the budget the adaptor charges.
+func (l *Limit) Budget() *Budget { return l.budget }
+
+// Used is the bytes charged for this adaptor's live allocations.
+func (l *Limit) Used() uint64 { return l.used.Load() }

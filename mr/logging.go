@@ -1,0 +1,155 @@
+// Logging: an adaptor that writes every allocation, failed allocation and
+// free to a log in the CSV format of RMM's logging_resource_adaptor, so
+// that the log can be replayed (package replay, `streamalloc replay`) or
+// read by RMM's own tools:
+//
+//	Thread,Time,Action,Pointer,Size,Stream
+//	0,14:03:07.123456,allocate,0x7f0000100000,1024,0x3
+//	0,14:03:07.123502,free,0x7f0000100000,1024,0x3
+//
+// The format is written by trace.CSVWriter (one implementation of it in the
+// project). Time is the wall-clock time of day, HH:MM:SS.ffffff. Pointer is
+// the device address and Stream the stream's ID (gpu.Stream.ID; RMM writes
+// the cudaStream_t value), both in hex. Go has no thread ids that mean
+// anything to a program, so the Thread column holds LoggingOptions.Thread,
+// a number chosen per logger (0 unless set), the same on every line of one
+// logger: it lets logs of several loggers be merged and told apart.
+//
+// Invariants:
+//   - One line per allocation the upstream granted ("allocate"), per
+//     allocation it refused ("allocate failure", pointer 0), and per free it
+//     accepted ("free"). Bad input that the adaptor refuses never reaches
+//     the upstream and is not logged.
+//   - The free of an address is logged before any later allocation of the
+//     same address: the free's line is written while the pointer table's
+//     shard lock is held, and an allocation that gets the address back
+//     takes that lock before it writes its line. So a replay never sees an
+//     address allocated twice.
+//   - A failed write does not fail the allocation or free (the memory is
+//     already handed out or freed); the first write error is kept and
+//     returned by Err and Flush, and later lines are not written (the
+//     trace writer's errors are sticky).
+package mr
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/trace"
+)
+
+// LoggingOptions configure a Logging adaptor.
+type LoggingOptions struct {
+	// Thread is written in the Thread column of every line.
+	Thread uint64
+	// Now, if set, replaces time.Now (for tests and replays with a
+	// simulated clock).
+	Now func() time.Time
+}
+
+// Logging writes an RMM CSV log of what passes through it. It is safe for
+// concurrent use.
+type Logging struct {
+	up     Resource
+	dev    gpu.Device
+	w      *trace.CSVWriter
+	thread uint64
+	now    func() time.Time
+	live   ptrTable[struct{}]
+
+	errMu sync.Mutex
+	err   error
+}
+
+// NewLogging returns a Logging adaptor over upstream that writes its log
+// to w. Call Flush when done: the log is buffered.
+func NewLogging(upstream Resource, w io.Writer, opts LoggingOptions) *Logging {
+	return NewLoggingTo(upstream, trace.NewCSVWriter(w), opts)
+}
+
+// NewLoggingTo is NewLogging writing to an existing CSV writer, which
+// several loggers may share (their lines interleave whole).
+func NewLoggingTo(upstream Resource, w *trace.CSVWriter, opts LoggingOptions) *Logging {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Logging{up: upstream, dev: upstream.Device(), w: w, thread: opts.Thread, now: now}
+}
+
+func (l *Logging) write(op trace.Op, p gpu.DevicePtr, size int, s gpu.Stream) {
+	err := l.w.Write(trace.Event{Op: op, Thread: l.thread, Time: trace.SinceMidnight(l.now()),
+		Ptr: uint64(p), Size: int64(size), Stream: s.ID()})
+	if err != nil {
+		l.errMu.Lock()
+		if l.err == nil {
+			l.err = fmt.Errorf("logging: %w", err)
+		}
+		l.errMu.Unlock()
+	}
+}
+
+// Allocate allocates from the upstream and logs the allocation or its
+// failure.
+func (l *Logging) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if zero, err := checkAlloc("logging: allocate", l.dev, size, s); zero || err != nil {
+		return 0, err
+	}
+	p, err := l.up.Allocate(size, s)
+	if err != nil {
+		l.write(trace.AllocFailure, 0, size, s)
+		return 0, fmt.Errorf("logging: %w", err)
+	}
+	l.live.insert(p, size, struct{}{}, func() { l.write(trace.Alloc, p, size, s) })
+	return p, nil
+}
+
+// Deallocate frees p through the upstream and logs the free. Bad frees are
+// refused with typed errors before they reach the upstream, and not
+// logged.
+func (l *Logging) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if null, err := checkFree("logging: deallocate", l.dev, p, size, s); null || err != nil {
+		return err
+	}
+	_, err := l.live.take(p, size, func(struct{}) error {
+		if err := l.up.Deallocate(p, size, s); err != nil {
+			return err
+		}
+		l.write(trace.Free, p, size, s)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("logging: deallocate: %w", err)
+	}
+	return nil
+}
+
+// Device is the upstream's device.
+func (l *Logging) Device() gpu.Device { return l.dev }
+
+// Upstream is the wrapped resource.
+func (l *Logging) Upstream() Resource { return l.up }
+
+// Err returns the first error writing the log, or nil.
+func (l *Logging) Err() error {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	return l.err
+}
+
+// Flush writes the buffered lines (and the header, if nothing else was
+// written) to the underlying writer, and returns the first error writing
+// the log.
+func (l *Logging) Flush() error {
+	if err := l.w.Flush(); err != nil {
+		l.errMu.Lock()
+		if l.err == nil {
+			l.err = fmt.Errorf("logging: %w", err)
+		}
+		l.errMu.Unlock()
+	}
+	return l.Err()
+}

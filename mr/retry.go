@@ -1,0 +1,196 @@
+// Retry: an adaptor that recovers from out-of-memory and tries again.
+//
+// Memory that a program has freed may still be unavailable: its free is
+// enqueued and has not run (pending frees), or a pool below keeps it cached
+// for reuse. When the upstream refuses a request with ErrOutOfMemory,
+// Retry, for a bounded number of attempts:
+//
+//  1. reaps the pending frees of every Reaper in the chain below it (and of
+//     the extra ones in the options): the first attempt only queries the
+//     streams and never blocks the host; later attempts synchronize them,
+//     because by then the program cannot go on without that memory;
+//  2. releases the cached memory of every Releaser in the chain below it
+//     (and the extra ones), after reaping, so that memory whose free has
+//     just been seen complete is released too;
+//  3. calls the user's callback, if any, which may free memory of its own
+//     (drop a cache, wait for a batch to finish) or say to stop;
+//  4. asks the upstream again.
+//
+// When the attempts are used up, or the callback says stop, the last
+// out-of-memory error is returned (with any error that recovery met,
+// joined), so the caller still sees an *OutOfMemoryError. Errors other
+// than out-of-memory are returned at once.
+//
+// Invariants: Retry hands out only what its upstream granted and counts
+// nothing twice: a retried request that succeeds is one allocation. Like
+// every adaptor it keeps a pointer table, so bad frees never reach the
+// upstream.
+package mr
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// RetryOptions configure a Retry adaptor.
+type RetryOptions struct {
+	// Attempts is how many times a request refused for lack of memory is
+	// retried after recovery; 0 means 3, and a negative value means no
+	// retry (the adaptor only reports).
+	Attempts int
+	// OnOutOfMemory, if set, is called before each retry with the request,
+	// the attempt (1 for the first retry) and the error that refused it.
+	// It may free memory. Returning false stops retrying.
+	OnOutOfMemory func(size int, s gpu.Stream, attempt int, err error) bool
+	// Reapers and Releasers are reaped and released on out-of-memory in
+	// addition to the resources in the chain below the adaptor (other
+	// resources that hold memory of the same device).
+	Reapers   []Reaper
+	Releasers []Releaser
+}
+
+// RetryCounts says how often a Retry adaptor recovered.
+type RetryCounts struct {
+	// OutOfMemory counts requests the upstream refused at first.
+	OutOfMemory uint64
+	// Recovered counts those a retry then satisfied; Failed those it did
+	// not.
+	Recovered, Failed uint64
+	// Retries counts retries over all requests.
+	Retries uint64
+	// Reaped is the bytes of pending frees that recovery released.
+	Reaped uint64
+}
+
+// Retry recovers from out-of-memory by reaping, releasing and retrying. It
+// is safe for concurrent use.
+type Retry struct {
+	up       Resource
+	dev      gpu.Device
+	opts     RetryOptions
+	attempts int
+	live     ptrTable[struct{}]
+
+	oom, recovered, failed, retries, reaped atomic.Uint64
+}
+
+// NewRetry returns a Retry adaptor over upstream.
+func NewRetry(upstream Resource, opts RetryOptions) *Retry {
+	n := opts.Attempts
+	switch {
+	case n == 0:
+		n = 3
+	case n < 0:
+		n = 0
+	}
+	return &Retry{up: upstream, dev: upstream.Device(), opts: opts, attempts: n}
+}
+
+// Allocate allocates from the upstream, recovering and retrying on
+// out-of-memory as the file comment describes.
+func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if zero, err := checkAlloc("retry: allocate", r.dev, size, s); zero || err != nil {
+		return 0, err
+	}
+	p, err := r.up.Allocate(size, s)
+	if err != nil && errors.Is(err, ErrOutOfMemory) {
+		r.oom.Add(1)
+		p, err = r.recover(size, s, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("retry: %w", err)
+	}
+	r.live.insert(p, size, struct{}{}, nil)
+	return p, nil
+}
+
+func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error) {
+	var recErrs []error
+	for attempt := 1; attempt <= r.attempts; attempt++ {
+		if rerr := r.reclaim(attempt > 1); rerr != nil {
+			recErrs = append(recErrs, rerr)
+		}
+		if r.opts.OnOutOfMemory != nil && !r.opts.OnOutOfMemory(size, s, attempt, err) {
+			break
+		}
+		r.retries.Add(1)
+		var p gpu.DevicePtr
+		p, err = r.up.Allocate(size, s)
+		if err == nil {
+			r.recovered.Add(1)
+			return p, nil
+		}
+		if !errors.Is(err, ErrOutOfMemory) {
+			break
+		}
+	}
+	r.failed.Add(1)
+	if len(recErrs) > 0 {
+		return 0, errors.Join(append([]error{err}, recErrs...)...)
+	}
+	return 0, err
+}
+
+// reclaim reaps pending frees and releases cached memory below the
+// adaptor, returning what went wrong (it goes on past errors: each step
+// may free memory the next one needs).
+func (r *Retry) reclaim(wait bool) error {
+	var errs []error
+	chain := Chain(r.up)
+	for _, res := range chain {
+		if rp, ok := res.(Reaper); ok {
+			n, err := rp.Reap(wait)
+			r.reaped.Add(n)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("retry: reap: %w", err))
+			}
+		}
+	}
+	for _, rp := range r.opts.Reapers {
+		n, err := rp.Reap(wait)
+		r.reaped.Add(n)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retry: reap: %w", err))
+		}
+	}
+	for _, res := range chain {
+		if rl, ok := res.(Releaser); ok {
+			if err := rl.Release(); err != nil {
+				errs = append(errs, fmt.Errorf("retry: release: %w", err))
+			}
+		}
+	}
+	for _, rl := range r.opts.Releasers {
+		if err := rl.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("retry: release: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Deallocate frees p through the upstream. Bad frees are refused with
+// typed errors before they reach the upstream.
+func (r *Retry) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if null, err := checkFree("retry: deallocate", r.dev, p, size, s); null || err != nil {
+		return err
+	}
+	if _, err := r.live.take(p, size, func(struct{}) error { return r.up.Deallocate(p, size, s) }); err != nil {
+		return fmt.Errorf("retry: deallocate: %w", err)
+	}
+	return nil
+}
+
+// Device is the upstream's device.
+func (r *Retry) Device() gpu.Device { return r.dev }
+
+// Upstream is the wrapped resource.
+func (r *Retry) Upstream() Resource { return r.up }
+
+// Counts returns how often the adaptor recovered.
+func (r *Retry) Counts() RetryCounts {
+	return RetryCounts{OutOfMemory: r.oom.Load(), Recovered: r.recovered.Load(), Failed: r.failed.Load(),
+		Retries: r.retries.Load(), Reaped: r.reaped.Load()}
+}

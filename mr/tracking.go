@@ -1,0 +1,430 @@
+// Tracking: an adaptor that remembers every live allocation with the call
+// stack that made it, reports leaks, and writes a profile in pprof's format
+// so that `go tool pprof` shows which code holds device memory, as a Go
+// heap profile does for the Go heap.
+//
+// Cost: an allocation takes runtime.Callers (program counters only; no
+// symbol lookup) into an array on the caller's stack, then interns the
+// stack: stacks are hashed into a sharded table of stack records, so a
+// stack seen before costs a hash and a lookup, and only a new call site
+// allocates (one copy of its PCs). Symbols are resolved only when a profile
+// or a leak report is made.
+//
+// Invariants:
+//   - Every live allocation is in the pointer table with its stack record;
+//     each stack record's in-use bytes and objects are the sums over the
+//     live allocations that point to it, and its alloc bytes and objects
+//     the sums over every allocation ever made from it. Both change only
+//     for allocations the upstream granted and frees it accepted.
+//   - Stack records are never removed: a profile keeps reporting the
+//     allocations a call site made after they are freed (alloc_space), and
+//     the set of call sites of a program is bounded.
+//
+// Frames of package mr at the innermost end of a stack (other adaptors
+// stacked above this one) are dropped when symbolizing, so the innermost
+// frame is the code that asked for the memory.
+package mr
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// maxStackDepth bounds the frames recorded per allocation.
+const maxStackDepth = 64
+
+// stackShards is the number of locks the stack table is split over.
+const stackShards = 16
+
+// TrackingOptions configure a Tracking adaptor.
+type TrackingOptions struct {
+	// Depth is the number of frames recorded per allocation; 0 means 32,
+	// and more than 64 is 64.
+	Depth int
+	// Skip drops that many more frames from the innermost end, for
+	// callers that allocate through helpers of their own.
+	Skip int
+}
+
+// stackRecord is one interned call stack and what it holds.
+type stackRecord struct {
+	pcs                   []uintptr
+	hash                  uint64
+	next                  *stackRecord // same shard, same hash bucket
+	inuseBytes, inuseObjs atomic.Int64
+	allocBytes, allocObjs atomic.Int64
+}
+
+type stackShard struct {
+	mu sync.Mutex
+	m  map[uint64]*stackRecord
+}
+
+// trackRecord is what Tracking keeps per live allocation.
+type trackRecord struct {
+	stack  *stackRecord
+	stream uint64
+	seq    uint64
+}
+
+// Tracking records every live allocation with its call stack. It is safe
+// for concurrent use.
+type Tracking struct {
+	up     Resource
+	dev    gpu.Device
+	depth  int
+	skip   int
+	live   ptrTable[trackRecord]
+	stacks [stackShards]stackShard
+	seq    atomic.Uint64
+}
+
+// NewTracking returns a Tracking adaptor over upstream.
+func NewTracking(upstream Resource, opts TrackingOptions) *Tracking {
+	d := opts.Depth
+	if d <= 0 {
+		d = 32
+	}
+	d = min(d, maxStackDepth)
+	return &Tracking{up: upstream, dev: upstream.Device(), depth: d, skip: max(opts.Skip, 0)}
+}
+
+func hashPCs(pcs []uintptr) uint64 {
+	h := uint64(14695981039346656037) // FNV-1a, a word at a time
+	for _, pc := range pcs {
+		h ^= uint64(pc)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// intern returns the record of pcs, creating it (with its own copy of the
+// PCs) the first time.
+func (t *Tracking) intern(pcs []uintptr) *stackRecord {
+	h := hashPCs(pcs)
+	sh := &t.stacks[h%stackShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for r := sh.m[h]; r != nil; r = r.next {
+		if slices.Equal(r.pcs, pcs) {
+			return r
+		}
+	}
+	if sh.m == nil {
+		sh.m = make(map[uint64]*stackRecord)
+	}
+	r := &stackRecord{pcs: slices.Clone(pcs), hash: h, next: sh.m[h]}
+	sh.m[h] = r
+	return r
+}
+
+// Allocate allocates from the upstream and records the caller's stack.
+func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if zero, err := checkAlloc("tracking: allocate", t.dev, size, s); zero || err != nil {
+		return 0, err
+	}
+	var buf [maxStackDepth]uintptr
+	// Skip runtime.Callers and Allocate itself.
+	n := runtime.Callers(2+t.skip, buf[:t.depth])
+	p, err := t.up.Allocate(size, s)
+	if err != nil {
+		return 0, fmt.Errorf("tracking: %w", err)
+	}
+	st := t.intern(buf[:n])
+	rec := trackRecord{stack: st, stream: s.ID(), seq: t.seq.Add(1)}
+	if old, replaced := t.live.insert(p, size, rec, nil); replaced {
+		// Freed around the adaptor and handed out again.
+		old.v.stack.inuseBytes.Add(-int64(old.size))
+		old.v.stack.inuseObjs.Add(-1)
+	}
+	st.inuseBytes.Add(int64(size))
+	st.inuseObjs.Add(1)
+	st.allocBytes.Add(int64(size))
+	st.allocObjs.Add(1)
+	return p, nil
+}
+
+// Deallocate frees p through the upstream and forgets it. Bad frees are
+// refused with typed errors before they reach the upstream.
+func (t *Tracking) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if null, err := checkFree("tracking: deallocate", t.dev, p, size, s); null || err != nil {
+		return err
+	}
+	_, err := t.live.take(p, size, func(r trackRecord) error {
+		if err := t.up.Deallocate(p, size, s); err != nil {
+			return err
+		}
+		r.stack.inuseBytes.Add(-int64(size))
+		r.stack.inuseObjs.Add(-1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("tracking: deallocate: %w", err)
+	}
+	return nil
+}
+
+// Device is the upstream's device.
+func (t *Tracking) Device() gpu.Device { return t.dev }
+
+// Upstream is the wrapped resource.
+func (t *Tracking) Upstream() Resource { return t.up }
+
+// Allocation is one live allocation as Tracking saw it.
+type Allocation struct {
+	Ptr    gpu.DevicePtr
+	Size   int
+	Stream uint64    // Stream.ID of the allocating stream
+	Seq    uint64    // 1 for the adaptor's first allocation, then counting up
+	Stack  []uintptr // return addresses as runtime.Callers gives them, innermost first
+}
+
+// Frames resolves the allocation's stack into source locations,
+// innermost first.
+func (a Allocation) Frames() []runtime.Frame {
+	var out []runtime.Frame
+	fr := runtime.CallersFrames(a.Stack)
+	for {
+		f, more := fr.Next()
+		out = append(out, f)
+		if !more {
+			return out
+		}
+	}
+}
+
+// Live returns every live allocation, oldest first.
+func (t *Tracking) Live() []Allocation {
+	var out []Allocation
+	for _, l := range t.liveAllocs() {
+		out = append(out, l.Allocation)
+	}
+	return out
+}
+
+type liveAlloc struct {
+	Allocation
+	rec *stackRecord
+}
+
+func (t *Tracking) liveAllocs() []liveAlloc {
+	var out []liveAlloc
+	t.live.each(func(p gpu.DevicePtr, size int, r trackRecord) {
+		out = append(out, liveAlloc{Allocation{Ptr: p, Size: size, Stream: r.stream, Seq: r.seq, Stack: r.stack.pcs}, r.stack})
+	})
+	slices.SortFunc(out, func(a, b liveAlloc) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}
+
+// WriteLeakReport writes the live allocations to w, grouped by call stack,
+// the stacks holding the most bytes first, each with its source location
+// (frames of package mr at the innermost end left out). With nothing live
+// it writes only the summary line.
+func (t *Tracking) WriteLeakReport(w io.Writer) error {
+	type group struct {
+		stack        []uintptr
+		bytes, count int
+		oldest       Allocation
+	}
+	byStack := make(map[*stackRecord]*group)
+	var order []*group
+	var total, count int
+	for _, a := range t.liveAllocs() { // oldest first: a group's first is its oldest
+		g := byStack[a.rec]
+		if g == nil {
+			g = &group{stack: a.Stack, oldest: a.Allocation}
+			byStack[a.rec] = g
+			order = append(order, g)
+		}
+		g.bytes += a.Size
+		g.count++
+		total += a.Size
+		count++
+	}
+	slices.SortStableFunc(order, func(a, b *group) int { return cmp.Compare(b.bytes, a.bytes) })
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "streamalloc: %d bytes live in %d allocations from %d call sites\n", total, count, len(order))
+	for _, g := range order {
+		fmt.Fprintf(bw, "\n%d bytes in %d allocations; oldest %#x (%d bytes, stream %d, allocation #%d):\n",
+			g.bytes, g.count, uint64(g.oldest.Ptr), g.oldest.Size, g.oldest.Stream, g.oldest.Seq)
+		for _, f := range trimFrames(Allocation{Stack: g.stack}.Frames()) {
+			fmt.Fprintf(bw, "\t%s\n\t\t%s:%d\n", f.Function, f.File, f.Line)
+		}
+	}
+	return bw.Flush()
+}
+
+// mrPackage prefixes the functions of this package; such frames at the
+// innermost end of a stack are adaptors stacked above Tracking.
+const mrPackage = "github.com/streamalloc/streamalloc/mr."
+
+func inMR(fn string) bool { return strings.HasPrefix(fn, mrPackage) }
+
+// trimFrames drops frames of package mr from the innermost end (keeping at
+// least one frame).
+func trimFrames(fs []runtime.Frame) []runtime.Frame {
+	i := 0
+	for i < len(fs)-1 && inMR(fs[i].Function) {
+		i++
+	}
+	return fs[i:]
+}
+
+// Profile returns a profile of the device memory allocated through the
+// adaptor, in the layout of a Go heap profile: sample types alloc_objects
+// (count), alloc_space (bytes), inuse_objects (count) and inuse_space
+// (bytes), inuse_space by default, one sample per call stack. Every
+// allocation is recorded (the period is 1 byte). Locations carry their
+// functions, files and lines, so pprof needs no binary to show them.
+func (t *Tracking) Profile() *profile.Profile {
+	var recs []*stackRecord
+	for i := range t.stacks {
+		sh := &t.stacks[i]
+		sh.mu.Lock()
+		for _, r := range sh.m {
+			for ; r != nil; r = r.next {
+				recs = append(recs, r)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{
+			{Type: "alloc_objects", Unit: "count"},
+			{Type: "alloc_space", Unit: "bytes"},
+			{Type: "inuse_objects", Unit: "count"},
+			{Type: "inuse_space", Unit: "bytes"},
+		},
+		DefaultSampleType: "inuse_space",
+		PeriodType:        &profile.ValueType{Type: "space", Unit: "bytes"},
+		Period:            1,
+		TimeNanos:         time.Now().UnixNano(),
+		Comments:          []string{fmt.Sprintf("streamalloc device memory, device %d", t.dev.Ordinal())},
+	}
+	exe, _ := os.Executable()
+	mapping := &profile.Mapping{ID: 1, Limit: ^uint64(0), File: exe,
+		HasFunctions: true, HasFilenames: true, HasLineNumbers: true, HasInlineFrames: true}
+	p.Mapping = []*profile.Mapping{mapping}
+	b := profileBuilder{p: p, mapping: mapping,
+		locs: make(map[uintptr]*profile.Location), funcs: make(map[[2]string]*profile.Function)}
+	// Stable sample order: by stack hash, then PCs.
+	slices.SortFunc(recs, func(a, b *stackRecord) int {
+		if c := cmp.Compare(a.hash, b.hash); c != 0 {
+			return c
+		}
+		return slices.Compare(a.pcs, b.pcs)
+	})
+	for _, r := range recs {
+		ab, ao := r.allocBytes.Load(), r.allocObjs.Load()
+		ib, iobj := r.inuseBytes.Load(), r.inuseObjs.Load()
+		if ao == 0 {
+			continue
+		}
+		s := &profile.Sample{Value: []int64{ao, ab, iobj, ib}}
+		pcs := r.pcs
+		for len(pcs) > 1 && b.allInMR(pcs[0]) {
+			pcs = pcs[1:]
+		}
+		for _, pc := range pcs {
+			if loc := b.location(pc); loc != nil {
+				s.Location = append(s.Location, loc)
+			}
+		}
+		p.Sample = append(p.Sample, s)
+	}
+	return p
+}
+
+// WriteProfile writes Profile to w in pprof's gzipped protocol buffer
+// format, for `go tool pprof`.
+func (t *Tracking) WriteProfile(w io.Writer) error {
+	if err := t.Profile().Write(w); err != nil {
+		return fmt.Errorf("tracking: write profile: %w", err)
+	}
+	return nil
+}
+
+// profileBuilder turns PCs into the profile's locations and functions,
+// each made once.
+type profileBuilder struct {
+	p       *profile.Profile
+	mapping *profile.Mapping
+	locs    map[uintptr]*profile.Location
+	funcs   map[[2]string]*profile.Function
+}
+
+// frames returns the frames of one return address: the function it is in
+// and the functions inlined into it there, innermost first.
+func pcFrames(pc uintptr) []runtime.Frame {
+	var out []runtime.Frame
+	fr := runtime.CallersFrames([]uintptr{pc})
+	for {
+		f, more := fr.Next()
+		if f.Function == "runtime.goexit" {
+			break
+		}
+		out = append(out, f)
+		if !more {
+			break
+		}
+	}
+	return out
+}
+
+// allInMR reports whether every frame at pc is in package mr.
+func (b *profileBuilder) allInMR(pc uintptr) bool {
+	fs := pcFrames(pc)
+	for _, f := range fs {
+		if !inMR(f.Function) {
+			return false
+		}
+	}
+	return len(fs) > 0
+}
+
+func (b *profileBuilder) location(pc uintptr) *profile.Location {
+	if loc, ok := b.locs[pc]; ok {
+		return loc
+	}
+	fs := pcFrames(pc)
+	if len(fs) == 0 {
+		b.locs[pc] = nil
+		return nil
+	}
+	loc := &profile.Location{ID: uint64(len(b.p.Location) + 1), Mapping: b.mapping, Address: uint64(pc)}
+	for _, f := range fs {
+		key := [2]string{f.Function, f.File}
+		fn := b.funcs[key]
+		if fn == nil {
+			fn = &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: f.Function,
+				SystemName: f.Function, Filename: f.File}
+			if f.Func != nil {
+				fn.StartLine = int64(startLine(f))
+			}
+			b.funcs[key] = fn
+			b.p.Function = append(b.p.Function, fn)
+		}
+		loc.Line = append(loc.Line, profile.Line{Function: fn, Line: int64(f.Line)})
+	}
+	b.locs[pc] = loc
+	b.p.Location = append(b.p.Location, loc)
+	return loc
+}
+
+// startLine is the line of the function's entry, or 0 if unknown.
+func startLine(f runtime.Frame) int {
+	_, line := f.Func.FileLine(f.Entry)
+	return line
+}
