@@ -78,14 +78,6 @@ func NewLimit(upstream Resource, budget *Budget) *Limit {
 	return &Limit{up: upstream, dev: upstream.Device(), budget: budget}
 }
 
-// chargeOf is what an allocation of size bytes is charged.
-func chargeOf(size int) uint64 {
-	if size > maxAlignable {
-		return ^uint64(0) // never fits
-	}
-	return uint64(alignUp(size))
-}
-
 // Allocate charges the budget and allocates from the upstream. A request
 // over the budget fails with an *OutOfMemoryError (matching ErrOutOfMemory)
 // naming the budget, without reaching the upstream.
@@ -93,7 +85,12 @@ func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc("limit: allocate", l.dev, size, s); zero || err != nil {
 		return 0, err
 	}
-	c := chargeOf(size)
+	if size > maxAlignable {
+		return 0, &OutOfMemoryError{Resource: "limit", Requested: size, Stream: s.ID(),
+			Reserved: l.budget.Used(), Used: l.used.Load(), Limit: l.budget.limit,
+			Err: fmt.Errorf("%d bytes cannot be charged", size)}
+	}
+	c := uint64(alignUp(size))
 	if ok, used := l.budget.charge(c); !ok {
 		return 0, &OutOfMemoryError{Resource: "limit", Requested: size, Stream: s.ID(),
 			Reserved: used, Used: l.used.Load(), Limit: l.budget.limit,

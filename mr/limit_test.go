@@ -1,0 +1,161 @@
+package mr_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/mr"
+)
+
+func TestLimitSharedBudget(t *testing.T) {
+	b := mr.NewBudget(4096)
+	// Two resources on two devices share the budget.
+	up1, up2 := newRecording(), newRecording()
+	l1, l2 := mr.NewLimit(up1, b), mr.NewLimit(up2, b)
+	s1, s2 := up1.stream(), up2.stream()
+
+	p1, err := l1.Allocate(1000, s1) // charged 1024
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := l2.Allocate(3072, s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Used() != 4096 || l1.Used() != 1024 || l2.Used() != 3072 {
+		t.Fatalf("used %d (%d + %d)", b.Used(), l1.Used(), l2.Used())
+	}
+	calls := up1.numCalls()
+	_, err = l1.Allocate(1, s1)
+	var oom *mr.OutOfMemoryError
+	if !errors.Is(err, mr.ErrOutOfMemory) || !errors.As(err, &oom) {
+		t.Fatalf("over budget: %v", err)
+	}
+	if oom.Limit != 4096 || oom.Requested != 1 || oom.Reserved != 4096 || oom.Used != 1024 || oom.Resource != "limit" {
+		t.Errorf("error fields %+v", oom)
+	}
+	if !strings.Contains(err.Error(), "limit 4096") || !strings.Contains(err.Error(), "budget of 4096 bytes") {
+		t.Errorf("message lacks the budget: %v", err)
+	}
+	if up1.numCalls() != calls {
+		t.Error("an over-budget request reached the upstream")
+	}
+	// Freeing on one device makes room on the other.
+	if err := l2.Deallocate(p2, 3072, s2); err != nil {
+		t.Fatal(err)
+	}
+	p3, err := l1.Allocate(3000, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Used() != 4096 || b.Peak() != 4096 {
+		t.Fatalf("used %d peak %d", b.Used(), b.Peak())
+	}
+	l1.Deallocate(p1, 1000, s1)
+	l1.Deallocate(p3, 3000, s1)
+	if b.Used() != 0 || l1.Used() != 0 {
+		t.Fatalf("after freeing all: used %d, l1 %d", b.Used(), l1.Used())
+	}
+}
+
+func TestLimitZeroBudget(t *testing.T) {
+	up := newRecording()
+	l := mr.NewLimit(up, mr.NewBudget(0))
+	_, err := l.Allocate(1, up.stream())
+	if !errors.Is(err, mr.ErrOutOfMemory) || !strings.Contains(err.Error(), "budget of 0 bytes") {
+		t.Fatalf("zero budget: %v", err)
+	}
+	// The null allocation needs no budget.
+	if p, err := l.Allocate(0, up.stream()); p != 0 || err != nil {
+		t.Fatalf("Allocate(0) = %#x, %v", p, err)
+	}
+}
+
+func TestLimitHugeRequest(t *testing.T) {
+	up := newRecording()
+	l := mr.NewLimit(up, mr.NewBudget(^uint64(0)))
+	if _, err := l.Allocate(int(^uint(0)>>1), up.stream()); !errors.Is(err, mr.ErrOutOfMemory) {
+		t.Fatalf("MaxInt bytes: %v", err)
+	}
+	if l.Budget().Used() != 0 || up.numCalls() != 0 {
+		t.Fatal("a request that cannot be charged was counted or passed on")
+	}
+}
+
+func TestLimitRefundsUpstreamFailure(t *testing.T) {
+	up := newRecording()
+	b := mr.NewBudget(1 << 20)
+	l := mr.NewLimit(up, b)
+	up.failAllocs(fmt.Errorf("injected: %w", gpu.ErrOutOfMemory))
+	if _, err := l.Allocate(4096, up.stream()); !errors.Is(err, mr.ErrOutOfMemory) {
+		t.Fatal(err)
+	}
+	if b.Used() != 0 || l.Used() != 0 {
+		t.Fatalf("failed request left %d charged", b.Used())
+	}
+}
+
+// TestLimitConcurrent: many goroutines on several adaptors never take the
+// budget over its limit, and give everything back.
+func TestLimitConcurrent(t *testing.T) {
+	const limit = 64 << 10
+	b := mr.NewBudget(limit)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		up := newRecording()
+		l := mr.NewLimit(up, b)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := up.stream()
+			var held []int
+			var ptrs []gpu.DevicePtr
+			for i := range 300 {
+				size := 256 * (1 + (g*31+i*17)%40)
+				p, err := l.Allocate(size, s)
+				switch {
+				case err == nil:
+					held, ptrs = append(held, size), append(ptrs, p)
+				case !errors.Is(err, mr.ErrOutOfMemory):
+					t.Error(err)
+					return
+				}
+				if b.Used() > limit {
+					t.Errorf("budget used %d over %d", b.Used(), limit)
+				}
+				if len(held) > 3 || err != nil {
+					for j := range held {
+						if err := l.Deallocate(ptrs[j], held[j], s); err != nil {
+							t.Error(err)
+						}
+					}
+					held, ptrs = held[:0], ptrs[:0]
+				}
+			}
+			for j := range held {
+				l.Deallocate(ptrs[j], held[j], s)
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Used() != 0 || b.Peak() > limit {
+		t.Fatalf("used %d, peak %d", b.Used(), b.Peak())
+	}
+}
+
+func ExampleNewLimit() {
+	budget := mr.NewBudget(1 << 20) // 1 MiB for all the resources that share it
+	up := newRecording()
+	l := mr.NewLimit(up, budget)
+	s := up.stream()
+	p, _ := l.Allocate(768<<10, s)
+	_, err := l.Allocate(512<<10, s)
+	fmt.Println(errors.Is(err, mr.ErrOutOfMemory), budget.Used())
+	l.Deallocate(p, 768<<10, s)
+	// Output:
+	// true 786432
+}

@@ -1,0 +1,218 @@
+package mr_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/trace"
+)
+
+func TestLoggingFormat(t *testing.T) {
+	up := newRecording()
+	s1, s2 := up.stream(), up.stream()
+	var out strings.Builder
+	clock := time.Date(2026, 11, 22, 13, 4, 5, 123456789, time.UTC)
+	l := mr.NewLogging(up, &out, mr.LoggingOptions{Thread: 7, Now: func() time.Time {
+		clock = clock.Add(1500 * time.Microsecond)
+		return clock
+	}})
+	p, err := l.Allocate(1000, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.failAllocs(&mr.OutOfMemoryError{Resource: "recording", Requested: 50})
+	if _, err := l.Allocate(50, s2); !errors.Is(err, mr.ErrOutOfMemory) {
+		t.Fatal(err)
+	}
+	if err := l.Deallocate(p, 1000, s2); err != nil {
+		t.Fatal(err)
+	}
+	// Bad input is not logged.
+	l.Deallocate(p, 1000, s2)
+	l.Allocate(-1, s1)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("Thread,Time,Action,Pointer,Size,Stream\n"+
+		"7,13:04:05.124956,allocate,%#x,1000,%#x\n"+
+		"7,13:04:05.126456,allocate failure,0x0,50,%#x\n"+
+		"7,13:04:05.127956,free,%#x,1000,%#x\n", uint64(p), s1.ID(), s2.ID(), uint64(p), s2.ID())
+	if out.String() != want {
+		t.Errorf("log:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+func TestLoggingEmptyLogHasHeader(t *testing.T) {
+	var out strings.Builder
+	l := mr.NewLogging(newRecording(), &out, mr.LoggingOptions{})
+	if err := l.Flush(); err != nil || out.String() != trace.Header+"\n" {
+		t.Fatalf("empty log %q, %v", out.String(), err)
+	}
+}
+
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(p []byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestLoggingWriteError(t *testing.T) {
+	up := newRecording()
+	s := up.stream()
+	l := mr.NewLogging(up, &failingWriter{}, mr.LoggingOptions{})
+	p, err := l.Allocate(100, s)
+	if err != nil {
+		t.Fatal(err) // the memory is handed out whatever the log says
+	}
+	if err := l.Deallocate(p, 100, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Flush(); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("Flush = %v, want the write error", err)
+	}
+	if l.Err() == nil {
+		t.Fatal("Err lost the write error")
+	}
+	if up.liveCount() != 0 {
+		t.Fatal("upstream leaked")
+	}
+}
+
+// reuseResource hands freed addresses out again at once (LIFO per size),
+// like a pool, so that a log that wrote a free after the next allocation
+// of the same address would be caught.
+type reuseResource struct {
+	dev  gpu.Device
+	mu   sync.Mutex
+	next gpu.DevicePtr
+	free map[int][]gpu.DevicePtr
+}
+
+func (r *reuseResource) Device() gpu.Device { return r.dev }
+func (r *reuseResource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l := r.free[size]; len(l) > 0 {
+		p := l[len(l)-1]
+		r.free[size] = l[:len(l)-1]
+		return p, nil
+	}
+	r.next += 1 << 16
+	return r.next, nil
+}
+func (r *reuseResource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.free[size] = append(r.free[size], p)
+	return nil
+}
+
+// TestLoggingReplays logs a concurrent run over a reusing upstream, reads
+// the log back with the trace package and replays it against a model: no
+// address is allocated while live, every free matches a live allocation,
+// and the counts match a Stats adaptor's.
+func TestLoggingReplays(t *testing.T) {
+	up := &reuseResource{dev: &fakeDevice{}, free: map[int][]gpu.DevicePtr{}}
+	st := mr.NewStats(up, mr.StatsOptions{})
+	var out syncBuffer
+	l := mr.NewLogging(st, &out, mr.LoggingOptions{})
+	const goroutines = 8
+	n := 400
+	if testing.Short() {
+		n = 100
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := newFakeStream(up.dev.(*fakeDevice))
+			var held []gpu.DevicePtr
+			for i := range n {
+				p, err := l.Allocate(256, s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held = append(held, p)
+				if len(held) > 2 || i == n-1 {
+					for _, q := range held {
+						if err := l.Deallocate(q, 256, s); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					held = held[:0]
+				}
+			}
+			_ = g
+		}()
+	}
+	wg.Wait()
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	r := trace.NewCSVReader(strings.NewReader(out.String()), "log.csv")
+	live := map[uint64]int64{}
+	var allocs, frees, liveBytes, peak int64
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Op {
+		case trace.Alloc:
+			if _, ok := live[ev.Ptr]; ok {
+				t.Fatalf("line %d: %#x allocated while live", ev.Line, ev.Ptr)
+			}
+			live[ev.Ptr] = ev.Size
+			allocs++
+			liveBytes += ev.Size
+			peak = max(peak, liveBytes)
+		case trace.Free:
+			if sz, ok := live[ev.Ptr]; !ok || sz != ev.Size {
+				t.Fatalf("line %d: free of %#x (%d bytes) that is not live", ev.Line, ev.Ptr, ev.Size)
+			}
+			delete(live, ev.Ptr)
+			frees++
+			liveBytes -= ev.Size
+		default:
+			t.Fatalf("line %d: unexpected %v", ev.Line, ev.Op)
+		}
+	}
+	snap := st.Snapshot()
+	if allocs != goroutines*int64(n) || frees != allocs || len(live) != 0 ||
+		uint64(allocs) != snap.Allocations.Total {
+		t.Fatalf("log has %d allocations and %d frees, %d live; stats %+v", allocs, frees, len(live), snap)
+	}
+	// Each goroutine holds at most three blocks of 256 bytes.
+	if peak > goroutines*3*256 || peak < 3*256 {
+		t.Fatalf("peak live bytes from the log %d", peak)
+	}
+}
+
+func ExampleLogging() {
+	up := newRecording()
+	s := up.stream()
+	var out strings.Builder
+	l := mr.NewLogging(up, &out, mr.LoggingOptions{Now: func() time.Time {
+		return time.Date(2026, 1, 2, 9, 30, 0, 250_000_000, time.UTC)
+	}})
+	p, _ := l.Allocate(4096, s)
+	l.Deallocate(p, 4096, s)
+	l.Flush()
+	fmt.Print(strings.ReplaceAll(out.String(), fmt.Sprintf("%#x\n", s.ID()), "0x<stream>\n"))
+	// Output:
+	// Thread,Time,Action,Pointer,Size,Stream
+	// 0,09:30:00.250000,allocate,0x100000,4096,0x<stream>
+	// 0,09:30:00.250000,free,0x100000,4096,0x<stream>
+}
