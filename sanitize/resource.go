@@ -1,0 +1,117 @@
+// Resource: the sanitizer as an mr adaptor.
+//
+// Allocate and Deallocate pass through to the upstream and are checked
+// around it: a free is checked before the upstream sees it (so that a
+// refused free is not made) and recorded after it succeeds; an allocation
+// is checked after the upstream returns the memory (the only time the
+// address is known) and given back if refused. Failed upstream calls are
+// not recorded, so the sanitizer's view never runs ahead of the resource's.
+package sanitize
+
+import (
+	"fmt"
+
+	"github.com/streamalloc/streamalloc/buf"
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/mr"
+)
+
+// Resource wraps an upstream resource and checks every allocation, free
+// and declared use made through it. It implements mr.Resource and
+// buf.Observer and is safe for concurrent use.
+type Resource struct {
+	z  *Sanitizer
+	up mr.Resource
+}
+
+// Resource returns an adaptor over upstream that reports to z.
+func (z *Sanitizer) Resource(upstream mr.Resource) *Resource {
+	return &Resource{z: z, up: upstream}
+}
+
+// Wrap returns an adaptor over upstream with a Sanitizer of its own.
+func Wrap(upstream mr.Resource, opts Options) *Resource {
+	return New(opts).Resource(upstream)
+}
+
+// Sanitizer is the state the adaptor reports to.
+func (r *Resource) Sanitizer() *Sanitizer { return r.z }
+
+// Upstream is the wrapped resource.
+func (r *Resource) Upstream() mr.Resource { return r.up }
+
+// Device is the upstream's device.
+func (r *Resource) Device() gpu.Device {
+	if r.up == nil {
+		return nil
+	}
+	return r.up.Device()
+}
+
+// Allocate allocates from the upstream and checks that the memory is not
+// still owned and that its previous free is ordered before s.
+func (r *Resource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if r.up == nil {
+		return 0, fmt.Errorf("sanitize: allocate: nil upstream: %w", gpu.ErrInvalidHandle)
+	}
+	p, err := r.up.Allocate(size, s)
+	if err != nil || s == nil {
+		return p, err
+	}
+	var st stack
+	capture(&st, 1, r.z.depth)
+	if err := r.z.allocated(p, size, s, &st); err != nil {
+		if ferr := r.up.Deallocate(p, size, s); ferr != nil {
+			return 0, fmt.Errorf("%w (and giving the memory back: %v)", err, ferr)
+		}
+		return 0, err
+	}
+	return p, nil
+}
+
+// Deallocate checks that the free is ordered after every use of the
+// memory, then frees it upstream.
+func (r *Resource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if r.up == nil {
+		return fmt.Errorf("sanitize: deallocate: nil upstream: %w", gpu.ErrInvalidHandle)
+	}
+	if s == nil {
+		return r.up.Deallocate(p, size, s)
+	}
+	this := site{sid: s.ID(), op: "free", ptr: p, size: size}
+	capture(&this.st, 1, r.z.depth)
+	reg, ps := r.z.checkFree(p, size, s, &this)
+	if len(ps) > 0 && r.z.refuse() {
+		return r.z.deliver(ps)
+	}
+	if err := r.up.Deallocate(p, size, s); err != nil {
+		return err
+	}
+	if reg != nil {
+		r.z.commitFree(reg, s, &this)
+	}
+	return r.z.deliver(ps)
+}
+
+// ObserveUse checks a use a buffer is about to enqueue.
+func (r *Resource) ObserveUse(p gpu.DevicePtr, size int, s gpu.Stream, a buf.Access) error {
+	return r.z.observeUse(p, size, s, a, 1)
+}
+
+// ObserveRecord notes an event a buffer recorded (unless the device is
+// instrumented, which saw it already).
+func (r *Resource) ObserveRecord(e gpu.Event, s gpu.Stream) {
+	if _, ok := e.(*event); ok {
+		return
+	}
+	r.z.record(e, s)
+}
+
+// ObserveWait notes a wait a buffer enqueued (unless the device is
+// instrumented).
+func (r *Resource) ObserveWait(s gpu.Stream, e gpu.Event) {
+	if _, ok := e.(*event); ok {
+		return
+	}
+	r.z.wait(s, e)
+}
