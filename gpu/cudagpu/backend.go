@@ -24,11 +24,12 @@
 //
 // # Sizes
 //
-// Negative sizes return ErrInvalidValue before any driver call. A size of
-// zero allocates nothing and returns the null pointer (or an empty slice
-// from MallocHost); freeing the null pointer, or that empty slice, does
-// nothing. Sets and copies of zero bytes do nothing once their handles are
-// checked. A size no device can hold is the driver's out-of-memory error.
+// Negative sizes return ErrInvalidValue before any driver call, and so
+// does an allocation of zero bytes, as cuMemAlloc does (cuMemAllocAsync
+// would accept it; both backends refuse it, so callers see one rule), and
+// freeing the null pointer or an empty host slice. Sets and copies of zero
+// bytes do nothing once their handles are checked. A size no device can
+// hold is the driver's out-of-memory error.
 //
 // # Costs
 //

@@ -399,23 +399,22 @@ func TestBadSizes(t *testing.T) {
 			t.Errorf("%s(1 PiB): %v, want ErrOutOfMemory", name, err)
 		}
 	}
-	// Zero allocates nothing and frees cleanly.
-	for name, p := range map[string]gpu.DevicePtr{
-		"Malloc":      must(d.Malloc(0))(t),
-		"MallocAsync": must(d.MallocAsync(0, s))(t),
-		"Managed":     must(d.MallocManaged(0))(t),
-	} {
-		if p != 0 {
-			t.Errorf("%s(0) = %#x, want the null pointer", name, p)
+	// Zero bytes, and the null pointer, are invalid too (as for cuMemAlloc).
+	zero := map[string]error{
+		"Malloc(0)":              second(d.Malloc(0)),
+		"MallocAsync(0)":         second(d.MallocAsync(0, s)),
+		"MallocFromPoolAsync(0)": second(d.MallocFromPoolAsync(0, def, s)),
+		"MallocManaged(0)":       second(d.MallocManaged(0)),
+		"MallocHost(0)":          second(d.MallocHost(0)),
+		"Free(0)":                d.Free(0),
+		"FreeAsync(0)":           d.FreeAsync(0, s),
+		"FreeHost(empty)":        d.FreeHost([]byte{}),
+	}
+	for name, err := range zero {
+		if !errors.Is(err, gpu.ErrInvalidValue) {
+			t.Errorf("%s: %v, want ErrInvalidValue", name, err)
 		}
 	}
-	ok(t, d.Free(0))
-	ok(t, d.FreeAsync(0, s))
-	h := must(d.MallocHost(0))(t)
-	if h == nil || len(h) != 0 {
-		t.Errorf("MallocHost(0) = %v", h)
-	}
-	ok(t, d.FreeHost(h))
 	// Host memory that MallocHost did not return is refused.
 	if err := d.FreeHost(make([]byte, 64)); !errors.Is(err, gpu.ErrInvalidValue) {
 		t.Errorf("FreeHost(Go memory): %v, want ErrInvalidValue", err)

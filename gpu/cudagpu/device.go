@@ -48,51 +48,49 @@ func (d *Device) MemGetInfo() (free, total uint64, err error) { return d.ctx.Mem
 // Synchronize is cuCtxSynchronize.
 func (d *Device) Synchronize() error { return d.ctx.Synchronize() }
 
-// Malloc is cuMemAlloc; size 0 returns the null pointer.
+// Malloc is cuMemAlloc.
 func (d *Device) Malloc(n int) (gpu.DevicePtr, error) {
-	if err := size("Malloc", n); err != nil || n == 0 {
+	if err := allocSize("Malloc", n); err != nil {
 		return 0, err
 	}
 	p, err := d.ctx.MemAlloc(uint64(n))
 	return gpu.DevicePtr(p), err
 }
 
-// Free is cuMemFree; freeing the null pointer does nothing.
+// Free is cuMemFree.
 func (d *Device) Free(p gpu.DevicePtr) error {
 	if p == 0 {
-		return nil
+		return fmt.Errorf("cudagpu: Free: null pointer: %w", gpu.ErrInvalidValue)
 	}
 	return d.ctx.MemFree(cuda.DevicePtr(p))
 }
 
-// MallocAsync is cuMemAllocAsync on s, from the device's current pool;
-// size 0 returns the null pointer.
+// MallocAsync is cuMemAllocAsync on s, from the device's current pool.
 func (d *Device) MallocAsync(n int, s gpu.Stream) (gpu.DevicePtr, error) {
 	cs, err := d.stream("MallocAsync", s)
 	if err != nil {
 		return 0, err
 	}
-	if err := size("MallocAsync", n); err != nil || n == 0 {
+	if err := allocSize("MallocAsync", n); err != nil {
 		return 0, err
 	}
 	p, err := d.ctx.MemAllocAsync(uint64(n), cs.h)
 	return gpu.DevicePtr(p), err
 }
 
-// FreeAsync is cuMemFreeAsync on s; freeing the null pointer does nothing.
+// FreeAsync is cuMemFreeAsync on s.
 func (d *Device) FreeAsync(p gpu.DevicePtr, s gpu.Stream) error {
 	cs, err := d.stream("FreeAsync", s)
 	if err != nil {
 		return err
 	}
 	if p == 0 {
-		return nil
+		return fmt.Errorf("cudagpu: FreeAsync: null pointer: %w", gpu.ErrInvalidValue)
 	}
 	return d.ctx.MemFreeAsync(cuda.DevicePtr(p), cs.h)
 }
 
-// MallocFromPoolAsync is cuMemAllocFromPoolAsync; size 0 returns the null
-// pointer.
+// MallocFromPoolAsync is cuMemAllocFromPoolAsync.
 func (d *Device) MallocFromPoolAsync(n int, pool gpu.MemPool, s gpu.Stream) (gpu.DevicePtr, error) {
 	cs, err := d.stream("MallocFromPoolAsync", s)
 	if err != nil {
@@ -102,17 +100,16 @@ func (d *Device) MallocFromPoolAsync(n int, pool gpu.MemPool, s gpu.Stream) (gpu
 	if err != nil {
 		return 0, err
 	}
-	if err := size("MallocFromPoolAsync", n); err != nil || n == 0 {
+	if err := allocSize("MallocFromPoolAsync", n); err != nil {
 		return 0, err
 	}
 	p, err := d.ctx.MemAllocFromPoolAsync(uint64(n), cp.h, cs.h)
 	return gpu.DevicePtr(p), err
 }
 
-// MallocManaged is cuMemAllocManaged with global attachment; size 0
-// returns the null pointer.
+// MallocManaged is cuMemAllocManaged with global attachment.
 func (d *Device) MallocManaged(n int) (gpu.DevicePtr, error) {
-	if err := size("MallocManaged", n); err != nil || n == 0 {
+	if err := allocSize("MallocManaged", n); err != nil {
 		return 0, err
 	}
 	p, err := d.ctx.MemAllocManaged(uint64(n), cuda.MemAttachGlobal)
@@ -120,14 +117,10 @@ func (d *Device) MallocManaged(n int) (gpu.DevicePtr, error) {
 }
 
 // MallocHost is cuMemAllocHost. The slice is C memory, outside the Go
-// heap: it stays valid until FreeHost, and must not be used after. Size 0
-// returns an empty slice and allocates nothing.
+// heap: it stays valid until FreeHost, and must not be used after.
 func (d *Device) MallocHost(n int) ([]byte, error) {
-	if err := size("MallocHost", n); err != nil {
+	if err := allocSize("MallocHost", n); err != nil {
 		return nil, err
-	}
-	if n == 0 {
-		return []byte{}, nil
 	}
 	p, err := d.ctx.MemAllocHost(uint64(n))
 	if err != nil {
@@ -141,11 +134,11 @@ func (d *Device) MallocHost(n int) ([]byte, error) {
 }
 
 // FreeHost frees a slice returned by MallocHost (it must start where the
-// allocation starts). Anything else returns ErrInvalidValue and frees
-// nothing; an empty slice does nothing.
+// allocation starts). Anything else, an empty slice included, returns
+// ErrInvalidValue and frees nothing.
 func (d *Device) FreeHost(b []byte) error {
 	if cap(b) == 0 {
-		return nil
+		return fmt.Errorf("cudagpu: FreeHost: empty slice: %w", gpu.ErrInvalidValue)
 	}
 	first := unsafe.SliceData(b)
 	d.hostMu.Lock()

@@ -78,3 +78,12 @@ func size(op string, n int) error {
 	}
 	return nil
 }
+
+// allocSize checks the size of an allocation: as with cuMemAlloc, zero is
+// as invalid as a negative size.
+func allocSize(op string, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("cudagpu: %s: size %d: %w", op, n, gpu.ErrInvalidValue)
+	}
+	return nil
+}
