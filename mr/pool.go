@@ -1,0 +1,359 @@
+// Pool: a stream-ordered suballocator over any upstream Resource.
+//
+// The pool takes memory from its upstream in chunks and cuts them into
+// blocks. Its design follows from one goal: a request that the calling
+// stream's own free memory can serve costs no driver call, no Go
+// allocation and no lock that another stream takes on its own hot path.
+//
+// Streams. Every stream that uses the pool gets a streamState, found by
+// Stream.ID in an immutable table that is replaced copy-on-write when a new
+// stream appears (pool_stream.go). Every chunk has one home stream; its
+// blocks, free, live or pending, are guarded by the home's mutex alone, so
+// a stream splits and coalesces its own chunks without touching anyone
+// else's lock.
+//
+// Invariants:
+//
+//   - Every block, and so every pointer handed out, is aligned to
+//     Alignment: chunks come aligned from upstream (the pool checks) and
+//     block sizes are multiples of Alignment. A request of n bytes takes a
+//     block of n rounded up to Alignment.
+//   - A block is on exactly one list of its chunk's home: a tlsf (free),
+//     the live map (live), or the pending list of the stream that freed it
+//     (pending). Free blocks never neighbour each other: they coalesce,
+//     but only within one chunk and only when both are free, that is owned
+//     by the same (home) stream.
+//   - Small requests (at most poolSmallMax bytes) are served from small
+//     chunks and large ones from large chunks, so long-lived small blocks
+//     never pin a large chunk.
+//
+// Cross-stream reuse. A block freed on its chunk's home is free at once:
+// later work on that stream runs after the free. A block freed on another
+// stream F is pending: the home may reuse it only after it waits on an
+// event recorded on F after the free. The pool never records one event per
+// free; when the home's free blocks cannot serve a request it absorbs all
+// of its pending blocks, one event per freeing stream. A stream that still
+// cannot be served steals a whole chunk without live blocks from another
+// stream: it waits on one event recorded on the old home (and one per
+// stream with pending blocks in the chunk), then the chunk is its own.
+// Chunks with live blocks never move, which is what keeps the live blocks
+// of a chunk in its home's live map.
+//
+// Growth and release. When neither its lists nor a steal serve a request,
+// the stream grows the pool by a chunk (ChunkSize, or the request rounded
+// up to poolGranularity when larger; poolSmallChunk for small requests;
+// at least InitialSize the first time). The pool never sets a new
+// high-water mark of reserved memory while it holds idle chunks (chunks
+// with no live block): before such a growth it releases them, and before it
+// fails with out of memory it releases every idle chunk and tries once
+// more. Release gives every idle chunk back to the upstream; ReleaseThreshold
+// does the same whenever a free leaves a chunk idle while the pool
+// reserves more than the threshold. An upstream free is enqueued on the
+// chunk's home, after the home waits on every stream that freed one of
+// its pending blocks, so it runs after all the chunk's frees.
+//
+// Locks: Pool.mu serializes the slow paths (growth, steal, release) and is
+// taken before any stream's mutex; a goroutine never holds two streams'
+// mutexes at once.
+package mr
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+const (
+	// poolSmallMax is the largest request served from small chunks.
+	poolSmallMax = 1 << 20
+	// poolSmallChunk is the size of a small chunk.
+	poolSmallChunk = 2 << 20
+	// poolGranularity is what large chunks are rounded up to.
+	poolGranularity = 2 << 20
+	// DefaultPoolChunkSize is the default PoolOptions.ChunkSize.
+	DefaultPoolChunkSize = 32 << 20
+	// usedQuantum is how far a stream's used bytes may drift from the
+	// pool-wide total (which drives PeakUsed) before it adds its change,
+	// when several streams share the pool.
+	usedQuantum = 1 << 20
+)
+
+// PoolOptions configure a Pool. The zero value is a pool that grows by
+// DefaultPoolChunkSize, has no limit but its upstream's, and keeps idle
+// chunks until it would otherwise raise its high-water mark, or Release is
+// called.
+type PoolOptions struct {
+	// InitialSize is the least the first growth reserves (on the stream
+	// of the first request that needs memory). Zero: no minimum.
+	InitialSize int
+	// MaxSize bounds the bytes reserved from upstream. Zero: no bound.
+	MaxSize int
+	// ChunkSize is the least a growth for a large request reserves; a
+	// request larger than that gets a chunk of its own, rounded up to
+	// 2 MiB. Zero: DefaultPoolChunkSize.
+	ChunkSize int
+	// ReleaseThreshold: when a free leaves a chunk idle while the pool
+	// reserves more than ReleaseThreshold bytes, idle chunks are given
+	// back until it does not, or none is left. Zero: never on a free.
+	ReleaseThreshold int
+}
+
+// Pool is a stream-ordered suballocator over an upstream Resource. It
+// implements Resource, UsageReporter and Releaser, and is safe for
+// concurrent use by many goroutines on many streams.
+type Pool struct {
+	upstream Resource
+	dev      gpu.Device
+	opts     PoolOptions
+
+	table   atomic.Pointer[poolTable]
+	tableMu sync.Mutex // serializes table replacement
+
+	chunks atomic.Pointer[poolChunkIndex] // replaced under mu
+
+	// mu serializes growth, steals and releases; taken before any
+	// stream's mutex.
+	mu          sync.Mutex
+	grown       bool // the first growth (InitialSize) happened
+	closed      atomic.Bool
+	usage       usageMeter // reserved and its peak; peakUsed of the flushed total
+	usedSum     atomic.Int64
+	usedQuantum atomic.Int64
+}
+
+// poolTable is an immutable map and list of the pool's streams.
+type poolTable struct {
+	byID map[uint64]*poolStream
+	list []*poolStream
+}
+
+// NewPool returns a pool over upstream. It reserves nothing until the
+// first request (InitialSize is reserved then, on that request's stream).
+func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
+	if upstream == nil {
+		return nil, fmt.Errorf("pool: nil upstream: %w", gpu.ErrInvalidValue)
+	}
+	if opts.InitialSize < 0 || opts.MaxSize < 0 || opts.ChunkSize < 0 || opts.ReleaseThreshold < 0 {
+		return nil, fmt.Errorf("pool: negative option in %+v: %w", opts, ErrInvalidSize)
+	}
+	if opts.ChunkSize == 0 {
+		opts.ChunkSize = DefaultPoolChunkSize
+	}
+	opts.ChunkSize = poolRoundUp(opts.ChunkSize, poolGranularity)
+	if opts.MaxSize > 0 && opts.InitialSize > opts.MaxSize {
+		return nil, fmt.Errorf("pool: InitialSize %d above MaxSize %d: %w", opts.InitialSize, opts.MaxSize, ErrInvalidSize)
+	}
+	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts}
+	p.table.Store(&poolTable{byID: map[uint64]*poolStream{}})
+	p.chunks.Store(&poolChunkIndex{})
+	return p, nil
+}
+
+// Device is the upstream's device.
+func (p *Pool) Device() gpu.Device { return p.dev }
+
+// Options returns the options in effect (defaults filled in).
+func (p *Pool) Options() PoolOptions { return p.opts }
+
+// Allocate returns size bytes aligned to Alignment, usable by work
+// enqueued on s after the call. Served from s's own free blocks it takes
+// only s's lock and makes no driver call; otherwise it absorbs blocks
+// other streams freed, steals an idle chunk, or grows (pool.go).
+func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if err := checkStream("pool: allocate", p.dev, s); err != nil {
+		return 0, err
+	}
+	if size < 0 || size > maxAlignable {
+		return 0, fmt.Errorf("pool: allocate %d bytes: %w", size, ErrInvalidSize)
+	}
+	if size == 0 {
+		return 0, nil
+	}
+	if p.closed.Load() {
+		return 0, fmt.Errorf("pool: allocate: %w", ErrClosed)
+	}
+	rounded := alignUp(size)
+	st := p.streamOf(s)
+	st.mu.Lock()
+	t := &st.large
+	if rounded <= poolSmallMax {
+		t = &st.small
+	}
+	b := st.take(t, rounded)
+	if b == nil && st.pendingBytes > 0 {
+		// Blocks other streams freed: one event per freeing stream.
+		// An error leaves them pending; the slow path reports it if it
+		// cannot serve the request some other way.
+		st.absorb()
+		b = st.take(t, rounded)
+	}
+	if b != nil {
+		st.markLive(b, size)
+		st.mu.Unlock()
+		return b.ptr, nil
+	}
+	st.mu.Unlock()
+	return p.allocateSlow(st, size, rounded)
+}
+
+// Deallocate frees p, which Allocate returned for size bytes, in stream
+// order on s. Freed on the stream that owns its chunk, the block is
+// reusable at once; freed on another stream, it is reusable by the owner
+// after an event wait, which the owner enqueues when it needs the memory.
+func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
+	if err := checkStream("pool: deallocate", p.dev, s); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("pool: deallocate %d bytes: %w", size, ErrInvalidSize)
+	}
+	if ptr == 0 {
+		if size == 0 {
+			return nil
+		}
+		return fmt.Errorf("pool: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
+	}
+	if st := p.lookupStream(s.ID()); st != nil {
+		st.mu.Lock()
+		if b, ok := st.live[ptr]; ok {
+			if b.req != size {
+				req := b.req
+				st.mu.Unlock()
+				return poolSizeMismatch(ptr, req, size)
+			}
+			c := b.c
+			st.freeOwn(b)
+			idle := c.idle()
+			st.mu.Unlock()
+			if idle && p.opts.ReleaseThreshold > 0 && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
+				return p.trim()
+			}
+			return nil
+		}
+		st.mu.Unlock()
+	}
+	return p.deallocateSlow(ptr, size, s)
+}
+
+func poolSizeMismatch(p gpu.DevicePtr, req, size int) error {
+	return fmt.Errorf("pool: deallocate %#x of %d bytes as %d: %w", uint64(p), req, size, ErrSizeMismatch)
+}
+
+// Usage reports the bytes reserved from upstream and the bytes handed out
+// (requested sizes), with their high-water marks. Reserved and its peak
+// are exact. Used is exact when no operation runs concurrently. PeakUsed
+// is exact while one stream uses the pool; with several, streams add their
+// changes to the pool-wide total in steps of up to 1 MiB (so that they
+// share no counter on the hot path), and PeakUsed may be off by up to
+// 1 MiB per stream.
+func (p *Pool) Usage() Usage {
+	u := p.usage.snapshot()
+	var used int64
+	for _, st := range p.table.Load().list {
+		used += st.used.Load()
+	}
+	u.Used = uint64(max(used, 0))
+	u.PeakUsed = max(u.PeakUsed, u.Used)
+	return u
+}
+
+// ResetPeaks lowers the peaks of Usage to the current values.
+func (p *Pool) ResetPeaks() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.Usage()
+	p.usage.peakReserved.Store(p.usage.reserved.Load())
+	p.usage.peakUsed.Store(u.Used)
+}
+
+// Release gives every idle chunk (one with no live block) back to the
+// upstream, each free enqueued on the chunk's home stream after it waits
+// on the streams that freed blocks of the chunk. It does not block on
+// work still running. Chunks with live blocks are kept whole; after every
+// allocation has been freed, Release leaves nothing reserved.
+func (p *Pool) Release() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.releaseIdle(nil, 0)
+	return err
+}
+
+// Close releases every idle chunk and the pool's cached events; later
+// Allocate calls fail with ErrClosed. Deallocate keeps working, so memory
+// still live can be freed; a Release after that gives it back.
+func (p *Pool) Close() error {
+	p.closed.Store(true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.releaseIdle(nil, 0)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, st := range p.table.Load().list {
+		st.mu.Lock()
+		for _, e := range st.events {
+			if err := e.Destroy(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		clear(st.events)
+		st.events = st.events[:0]
+		st.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// lookupStream returns the state of stream id, or nil.
+func (p *Pool) lookupStream(id uint64) *poolStream {
+	t := p.table.Load()
+	if len(t.list) <= 8 {
+		for _, st := range t.list {
+			if st.id == id {
+				return st
+			}
+		}
+		return nil
+	}
+	return t.byID[id]
+}
+
+// streamOf returns the state of s, creating it on first use.
+func (p *Pool) streamOf(s gpu.Stream) *poolStream {
+	id := s.ID()
+	if st := p.lookupStream(id); st != nil {
+		return st
+	}
+	p.tableMu.Lock()
+	defer p.tableMu.Unlock()
+	old := p.table.Load()
+	if st := old.byID[id]; st != nil {
+		return st
+	}
+	st := newPoolStream(p, s)
+	t := &poolTable{byID: make(map[uint64]*poolStream, len(old.list)+1), list: make([]*poolStream, 0, len(old.list)+1)}
+	for _, x := range old.list {
+		t.byID[x.id] = x
+		t.list = append(t.list, x)
+	}
+	t.byID[id] = st
+	t.list = append(t.list, st)
+	if len(t.list) > 1 {
+		p.usedQuantum.Store(usedQuantum)
+	}
+	p.table.Store(t)
+	return st
+}
+
+// flushUsed adds a stream's change of used bytes to the pool-wide total
+// and raises the peak.
+func (p *Pool) flushUsed(d int64) {
+	if v := p.usedSum.Add(d); v > 0 {
+		raisePeak(&p.usage.peakUsed, uint64(v))
+	}
+}
+
+func poolRoundUp(n, m int) int { return (n + m - 1) / m * m }

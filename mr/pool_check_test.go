@@ -1,0 +1,480 @@
+package mr
+
+// White-box checks of the pool: an invariant checker, a scripted fake
+// device and upstream that need no simulator, and a fuzz test of operation
+// sequences against a reference model.
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// checkInvariants verifies the invariants stated in pool.go and
+// pool_stream.go. It takes p.mu and each stream's mutex in turn, so it
+// must not run concurrently with operations that it would then miss.
+func (p *Pool) checkInvariants() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	idx := *p.chunks.Load()
+	reserved := 0
+	homedTotal := 0
+	for i, c := range idx {
+		reserved += c.size
+		if i > 0 && idx[i-1].base+gpu.DevicePtr(idx[i-1].size) > c.base {
+			return fmt.Errorf("chunks %#x and %#x overlap or are unsorted", idx[i-1].base, c.base)
+		}
+		if c.home.Load() == nil {
+			return fmt.Errorf("chunk %#x has no home", c.base)
+		}
+	}
+	if uint64(reserved) != p.usage.reserved.Load() {
+		return fmt.Errorf("reserved %d, chunks sum to %d", p.usage.reserved.Load(), reserved)
+	}
+	for _, st := range p.table.Load().list {
+		if err := st.check(idx); err != nil {
+			return fmt.Errorf("stream %d: %w", st.id, err)
+		}
+		st.mu.Lock()
+		homedTotal += len(st.homed)
+		st.mu.Unlock()
+	}
+	if homedTotal != len(idx) {
+		return fmt.Errorf("%d chunks homed, %d indexed", homedTotal, len(idx))
+	}
+	return nil
+}
+
+func (st *poolStream) check(idx poolChunkIndex) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	used := 0
+	liveSeen := 0
+	pendingBytes := 0
+	freeSmall, freeLarge := map[*poolBlock]bool{}, map[*poolBlock]bool{}
+	for i, c := range st.homed {
+		if c.homeIdx != i || c.home.Load() != st {
+			return fmt.Errorf("chunk %#x: homeIdx %d at %d, home %p", c.base, c.homeIdx, i, c.home.Load())
+		}
+		if idx.find(c.base) != c {
+			return fmt.Errorf("chunk %#x not indexed", c.base)
+		}
+		at := c.base
+		live, pending := 0, 0
+		var prev *poolBlock
+		for b := c.first; b != nil; b = b.next {
+			if b.c != c || b.prev != prev || b.ptr != at || b.size <= 0 || b.size%Alignment != 0 {
+				return fmt.Errorf("chunk %#x: bad block %+v at %#x", c.base, *b, at)
+			}
+			if prev != nil && prev.state == blockFree && b.state == blockFree {
+				return fmt.Errorf("chunk %#x: neighbouring free blocks at %#x", c.base, b.ptr)
+			}
+			switch b.state {
+			case blockLive:
+				live++
+				liveSeen++
+				used += b.req
+				if st.live[b.ptr] != b {
+					return fmt.Errorf("live block %#x not in live map", b.ptr)
+				}
+				if alignUp(b.req) > b.size {
+					return fmt.Errorf("live block %#x of %d bytes holds %d", b.ptr, b.size, b.req)
+				}
+			case blockPending:
+				pending++
+				pendingBytes += b.size
+				if b.freedBy == nil || b.freedBy == st {
+					return fmt.Errorf("pending block %#x freed by %v", b.ptr, b.freedBy)
+				}
+			case blockFree:
+				if c.small {
+					freeSmall[b] = true
+				} else {
+					freeLarge[b] = true
+				}
+			}
+			at += gpu.DevicePtr(b.size)
+			prev = b
+		}
+		if at != c.base+gpu.DevicePtr(c.size) {
+			return fmt.Errorf("chunk %#x: blocks end at %#x, chunk at %#x", c.base, at, c.base+gpu.DevicePtr(c.size))
+		}
+		if live != c.live || pending != c.pending {
+			return fmt.Errorf("chunk %#x: counts live %d pending %d, blocks live %d pending %d", c.base, c.live, c.pending, live, pending)
+		}
+	}
+	if liveSeen != len(st.live) {
+		return fmt.Errorf("live map has %d entries, chunks %d live blocks", len(st.live), liveSeen)
+	}
+	if int64(used) != st.used.Load() {
+		return fmt.Errorf("used %d, live blocks hold %d", st.used.Load(), used)
+	}
+	if pendingBytes != st.pendingBytes {
+		return fmt.Errorf("pendingBytes %d, pending blocks %d", st.pendingBytes, pendingBytes)
+	}
+	for _, pl := range st.pendingLists {
+		n := 0
+		for b := pl.head; b != nil; b = b.lnext {
+			if b.state != blockPending || b.freedBy != pl.from || b.c.home.Load() != st {
+				return fmt.Errorf("pending list of %d holds %+v", pl.from.id, *b)
+			}
+			if b.lnext != nil && b.lnext.lprev != b {
+				return fmt.Errorf("pending list of %d: broken links", pl.from.id)
+			}
+			n += b.size
+		}
+		if n != pl.bytes {
+			return fmt.Errorf("pending list of %d: bytes %d, blocks %d", pl.from.id, pl.bytes, n)
+		}
+	}
+	for _, x := range []struct {
+		t    *tlsf
+		want map[*poolBlock]bool
+	}{{&st.small, freeSmall}, {&st.large, freeLarge}} {
+		n, bytes := 0, 0
+		for fl := range tlsfFL {
+			if (x.t.flMap&(1<<fl) != 0) != (x.t.slMap[fl] != 0) {
+				return fmt.Errorf("tlsf first-level bit %d wrong", fl)
+			}
+			for sl := range tlsfSL {
+				if (x.t.slMap[fl]&(1<<sl) != 0) != (x.t.heads[fl][sl] != nil) {
+					return fmt.Errorf("tlsf bit (%d,%d) wrong", fl, sl)
+				}
+				for b := x.t.heads[fl][sl]; b != nil; b = b.lnext {
+					if f, s := tlsfClass(b.size); f != fl || s != sl {
+						return fmt.Errorf("block of %d bytes in class (%d,%d)", b.size, fl, sl)
+					}
+					if !x.want[b] {
+						return fmt.Errorf("tlsf lists %+v, not a free block here", *b)
+					}
+					if b.lnext != nil && b.lnext.lprev != b {
+						return fmt.Errorf("tlsf (%d,%d): broken links", fl, sl)
+					}
+					n++
+					bytes += b.size
+				}
+			}
+		}
+		if n != len(x.want) || n != x.t.n || bytes != x.t.bytes {
+			return fmt.Errorf("tlsf lists %d blocks (%d bytes, counters %d/%d), chunks have %d free", n, bytes, x.t.n, x.t.bytes, len(x.want))
+		}
+	}
+	return nil
+}
+
+// --- A fake device and upstream: enough of gpu for the pool, no memory.
+
+var fakeIDs atomic.Uint64
+
+type pfDevice struct {
+	gpu.Device // nil: methods the pool must not call panic
+	mu         sync.Mutex
+	events     int // created and not destroyed
+	records    int
+	waits      int
+	syncs      int
+	failRecord error // next Record fails with this
+}
+
+func (d *pfDevice) NewEvent(bool) (gpu.Event, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.events++
+	return &pfEvent{d: d}, nil
+}
+
+func (d *pfDevice) Synchronize() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.syncs++
+	return nil
+}
+
+type pfStream struct {
+	id uint64
+	d  *pfDevice
+}
+
+func newPFStream(d *pfDevice) *pfStream { return &pfStream{id: fakeIDs.Add(1), d: d} }
+func (s *pfStream) ID() uint64          { return s.id }
+func (s *pfStream) Device() gpu.Device  { return s.d }
+func (s *pfStream) Synchronize() error  { return nil }
+func (s *pfStream) Query() error        { return nil }
+func (s *pfStream) Destroy() error      { return nil }
+func (s *pfStream) WaitEvent(e gpu.Event) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.waits++
+	return nil
+}
+
+type pfEvent struct {
+	gpu.Event
+	d *pfDevice
+}
+
+func (e *pfEvent) Record(gpu.Stream) error {
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	if err := e.d.failRecord; err != nil {
+		e.d.failRecord = nil
+		return err
+	}
+	e.d.records++
+	return nil
+}
+
+func (e *pfEvent) Destroy() error {
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	e.d.events--
+	return nil
+}
+
+// pfUpstream hands out addresses from a bump pointer, up to capacity, and
+// checks that frees match.
+type pfUpstream struct {
+	d        *pfDevice
+	mu       sync.Mutex
+	next     gpu.DevicePtr
+	live     map[gpu.DevicePtr]int
+	held     int
+	capacity int
+	allocs   int
+	frees    int
+}
+
+func newPFUpstream(capacity int) *pfUpstream {
+	return &pfUpstream{d: &pfDevice{}, next: 1 << 32, live: map[gpu.DevicePtr]int{}, capacity: capacity}
+}
+
+func (u *pfUpstream) Device() gpu.Device { return u.d }
+
+func (u *pfUpstream) Allocate(n int, s gpu.Stream) (gpu.DevicePtr, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.held+n > u.capacity {
+		return 0, &OutOfMemoryError{Resource: "fake", Requested: n, Reserved: uint64(u.held)}
+	}
+	p := u.next
+	u.next += gpu.DevicePtr(alignUp(n)) + 4096 // gaps catch off-chunk pointers
+	u.live[p] = n
+	u.held += n
+	u.allocs++
+	return p, nil
+}
+
+func (u *pfUpstream) Deallocate(p gpu.DevicePtr, n int, s gpu.Stream) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if m, ok := u.live[p]; !ok || m != n {
+		return fmt.Errorf("fake upstream: free %#x of %d (live %d): %w", p, n, m, ErrUnknownPointer)
+	}
+	delete(u.live, p)
+	u.held -= n
+	u.frees++
+	return nil
+}
+
+// --- Tests.
+
+func TestTLSFClasses(t *testing.T) {
+	// Classes are monotone in size, and every block of a class above the
+	// class of n is at least n bytes.
+	prevF, prevS := 0, 0
+	for u := 1; u < 1<<16; u++ {
+		f, s := tlsfClass(u * Alignment)
+		if f < prevF || (f == prevF && s < prevS) {
+			t.Fatalf("class of %d units (%d,%d) below that of %d units (%d,%d)", u, f, s, u-1, prevF, prevS)
+		}
+		prevF, prevS = f, s
+	}
+	for _, n := range []int{256, 512, 8192, 8448, 1 << 20, 1<<20 + 256, 3 << 30, 1 << 50} {
+		var tl tlsf
+		b := &poolBlock{size: n}
+		tl.insert(b)
+		if got := tl.find(n); got != b {
+			t.Errorf("find(%d) with one block of %d: %v", n, n, got)
+		}
+		if got := tl.find(n + Alignment); got != nil {
+			t.Errorf("find(%d) with one block of %d: %+v", n+Alignment, n, got)
+		}
+		tl.remove(b)
+		if tl.n != 0 || tl.bytes != 0 || tl.flMap != 0 {
+			t.Errorf("after remove: %+v", tl)
+		}
+	}
+}
+
+func TestTLSFFindBestInClass(t *testing.T) {
+	var tl tlsf
+	// 1 MiB + k units share a class: find takes the smallest that fits.
+	sizes := []int{1<<20 + 20*Alignment, 1<<20 + 5*Alignment, 1<<20 + 9*Alignment}
+	for _, n := range sizes {
+		tl.insert(&poolBlock{size: n})
+	}
+	if b := tl.find(1<<20 + 6*Alignment); b == nil || b.size != 1<<20+9*Alignment {
+		t.Fatalf("find: got %+v, want the block of 1 MiB + 9 units", b)
+	}
+	if b := tl.find(1<<20 + 21*Alignment); b != nil && b.size < 1<<20+21*Alignment {
+		t.Fatalf("find returned a block too small: %d", b.size)
+	}
+}
+
+// poolOp is one step of a fuzzed sequence.
+type modelAlloc struct {
+	p      gpu.DevicePtr
+	size   int
+	stream int
+}
+
+func runPoolModel(t *testing.T, data []byte, opts PoolOptions, capacity int) {
+	up := newPFUpstream(capacity)
+	p, err := NewPool(up, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := []*pfStream{newPFStream(up.d), newPFStream(up.d), newPFStream(up.d)}
+	var live []modelAlloc
+	used := 0
+	sizeOf := func(a, b byte) int {
+		switch a % 4 {
+		case 0:
+			return int(b) + 1 // tiny
+		case 1:
+			return int(b) * 1000 // up to 255 KB
+		case 2:
+			return int(b)<<12 + int(a) // up to 1 MiB and over
+		default:
+			return int(b) << 18 // up to 64 MiB
+		}
+	}
+	for i := 0; i+2 < len(data); i += 3 {
+		op, a, b := data[i], data[i+1], data[i+2]
+		s := streams[int(op>>4)%len(streams)]
+		switch op % 8 {
+		case 0, 1, 2, 3: // allocate
+			n := sizeOf(a, b)
+			ptr, err := p.Allocate(n, s)
+			if n == 0 {
+				if ptr != 0 || err != nil {
+					t.Fatalf("Allocate(0) = %#x, %v", ptr, err)
+				}
+				continue
+			}
+			if err != nil {
+				if !errors.Is(err, ErrOutOfMemory) {
+					t.Fatalf("Allocate(%d): %v", n, err)
+				}
+				var oom *OutOfMemoryError
+				if !errors.As(err, &oom) || oom.Requested != n {
+					t.Fatalf("Allocate(%d): OOM error %v", n, err)
+				}
+				if used+n <= capacity/4 && opts.MaxSize == 0 {
+					t.Fatalf("Allocate(%d) failed with %d used of %d: %v", n, used, capacity, err)
+				}
+				continue
+			}
+			if ptr%Alignment != 0 {
+				t.Fatalf("Allocate(%d) = %#x, misaligned", n, ptr)
+			}
+			for _, l := range live {
+				if ptr < l.p+gpu.DevicePtr(l.size) && l.p < ptr+gpu.DevicePtr(n) {
+					t.Fatalf("Allocate(%d) = %#x overlaps live %#x+%d", n, ptr, l.p, l.size)
+				}
+			}
+			live = append(live, modelAlloc{ptr, n, int(op>>4) % len(streams)})
+			used += n
+		case 4, 5, 6: // free, maybe on another stream
+			if len(live) == 0 {
+				continue
+			}
+			j := int(a) % len(live)
+			l := live[j]
+			if err := p.Deallocate(l.p, l.size, s); err != nil {
+				t.Fatalf("Deallocate(%#x, %d): %v", l.p, l.size, err)
+			}
+			live[j] = live[len(live)-1]
+			live = live[:len(live)-1]
+			used -= l.size
+			// A second free of the same pointer is a typed error and
+			// changes nothing.
+			if b%7 == 0 {
+				err := p.Deallocate(l.p, l.size, s)
+				want := ErrDoubleFree
+				if p.chunks.Load().find(l.p) == nil {
+					want = ErrUnknownPointer // its chunk was released
+				}
+				if !errors.Is(err, want) {
+					t.Fatalf("double free: %v, want %v", err, want)
+				}
+			}
+		case 7: // release, or a bad free
+			if b%2 == 0 {
+				if err := p.Release(); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			} else if len(live) > 0 {
+				l := live[int(a)%len(live)]
+				if err := p.Deallocate(l.p, l.size+1, s); !errors.Is(err, ErrSizeMismatch) {
+					t.Fatalf("free with wrong size: %v", err)
+				}
+				inside := l.p + 1
+				if l.size > Alignment {
+					inside = l.p + Alignment
+				}
+				if err := p.Deallocate(inside, l.size, s); !errors.Is(err, ErrUnknownPointer) {
+					t.Fatalf("free inside a block: %v", err)
+				}
+			}
+		}
+		if err := p.checkInvariants(); err != nil {
+			t.Fatalf("after op %d (%d %d %d): %v", i/3, op, a, b, err)
+		}
+		if u := p.Usage(); u.Used != uint64(used) || u.Reserved > uint64(max(capacity, opts.MaxSize)) {
+			t.Fatalf("usage %+v, model used %d", u, used)
+		}
+		if opts.MaxSize > 0 && p.Usage().Reserved > uint64(opts.MaxSize) {
+			t.Fatalf("reserved %d above MaxSize %d", p.Usage().Reserved, opts.MaxSize)
+		}
+	}
+	for _, l := range live {
+		if err := p.Deallocate(l.p, l.size, streams[l.stream]); err != nil {
+			t.Fatalf("final Deallocate: %v", err)
+		}
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
+		t.Fatalf("after freeing everything and Release: %+v", u)
+	}
+	if up.held != 0 || len(up.live) != 0 {
+		t.Fatalf("upstream still holds %d bytes in %d chunks", up.held, len(up.live))
+	}
+}
+
+func FuzzPoolOps(f *testing.F) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 8 {
+		b := make([]byte, 600)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0, 1, 2, 4, 0, 7, 7, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		runPoolModel(t, data, PoolOptions{}, 4<<30)
+		runPoolModel(t, data, PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1<<30)
+		runPoolModel(t, data, PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1<<30)
+	})
+}

@@ -1,0 +1,126 @@
+// Chunks and blocks of a Pool.
+//
+// A chunk is one allocation from the pool's upstream. It is cut into
+// blocks that tile it exactly: first, then each block's next, in address
+// order, with no gap and no overlap. A block is live (handed out), free
+// (filed in its home stream's tlsf, reusable by that stream at once) or
+// pending (freed on another stream than the chunk's home, filed in the
+// home's pending list for that stream, reusable only after the home waits
+// on an event recorded on the freeing stream).
+//
+// Every chunk has one home stream at a time (chunk.home). All of its
+// blocks, and its counters, are guarded by the home's mutex; that is what
+// lets a stream split and coalesce without any lock but its own. The home
+// changes only while the chunk has no live block (a steal or a release),
+// under the old home's mutex, so the live blocks of a chunk are always in
+// its home's live map. home is nil while a chunk is being released.
+//
+// chunkIndex is the sorted, immutable list of all chunks, replaced
+// copy-on-write under Pool.mu when the pool grows or releases; Deallocate
+// reads it without a lock to find the chunk of a pointer that is not live
+// on the calling stream.
+package mr
+
+import (
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+type poolBlockState uint8
+
+const (
+	blockFree poolBlockState = iota
+	blockLive
+	blockPending
+)
+
+// block is a piece of a chunk. Descriptors are recycled through the spare
+// list of a streamState, so the hot path allocates no Go memory.
+type poolBlock struct {
+	ptr  gpu.DevicePtr
+	size int // a multiple of Alignment
+	req  int // the size asked for, while live
+	c    *poolChunk
+
+	prev, next   *poolBlock // neighbours in c, by address
+	lprev, lnext *poolBlock // links in a tlsf class, a pending list or the spare list
+
+	state   poolBlockState
+	handed  bool        // ptr was handed out by Allocate (for diagnose)
+	freedBy *poolStream // pending: the stream the free was enqueued on
+}
+
+func (b *poolBlock) end() gpu.DevicePtr { return b.ptr + gpu.DevicePtr(b.size) }
+
+// chunk is one upstream allocation.
+type poolChunk struct {
+	base  gpu.DevicePtr
+	size  int  // bytes allocated from upstream (and given back with Deallocate)
+	small bool // serves requests of at most poolSmallMax bytes only
+
+	home atomic.Pointer[poolStream]
+
+	// Guarded by home.mu.
+	first   *poolBlock
+	live    int // live blocks
+	pending int // pending blocks
+	homeIdx int // index in home.homed
+}
+
+// idle reports whether no block of c is live or pending, which means c is
+// one free block (free neighbours always coalesce). Caller holds home.mu.
+func (c *poolChunk) idle() bool { return c.live == 0 && c.pending == 0 }
+
+func (c *poolChunk) contains(p gpu.DevicePtr) bool {
+	return p >= c.base && p < c.base+gpu.DevicePtr(c.size)
+}
+
+// chunkIndex is an immutable list of chunks sorted by base.
+type poolChunkIndex []*poolChunk
+
+// find returns the chunk that contains p, or nil. It takes no lock.
+func (x poolChunkIndex) find(p gpu.DevicePtr) *poolChunk {
+	i := x.upper(p)
+	if i == 0 {
+		return nil
+	}
+	if c := x[i-1]; c.contains(p) {
+		return c
+	}
+	return nil
+}
+
+// upper returns the number of chunks whose base is at most p.
+func (x poolChunkIndex) upper(p gpu.DevicePtr) int {
+	lo, hi := 0, len(x)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if x[m].base <= p {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// with returns a new index holding x's chunks and c.
+func (x poolChunkIndex) with(c *poolChunk) poolChunkIndex {
+	i := x.upper(c.base)
+	y := make(poolChunkIndex, 0, len(x)+1)
+	y = append(y, x[:i]...)
+	y = append(y, c)
+	return append(y, x[i:]...)
+}
+
+// without returns a new index holding x's chunks but c.
+func (x poolChunkIndex) without(c *poolChunk) poolChunkIndex {
+	y := make(poolChunkIndex, 0, len(x))
+	for _, d := range x {
+		if d != c {
+			y = append(y, d)
+		}
+	}
+	return y
+}

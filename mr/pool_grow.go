@@ -1,0 +1,380 @@
+// The slow paths of a Pool: steal, growth, release, and frees of memory
+// that is not live on the calling stream.
+//
+// All of them but deallocateSlow run under Pool.mu, which orders them with
+// each other (a growth never races with a release of the chunk list) and is
+// always taken before a stream's mutex. They take one stream's mutex at a
+// time and never hold one across an upstream call, so a slow upstream (a
+// synchronous cuMemFree) never stalls another stream's hot path.
+//
+// Order of resort for a request the calling stream's lists cannot serve:
+// absorb the blocks other streams freed into this stream's chunks; steal
+// the smallest idle chunk of another stream that fits; grow (first
+// releasing idle chunks if the growth would otherwise raise the high-water
+// mark of reserved memory, or cross MaxSize or ReleaseThreshold); and on
+// out of memory, release every idle chunk and go through it all once more.
+package mr
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// allocateSlow serves a request that st's own lists could not.
+func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	small := rounded <= poolSmallMax
+	var errs []error
+	var upstreamErr error
+	if !p.grown && p.opts.InitialSize > 0 {
+		if err := p.growInitial(st); err != nil {
+			// Not fatal: the request may still be served by a smaller
+			// growth.
+			errs = append(errs, err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		// Another goroutine on this stream may have freed or grown.
+		ptr, ok, err := p.tryOwn(st, size, rounded, small)
+		if ok {
+			return ptr, nil
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		stole, err := p.steal(st, rounded, small)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if stole {
+			if ptr, ok, _ := p.tryOwn(st, size, rounded, small); ok {
+				return ptr, nil
+			}
+		}
+		ptr, err = p.grow(st, size, rounded, small)
+		if err == nil {
+			return ptr, nil
+		}
+		if !errors.Is(err, ErrOutOfMemory) {
+			return 0, fmt.Errorf("pool: allocate %d bytes: %w", size, errors.Join(append(errs, err)...))
+		}
+		if !errors.Is(err, errPoolLimit) {
+			upstreamErr = err
+		}
+		if attempt > 0 {
+			break
+		}
+		// Out of memory: give back every idle chunk and try once more.
+		released, err := p.releaseIdle(st, 0)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if released == 0 {
+			break
+		}
+	}
+	u := p.Usage()
+	e := &OutOfMemoryError{Resource: "pool", Requested: size, Stream: st.id,
+		Reserved: u.Reserved, Used: u.Used, Limit: uint64(p.opts.MaxSize)}
+	if upstreamErr != nil {
+		errs = append(errs, upstreamErr)
+	}
+	e.Err = errors.Join(errs...)
+	return 0, e
+}
+
+// errPoolLimit is the reason a growth refused to cross MaxSize.
+var errPoolLimit = fmt.Errorf("pool: MaxSize reached: %w", ErrOutOfMemory)
+
+// tryOwn serves the request from st's lists, absorbing pending blocks.
+func (p *Pool) tryOwn(st *poolStream, size, rounded int, small bool) (gpu.DevicePtr, bool, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := &st.large
+	if small {
+		t = &st.small
+	}
+	b := st.take(t, rounded)
+	var err error
+	if b == nil && st.pendingBytes > 0 {
+		err = st.absorb()
+		b = st.take(t, rounded)
+	}
+	if b == nil {
+		return 0, false, err
+	}
+	st.markLive(b, size)
+	return b.ptr, true, nil
+}
+
+// steal moves to st the smallest chunk of its class without live blocks
+// that another stream homes and that can hold rounded bytes, and absorbs
+// it: st waits on one event on the old home (and one per stream that
+// freed a pending block of the chunk). Caller holds p.mu.
+func (p *Pool) steal(st *poolStream, rounded int, small bool) (bool, error) {
+	for _, o := range p.table.Load().list {
+		if o == st {
+			continue
+		}
+		o.mu.Lock()
+		var best *poolChunk
+		for _, c := range o.homed {
+			if c.live == 0 && c.small == small && c.size >= rounded && (best == nil || c.size < best.size) {
+				best = c
+			}
+		}
+		if best == nil {
+			o.mu.Unlock()
+			continue
+		}
+		o.detach(best, nil)
+		o.removeHomed(best, st)
+		o.mu.Unlock()
+
+		st.mu.Lock()
+		st.attach(best)
+		err := st.absorb()
+		st.mu.Unlock()
+		if err != nil {
+			return true, fmt.Errorf("pool: steal from stream %d: %w", o.id, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// grow reserves a new chunk on st's stream and serves the request from it.
+// Caller holds p.mu.
+func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePtr, error) {
+	g := poolSmallChunk
+	if !small {
+		g = max(p.opts.ChunkSize, poolRoundUp(rounded, poolGranularity))
+	}
+	reserved := int(p.usage.reserved.Load())
+	if reserved+g > int(p.usage.peakReserved.Load()) ||
+		(p.opts.ReleaseThreshold > 0 && reserved+g > p.opts.ReleaseThreshold) ||
+		(p.opts.MaxSize > 0 && reserved+g > p.opts.MaxSize) {
+		// Idle chunks cannot serve this request (a steal would have
+		// taken one); keeping them through the growth would only raise
+		// the high-water mark.
+		if _, err := p.releaseIdle(st, 0); err != nil {
+			return 0, err
+		}
+		reserved = int(p.usage.reserved.Load())
+	}
+	if p.opts.MaxSize > 0 && reserved+g > p.opts.MaxSize {
+		room := (p.opts.MaxSize - reserved) &^ (Alignment - 1)
+		if room < rounded {
+			return 0, errPoolLimit
+		}
+		g = room
+	}
+	return p.newChunk(st, g, small, size, rounded)
+}
+
+// growInitial reserves the InitialSize chunk, a large one, on the first
+// growth. Caller holds p.mu.
+func (p *Pool) growInitial(st *poolStream) error {
+	p.grown = true
+	g := poolRoundUp(p.opts.InitialSize, poolGranularity)
+	if p.opts.MaxSize > 0 {
+		g = min(g, p.opts.MaxSize&^(Alignment-1))
+	}
+	_, err := p.newChunk(st, g, false, 0, 0)
+	return err
+}
+
+// newChunk allocates g bytes from upstream on st's stream, files them as
+// one free chunk homed at st and, if size > 0, serves the request from it
+// under the same lock (so another goroutine on st cannot take it first).
+// Caller holds p.mu.
+func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (gpu.DevicePtr, error) {
+	ptr, err := p.upstream.Allocate(g, st.s)
+	if err != nil {
+		return 0, fmt.Errorf("pool: grow by %d bytes: %w", g, err)
+	}
+	if ptr == 0 || ptr%Alignment != 0 {
+		if ptr != 0 {
+			p.upstream.Deallocate(ptr, g, st.s)
+		}
+		return 0, fmt.Errorf("pool: grow by %d bytes: upstream returned misaligned %#x: %w", g, uint64(ptr), gpu.ErrInvalidValue)
+	}
+	p.grown = true
+	c := &poolChunk{base: ptr, size: g, small: small}
+	p.chunks.Store(indexRef(p.chunks.Load().with(c)))
+	p.usage.addReserved(g)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b := st.newBlock()
+	b.ptr, b.size, b.c = ptr, g, c
+	c.first = b
+	st.addHomed(c)
+	st.putFree(b)
+	if size == 0 {
+		return 0, nil
+	}
+	b = st.take(st.binsOf(c), rounded)
+	st.markLive(b, size)
+	return b.ptr, nil
+}
+
+func indexRef(x poolChunkIndex) *poolChunkIndex { return &x }
+
+// releaseIdle gives idle chunks back to the upstream until the pool
+// reserves at most keep bytes (keep 0: every idle chunk). It returns the
+// bytes released. The free of a chunk is enqueued on its home, after the
+// home waits on every other stream that freed a block of it; if the home
+// was destroyed, on requester (or another stream) after a device
+// synchronization. Caller holds p.mu.
+func (p *Pool) releaseIdle(requester *poolStream, keep int) (int, error) {
+	var errs []error
+	released := 0
+	var idle []*poolChunk
+	for _, o := range p.table.Load().list {
+		o.mu.Lock()
+		idle = idle[:0]
+		for _, c := range o.homed {
+			if c.live == 0 {
+				idle = append(idle, c)
+			}
+		}
+		var freeing []*poolChunk
+		for _, c := range idle {
+			if keep > 0 && int(p.usage.reserved.Load())-released <= keep {
+				break
+			}
+			waits := o.detach(c, nil)
+			var werr error
+			for _, w := range waits {
+				if werr = o.orderAfter(w); werr != nil {
+					break
+				}
+			}
+			if werr != nil {
+				o.refile(c)
+				errs = append(errs, fmt.Errorf("pool: release poolChunk %#x: %w", uint64(c.base), werr))
+				continue
+			}
+			// Every block of c is free and ordered before o's later
+			// work: drop the descriptors, the chunk is one range now.
+			for b := c.first; b != nil; {
+				next := b.next
+				o.putSpare(b)
+				b = next
+			}
+			c.first, c.pending = nil, 0
+			o.removeHomed(c, nil)
+			freeing = append(freeing, c)
+			released += c.size
+		}
+		o.mu.Unlock()
+
+		for _, c := range freeing {
+			if err := p.upstreamFree(c, o, requester); err != nil {
+				released -= c.size
+				o.mu.Lock()
+				b := o.newBlock()
+				b.ptr, b.size, b.c = c.base, c.size, c
+				c.first = b
+				o.addHomed(c)
+				o.putFree(b)
+				o.mu.Unlock()
+				errs = append(errs, err)
+				continue
+			}
+			p.chunks.Store(indexRef(p.chunks.Load().without(c)))
+			p.usage.subReserved(c.size)
+		}
+	}
+	return released, errors.Join(errs...)
+}
+
+// upstreamFree gives chunk c, detached from its home o, back to the
+// upstream on o's stream. If o's stream was destroyed, it synchronizes the
+// device (o's last work may still be running) and frees on another stream.
+func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
+	err := p.upstream.Deallocate(c.base, c.size, o.s)
+	if err == nil || !errors.Is(err, gpu.ErrDestroyed) {
+		if err != nil {
+			return fmt.Errorf("pool: release poolChunk %#x: %w", uint64(c.base), err)
+		}
+		return nil
+	}
+	if err := p.dev.Synchronize(); err != nil {
+		return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
+	}
+	candidates := p.table.Load().list
+	if requester != nil {
+		candidates = append([]*poolStream{requester}, candidates...)
+	}
+	for _, x := range candidates {
+		if x == o {
+			continue
+		}
+		if err = p.upstream.Deallocate(c.base, c.size, x.s); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
+}
+
+// trim releases idle chunks until the pool reserves at most
+// ReleaseThreshold bytes.
+func (p *Pool) trim() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.releaseIdle(nil, p.opts.ReleaseThreshold)
+	return err
+}
+
+// deallocateSlow frees ptr, which is not live on the calling stream's own
+// chunks: memory of another stream's chunk (a cross-stream free), or bad
+// input, which it diagnoses without changing anything.
+func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
+	c := p.chunks.Load().find(ptr)
+	if c == nil {
+		return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+	}
+	var from *poolStream
+	for {
+		h := c.home.Load()
+		if h == nil {
+			// Being released: it has no live block.
+			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+		}
+		if from == nil && h.id != s.ID() {
+			// Created before h.mu is taken: creating takes the table lock.
+			from = p.streamOf(s)
+		}
+		h.mu.Lock()
+		if c.home.Load() != h {
+			h.mu.Unlock()
+			continue
+		}
+		b, ok := h.live[ptr]
+		if !ok {
+			err := h.diagnose(c, ptr)
+			h.mu.Unlock()
+			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), err)
+		}
+		if b.req != size {
+			req := b.req
+			h.mu.Unlock()
+			return poolSizeMismatch(ptr, req, size)
+		}
+		if h.id == s.ID() {
+			h.freeOwn(b)
+		} else {
+			h.freeForeign(b, from)
+		}
+		idle := c.idle()
+		h.mu.Unlock()
+		if idle && p.opts.ReleaseThreshold > 0 && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
+			return p.trim()
+		}
+		return nil
+	}
+}

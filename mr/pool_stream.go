@@ -1,0 +1,422 @@
+// The per-stream state of a Pool: everything the hot path touches.
+//
+// A streamState owns the chunks whose home it is, and with them their
+// blocks: two tlsf indexes of free blocks (one for small chunks, one for
+// large ones), a map of live blocks by address, and, per other stream, a
+// list of pending blocks that the other stream freed. Its mutex guards all
+// of that; a goroutine on another stream takes it only on a slow path (a
+// free of memory allocated here, a steal, a release), never to serve its
+// own requests. So goroutines that each have a stream never contend.
+//
+// Invariants, under mu:
+//   - a block of a chunk homed here is in exactly one of: small or large
+//     (free), live (live), pendingLists[i] with from == freedBy (pending);
+//   - no two neighbouring blocks of a chunk are both free (free blocks
+//     coalesce as soon as they become free);
+//   - used is the sum of req over the live blocks; pendingBytes the sum of
+//     size over the pending ones;
+//   - homed[c.homeIdx] == c for every chunk homed here.
+//
+// Block descriptors and events are recycled through per-stream free lists
+// (spare, events), so that in steady state no operation allocates.
+package mr
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+const (
+	// spareBatch is how many block descriptors a stream allocates at
+	// once when its spare list runs dry.
+	poolSpareBatch = 64
+	// maxStreamEvents bounds the events a stream keeps for reuse.
+	poolStreamEvents = 4
+	// freedRing is how many freed pointers a stream remembers.
+	poolFreedRing = 16
+)
+
+// pendingList holds the blocks of chunks homed at one stream that another
+// stream (from) freed: reusable by the home once it waits on an event
+// recorded on from after the frees.
+type poolPending struct {
+	from  *poolStream
+	head  *poolBlock
+	bytes int
+}
+
+type poolStream struct {
+	mu   sync.Mutex
+	id   uint64
+	s    gpu.Stream
+	pool *Pool
+
+	small, large tlsf
+	live         map[gpu.DevicePtr]*poolBlock
+	spare        *poolBlock
+	pendingLists []poolPending
+	pendingBytes int
+	homed        []*poolChunk
+	events       []gpu.Event
+	// freed remembers the last pointers freed from this stream's chunks,
+	// to tell a double free from an unknown pointer (diagnose).
+	freed    [poolFreedRing]gpu.DevicePtr
+	freedPos uint
+
+	// used is written under mu (atomically, so that Usage can read it
+	// without the lock); unflushed is what used changed by since this
+	// stream last added to the pool-wide total.
+	used      atomic.Int64
+	unflushed int64
+
+	_ [64]byte // keep the next stream's mutex off this cache line
+}
+
+func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
+	return &poolStream{id: s.ID(), s: s, pool: p, live: make(map[gpu.DevicePtr]*poolBlock)}
+}
+
+func (st *poolStream) binsOf(c *poolChunk) *tlsf {
+	if c.small {
+		return &st.small
+	}
+	return &st.large
+}
+
+// newBlock returns a zeroed descriptor from the spare list.
+func (st *poolStream) newBlock() *poolBlock {
+	if st.spare == nil {
+		bs := make([]poolBlock, poolSpareBatch)
+		for i := range bs[:len(bs)-1] {
+			bs[i].lnext = &bs[i+1]
+		}
+		st.spare = &bs[0]
+	}
+	b := st.spare
+	st.spare = b.lnext
+	b.lnext = nil
+	return b
+}
+
+func (st *poolStream) putSpare(b *poolBlock) {
+	*b = poolBlock{lnext: st.spare}
+	st.spare = b
+}
+
+// take removes from bins a free block of at least rounded bytes, splits off
+// what it does not need, and returns it (still marked free), or nil.
+func (st *poolStream) take(t *tlsf, rounded int) *poolBlock {
+	b := t.find(rounded)
+	if b == nil {
+		return nil
+	}
+	t.remove(b)
+	if rest := b.size - rounded; rest > 0 {
+		r := st.newBlock()
+		r.ptr = b.ptr + gpu.DevicePtr(rounded)
+		r.size = rest
+		r.c = b.c
+		r.state = blockFree
+		r.prev, r.next = b, b.next
+		if b.next != nil {
+			b.next.prev = r
+		}
+		b.next = r
+		b.size = rounded
+		t.insert(r)
+	}
+	return b
+}
+
+// markLive hands b out for a request of req bytes.
+func (st *poolStream) markLive(b *poolBlock, req int) {
+	b.state = blockLive
+	b.handed = true
+	b.req = req
+	st.live[b.ptr] = b
+	b.c.live++
+	st.addUsed(req)
+}
+
+// putFree marks b (in no list) free, coalesces it with its free
+// neighbours and files the result.
+func (st *poolStream) putFree(b *poolBlock) {
+	b.state = blockFree
+	b.freedBy = nil
+	t := st.binsOf(b.c)
+	if n := b.next; n != nil && n.state == blockFree {
+		t.remove(n)
+		b.size += n.size
+		b.next = n.next
+		if n.next != nil {
+			n.next.prev = b
+		}
+		st.putSpare(n)
+	}
+	if p := b.prev; p != nil && p.state == blockFree {
+		t.remove(p)
+		p.size += b.size
+		p.next = b.next
+		if b.next != nil {
+			b.next.prev = p
+		}
+		st.putSpare(b)
+		b = p
+	}
+	t.insert(b)
+}
+
+// unlive takes live block b out of the live map and the counters.
+func (st *poolStream) unlive(b *poolBlock) {
+	delete(st.live, b.ptr)
+	st.freed[st.freedPos%poolFreedRing] = b.ptr
+	st.freedPos++
+	b.c.live--
+	st.addUsed(-b.req)
+	b.req = 0
+}
+
+// freeOwn frees live block b on the home stream itself: reusable at once.
+func (st *poolStream) freeOwn(b *poolBlock) {
+	st.unlive(b)
+	st.putFree(b)
+}
+
+// freeForeign frees live block b on stream from, another stream than the
+// home: b becomes pending until the home is ordered after from.
+func (st *poolStream) freeForeign(b *poolBlock, from *poolStream) {
+	st.unlive(b)
+	st.addPending(b, from)
+}
+
+// addPending files b (in no list) as pending, freed by from.
+func (st *poolStream) addPending(b *poolBlock, from *poolStream) {
+	b.state = blockPending
+	b.freedBy = from
+	b.c.pending++
+	st.pendingBytes += b.size
+	var pl *poolPending
+	for i := range st.pendingLists {
+		if st.pendingLists[i].from == from {
+			pl = &st.pendingLists[i]
+			break
+		}
+	}
+	if pl == nil {
+		st.pendingLists = append(st.pendingLists, poolPending{from: from})
+		pl = &st.pendingLists[len(st.pendingLists)-1]
+	}
+	b.lprev, b.lnext = nil, pl.head
+	if pl.head != nil {
+		pl.head.lprev = b
+	}
+	pl.head = b
+	pl.bytes += b.size
+}
+
+// removePending takes pending block b out of its list.
+func (st *poolStream) removePending(b *poolBlock) {
+	for i := range st.pendingLists {
+		pl := &st.pendingLists[i]
+		if pl.from != b.freedBy {
+			continue
+		}
+		if b.lprev != nil {
+			b.lprev.lnext = b.lnext
+		} else {
+			pl.head = b.lnext
+		}
+		if b.lnext != nil {
+			b.lnext.lprev = b.lprev
+		}
+		b.lprev, b.lnext = nil, nil
+		pl.bytes -= b.size
+		break
+	}
+	b.c.pending--
+	st.pendingBytes -= b.size
+}
+
+// absorb makes the blocks other streams freed reusable here: for each
+// freeing stream, one event recorded on it and waited on by this stream
+// covers all of its blocks. On an error, the blocks of that stream stay
+// pending and the others are absorbed.
+func (st *poolStream) absorb() error {
+	var errs []error
+	kept := st.pendingLists[:0]
+	for _, pl := range st.pendingLists {
+		if pl.head == nil {
+			continue
+		}
+		if err := st.orderAfter(pl.from); err != nil {
+			errs = append(errs, err)
+			kept = append(kept, pl)
+			continue
+		}
+		for b := pl.head; b != nil; {
+			next := b.lnext
+			b.lprev, b.lnext = nil, nil
+			b.c.pending--
+			st.pendingBytes -= b.size
+			st.putFree(b)
+			b = next
+		}
+	}
+	clear(st.pendingLists[len(kept):])
+	st.pendingLists = kept
+	return errors.Join(errs...)
+}
+
+// orderAfter makes work enqueued on this stream from now on run after the
+// work enqueued on from so far, with an event of this stream's cache. If
+// from was destroyed (its last work may still be running and no event can
+// be recorded on it), it synchronizes the device instead.
+func (st *poolStream) orderAfter(from *poolStream) error {
+	if from == st {
+		return nil
+	}
+	var e gpu.Event
+	if n := len(st.events); n > 0 {
+		e = st.events[n-1]
+		st.events[n-1] = nil
+		st.events = st.events[:n-1]
+	} else {
+		var err error
+		if e, err = st.pool.dev.NewEvent(false); err != nil {
+			return fmt.Errorf("new event: %w", err)
+		}
+	}
+	err := e.Record(from.s)
+	if err == nil {
+		if err = st.s.WaitEvent(e); err != nil {
+			err = fmt.Errorf("stream %d wait on stream %d: %w", st.id, from.id, err)
+		}
+	} else if errors.Is(err, gpu.ErrDestroyed) {
+		if err = st.pool.dev.Synchronize(); err != nil {
+			err = fmt.Errorf("synchronize after destroyed stream %d: %w", from.id, err)
+		}
+	} else {
+		err = fmt.Errorf("record event on stream %d: %w", from.id, err)
+	}
+	// A wait captures the event as it was when enqueued, so the event can
+	// be recorded again at once.
+	if len(st.events) < poolStreamEvents {
+		st.events = append(st.events, e)
+	} else {
+		e.Destroy()
+	}
+	return err
+}
+
+// addUsed changes the stream's used bytes by d, and the pool-wide total
+// once the change since the last flush reaches the pool's quantum.
+func (st *poolStream) addUsed(d int) {
+	st.used.Add(int64(d))
+	st.unflushed += int64(d)
+	q := st.pool.usedQuantum.Load()
+	if st.unflushed >= q || st.unflushed <= -q {
+		st.pool.flushUsed(st.unflushed)
+		st.unflushed = 0
+	}
+}
+
+// addHomed makes this stream the home of c, whose blocks the caller files.
+func (st *poolStream) addHomed(c *poolChunk) {
+	c.homeIdx = len(st.homed)
+	st.homed = append(st.homed, c)
+	c.home.Store(st)
+}
+
+// removeHomed forgets c, which stays with home set to next.
+func (st *poolStream) removeHomed(c *poolChunk, next *poolStream) {
+	last := st.homed[len(st.homed)-1]
+	st.homed[c.homeIdx] = last
+	last.homeIdx = c.homeIdx
+	st.homed[len(st.homed)-1] = nil
+	st.homed = st.homed[:len(st.homed)-1]
+	c.home.Store(next)
+}
+
+// detach takes every block of c, which must have no live block, out of
+// this stream's free and pending lists. It returns the streams whose frees
+// the blocks still wait for (this stream for the free blocks, the freeing
+// stream for the pending ones), in waits, and leaves the blocks marked
+// pending with freedBy set accordingly. The caller then moves c with
+// removeHomed.
+func (st *poolStream) detach(c *poolChunk, waits []*poolStream) []*poolStream {
+	for b := c.first; b != nil; b = b.next {
+		switch b.state {
+		case blockFree:
+			st.binsOf(c).remove(b)
+			b.state = blockPending
+			b.freedBy = st
+			c.pending++
+		case blockPending:
+			st.removePending(b)
+			c.pending++ // removePending counted it out of the chunk too
+		}
+		waits = appendStream(waits, b.freedBy)
+	}
+	return waits
+}
+
+// attach makes this stream the home of c, detached from another stream,
+// and files its blocks (refile).
+func (st *poolStream) attach(c *poolChunk) {
+	st.addHomed(c)
+	st.refile(c)
+}
+
+// refile files the blocks of c, all marked pending by detach: a block
+// freed by this stream is free at once, the others are pending on their
+// freeing stream until absorb.
+func (st *poolStream) refile(c *poolChunk) {
+	c.pending = 0
+	for b := c.first; b != nil; {
+		next := b.next
+		from := b.freedBy
+		if from == st {
+			st.putFree(b)
+		} else {
+			b.lprev, b.lnext = nil, nil
+			st.addPending(b, from)
+		}
+		b = next
+	}
+}
+
+func appendStream(list []*poolStream, st *poolStream) []*poolStream {
+	for _, x := range list {
+		if x == st {
+			return list
+		}
+	}
+	return append(list, st)
+}
+
+// diagnose explains why ptr, in chunk c homed here, is not live: a double
+// free if it lies in free or pending memory and was handed out and freed
+// (it is remembered as freed, or a block that was handed out starts
+// there), an unknown pointer otherwise.
+func (st *poolStream) diagnose(c *poolChunk, ptr gpu.DevicePtr) error {
+	b := c.first
+	for b != nil && b.end() <= ptr {
+		b = b.next
+	}
+	if b == nil || b.state == blockLive {
+		return ErrUnknownPointer
+	}
+	if b.ptr == ptr && b.handed {
+		return ErrDoubleFree
+	}
+	for _, f := range st.freed {
+		if f == ptr {
+			return ErrDoubleFree
+		}
+	}
+	return ErrUnknownPointer
+}

@@ -1,0 +1,134 @@
+// tlsf: the free-block index of one stream of a Pool, a two-level
+// segregated fit (TLSF) structure.
+//
+// Free blocks are filed by size in classes. A size of u units (one unit is
+// Alignment bytes) below 32 units has a class of its own: sizes up to 8 KiB
+// are exact size classes, so a small request is served in O(1) by the first
+// block of its class. Above that, the first level is the power of two
+// below u and the second level splits each power-of-two range into 32 equal
+// classes, so a class spans at most 1/32 of its sizes (about 3%). A bitmap
+// per level records which classes are non-empty; finding the smallest
+// non-empty class that can serve a request is two count-trailing-zeros
+// instructions, whatever the number of free blocks.
+//
+// find first scans a few blocks of the request's own class (some of which
+// may be large enough) and takes the smallest fitting one, then falls back
+// to the first block of the next class up, whose every block fits: a
+// bounded best fit, O(1) per call.
+//
+// Invariants: a block is in a tlsf iff its state is blockFree; it is in the
+// list of class mapping(b.size); bit (fl, sl) of the bitmaps is set iff
+// heads[fl][sl] != nil; bytes and n are the sums over the listed blocks.
+// A tlsf belongs to one streamState and is only touched under its mutex.
+package mr
+
+import "math/bits"
+
+const (
+	tlsfSLBits = 5
+	tlsfSL     = 1 << tlsfSLBits
+	// tlsfFL covers every size an int can hold: units < 2^55, so the
+	// first level of a size is at most 55-tlsfSLBits+1.
+	tlsfFL = 56
+	// tlsfScan bounds the blocks find examines in the request's own
+	// class before it falls back to the next class.
+	tlsfScan = 8
+)
+
+type tlsf struct {
+	flMap uint64
+	slMap [tlsfFL]uint32
+	heads [tlsfFL][tlsfSL]*poolBlock
+	n     int // blocks listed
+	bytes int // their total size
+}
+
+// tlsfClass returns the class of a block of size bytes (a positive multiple
+// of Alignment).
+func tlsfClass(size int) (fl, sl int) {
+	u := uint64(size) / Alignment
+	if u < tlsfSL {
+		return 0, int(u)
+	}
+	l := bits.Len64(u) - 1 // >= tlsfSLBits
+	return l - tlsfSLBits + 1, int(u>>(l-tlsfSLBits)) - tlsfSL
+}
+
+// insert files b, which must be free and in no list.
+func (t *tlsf) insert(b *poolBlock) {
+	fl, sl := tlsfClass(b.size)
+	h := t.heads[fl][sl]
+	b.lprev, b.lnext = nil, h
+	if h != nil {
+		h.lprev = b
+	}
+	t.heads[fl][sl] = b
+	t.flMap |= 1 << fl
+	t.slMap[fl] |= 1 << sl
+	t.n++
+	t.bytes += b.size
+}
+
+// remove takes b, which must be filed in t, out of its list.
+func (t *tlsf) remove(b *poolBlock) {
+	fl, sl := tlsfClass(b.size)
+	if b.lprev != nil {
+		b.lprev.lnext = b.lnext
+	} else {
+		t.heads[fl][sl] = b.lnext
+		if b.lnext == nil {
+			t.slMap[fl] &^= 1 << sl
+			if t.slMap[fl] == 0 {
+				t.flMap &^= 1 << fl
+			}
+		}
+	}
+	if b.lnext != nil {
+		b.lnext.lprev = b.lprev
+	}
+	b.lprev, b.lnext = nil, nil
+	t.n--
+	t.bytes -= b.size
+}
+
+// find returns a filed block of at least size bytes, or nil. It does not
+// remove it.
+func (t *tlsf) find(size int) *poolBlock {
+	fl, sl := tlsfClass(size)
+	if t.slMap[fl]&(1<<sl) != 0 {
+		// The request's own class: exact for small classes, otherwise
+		// its blocks may be smaller or larger than size.
+		var best *poolBlock
+		i := 0
+		for b := t.heads[fl][sl]; b != nil && i < tlsfScan; b = b.lnext {
+			if b.size == size {
+				return b
+			}
+			if b.size > size && (best == nil || b.size < best.size) {
+				best = b
+			}
+			i++
+		}
+		if best != nil {
+			return best
+		}
+	}
+	// Every block of a class above the request's fits.
+	sl++
+	if sl == tlsfSL {
+		fl, sl = fl+1, 0
+	}
+	if fl >= tlsfFL {
+		return nil
+	}
+	slm := t.slMap[fl] & (^uint32(0) << sl)
+	if slm == 0 {
+		flm := t.flMap & (^uint64(0) << (fl + 1))
+		if flm == 0 {
+			return nil
+		}
+		fl = bits.TrailingZeros64(flm)
+		slm = t.slMap[fl]
+	}
+	return t.heads[fl][bits.TrailingZeros32(slm)]
+}
