@@ -1,0 +1,343 @@
+// Package replay replays an allocation trace against a memory resource
+// and measures what the resource did with it: peak reserved memory next
+// to the trace's peak live memory (their ratio is the fragmentation), the
+// host time per allocation and free, and the allocations it refused.
+//
+// # What a replay keeps
+//
+// Order, sizes and streams. Events are replayed one at a time in the
+// trace's order, on the calling goroutine (a multi-threaded log is
+// serialized in the order it was written). Each distinct stream id of the
+// trace becomes one stream of the device, created when the trace first
+// uses it; every allocation and free is made on the stream of its event,
+// so a block allocated on one stream and freed on another exercises the
+// resource's cross-stream path as the program did. Addresses of the trace
+// are only names: the replay keeps a table from trace address to the
+// block the resource returned.
+//
+// # What a replay forgives
+//
+// A trace is evidence, not a specification, and real logs are cut short
+// or start late. A free of an address that is not live is counted
+// (UnknownFrees) and skipped. An allocation the resource refuses with
+// mr.ErrOutOfMemory is counted (Failures) and the replay goes on; the
+// trace's later free of that address is then skipped quietly. An address
+// allocated twice without a free in between is freed first. Blocks the
+// trace never frees are freed after the last event. Anything else the
+// resource or the device returns (a refused free, a failed stream) stops
+// the replay with an error naming the trace line.
+//
+// # Cleanup
+//
+// On every path, success, error or cancellation, Run frees every block it
+// still holds on the stream it was allocated on, synchronizes each stream
+// it created and destroys it. Nothing the replay allocated outlives Run,
+// and the resource's accounting returns to where it was, apart from what
+// the resource chooses to cache.
+package replay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/trace"
+)
+
+// block is a live allocation of the replay.
+type block struct {
+	p      gpu.DevicePtr
+	size   int64
+	stream gpu.Stream
+	seq    int64 // allocation order, so that the final frees are deterministic
+}
+
+type runner struct {
+	ctx  context.Context
+	tr   trace.Reader
+	dev  gpu.Device
+	res  mr.Resource
+	rep  mr.UsageReporter // nil if res does not report usage
+	opts Options
+
+	streams    map[uint64]gpu.Stream
+	order      []gpu.Stream // creation order, for cleanup
+	lastID     uint64
+	lastStream gpu.Stream
+
+	live   map[uint64]block // trace address -> block the resource gave
+	failed map[uint64]int64 // trace address -> size, refused by the resource
+
+	traceLive uint64 // bytes live by the trace's account
+	heldLive  uint64 // bytes the replay holds from the resource
+	peakRes   uint64
+	resTime   time.Duration
+	calls     int64
+	series    *series
+
+	r Result
+}
+
+// Run replays tr against res on dev and reports what it measured. It
+// returns an error for a trace that cannot be read (a *trace.ParseError),
+// for a resource or device that fails other than by running out of
+// memory, and for ctx's cancellation; in every case it first frees what
+// it allocated and destroys the streams it created (see the package
+// comment).
+func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, opts Options) (*Result, error) {
+	if tr == nil || dev == nil || res == nil {
+		return nil, errors.New("replay: nil trace, device or resource")
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	start := time.Now()
+	r := &runner{
+		ctx: ctx, tr: tr, dev: dev, res: res, opts: opts,
+		streams: make(map[uint64]gpu.Stream),
+		live:    make(map[uint64]block),
+		failed:  make(map[uint64]int64),
+	}
+	r.r.Trace = tr.Name()
+	r.r.Resource = opts.Resource
+	if r.r.Resource == "" {
+		r.r.Resource = fmt.Sprintf("%T", res)
+	}
+	r.r.Device = opts.Device
+	if r.r.Device == "" {
+		r.r.Device = dev.Properties().Name
+	}
+	fresh := false
+	if rep, ok := res.(mr.UsageReporter); ok {
+		r.rep = rep
+		u := rep.Usage()
+		fresh = u.PeakReserved == 0
+		r.peakRes = u.Reserved
+	}
+	if opts.SeriesPoints > 0 {
+		r.series = newSeries(opts.SeriesPoints)
+	}
+	if r.opts.ProgressEvery <= 0 {
+		r.opts.ProgressEvery = 1 << 16
+	}
+
+	err := r.loop()
+	if err == nil {
+		r.progress(true)
+	}
+	// Free what the trace left live, then take the streams down.
+	r.r.FreedAtEnd = int64(len(r.live))
+	err = errors.Join(err, r.cleanup())
+	if err != nil {
+		return nil, err
+	}
+
+	if r.rep != nil && fresh {
+		r.peakRes = max(r.peakRes, r.rep.Usage().PeakReserved)
+	}
+	r.r.PeakReservedBytes = r.peakRes
+	if r.r.PeakLiveBytes > 0 {
+		r.r.Fragmentation = float64(r.r.PeakReservedBytes) / float64(r.r.PeakLiveBytes)
+	}
+	if r.calls > 0 {
+		r.r.NsPerEvent = float64(r.resTime.Nanoseconds()) / float64(r.calls)
+	}
+	r.r.Streams = len(r.order)
+	if r.series != nil {
+		r.r.Series = r.series.samples()
+	}
+	r.r.Wall = time.Since(start)
+	return &r.r, nil
+}
+
+// loop replays every event of the trace.
+func (r *runner) loop() error {
+	for i := int64(0); ; i++ {
+		if i&1023 == 0 {
+			if err := r.ctx.Err(); err != nil {
+				return fmt.Errorf("replay: %s: stopped after %d events: %w", r.r.Trace, i, err)
+			}
+		}
+		ev, err := r.tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		r.r.Events++
+		switch ev.Op {
+		case trace.Alloc:
+			err = r.alloc(ev)
+		case trace.Free:
+			err = r.free(ev)
+		case trace.AllocFailure:
+			r.r.TraceFailures++
+		default:
+			err = fmt.Errorf("event with invalid op %v", ev.Op)
+		}
+		if err != nil {
+			return fmt.Errorf("replay: %s:%d: %w", r.r.Trace, ev.Line, err)
+		}
+		r.sample(i)
+		if r.opts.Progress != nil && r.r.Events%int64(r.opts.ProgressEvery) == 0 {
+			r.progress(false)
+		}
+	}
+}
+
+func (r *runner) alloc(ev trace.Event) error {
+	r.r.Allocations++
+	if ev.Size > math.MaxInt {
+		return fmt.Errorf("allocation of %d bytes does not fit an int", ev.Size)
+	}
+	s, err := r.stream(ev.Stream)
+	if err != nil {
+		return err
+	}
+	// An address still live: its free is missing from the trace.
+	if old, ok := r.live[ev.Ptr]; ok {
+		r.r.DuplicateAllocations++
+		if err := r.release(ev.Ptr, old, old.stream); err != nil {
+			return err
+		}
+	} else if size, ok := r.failed[ev.Ptr]; ok {
+		r.r.DuplicateAllocations++
+		delete(r.failed, ev.Ptr)
+		r.traceLive -= uint64(size)
+	}
+	r.traceLive += uint64(ev.Size)
+	r.r.PeakLiveBytes = max(r.r.PeakLiveBytes, r.traceLive)
+
+	t0 := time.Now()
+	p, err := r.res.Allocate(int(ev.Size), s)
+	r.resTime += time.Since(t0)
+	r.calls++
+	if err != nil {
+		if errors.Is(err, mr.ErrOutOfMemory) {
+			r.r.Failures++
+			r.failed[ev.Ptr] = ev.Size
+			return nil
+		}
+		r.traceLive -= uint64(ev.Size)
+		return fmt.Errorf("allocate %d bytes on trace stream %#x: %w", ev.Size, ev.Stream, err)
+	}
+	r.live[ev.Ptr] = block{p: p, size: ev.Size, stream: s, seq: r.r.Allocations}
+	r.heldLive += uint64(ev.Size)
+	return nil
+}
+
+func (r *runner) free(ev trace.Event) error {
+	r.r.Frees++
+	b, ok := r.live[ev.Ptr]
+	if !ok {
+		if size, ok := r.failed[ev.Ptr]; ok {
+			// The resource refused this block; the trace's free of
+			// it is not an unknown free.
+			delete(r.failed, ev.Ptr)
+			r.traceLive -= uint64(size)
+			return nil
+		}
+		r.r.UnknownFrees++
+		return nil
+	}
+	s, err := r.stream(ev.Stream)
+	if err != nil {
+		return err
+	}
+	return r.release(ev.Ptr, b, s)
+}
+
+// release frees b (live under trace address addr) on s.
+func (r *runner) release(addr uint64, b block, s gpu.Stream) error {
+	t0 := time.Now()
+	err := r.res.Deallocate(b.p, int(b.size), s)
+	r.resTime += time.Since(t0)
+	r.calls++
+	if err != nil {
+		return fmt.Errorf("free %#x (%d bytes): %w", addr, b.size, err)
+	}
+	delete(r.live, addr)
+	r.traceLive -= uint64(b.size)
+	r.heldLive -= uint64(b.size)
+	return nil
+}
+
+// stream returns the device stream standing for trace stream id,
+// creating it on first use.
+func (r *runner) stream(id uint64) (gpu.Stream, error) {
+	if r.lastStream != nil && r.lastID == id {
+		return r.lastStream, nil
+	}
+	s, ok := r.streams[id]
+	if !ok {
+		var err error
+		if s, err = r.dev.NewStream(); err != nil {
+			return nil, fmt.Errorf("create a stream for trace stream %#x: %w", id, err)
+		}
+		r.streams[id] = s
+		r.order = append(r.order, s)
+	}
+	r.lastID, r.lastStream = id, s
+	return s, nil
+}
+
+// sample records the state after event i.
+func (r *runner) sample(i int64) {
+	reserved := r.heldLive
+	if r.rep != nil {
+		reserved = r.rep.Usage().Reserved
+	}
+	r.peakRes = max(r.peakRes, reserved)
+	if r.series != nil {
+		r.series.add(i, r.traceLive, reserved)
+	}
+}
+
+func (r *runner) progress(final bool) {
+	if r.opts.Progress == nil {
+		return
+	}
+	p := Progress{Events: r.r.Events, Final: final}
+	if pr, ok := r.tr.(trace.Progresser); ok {
+		p.Done, p.Total = pr.Progress()
+	}
+	r.opts.Progress(p)
+}
+
+// cleanup frees every live block on its allocation stream, then
+// synchronizes and destroys the streams. It goes on past errors so that
+// one failure does not strand the rest, and returns them all.
+func (r *runner) cleanup() error {
+	var errs []error
+	type held struct {
+		addr uint64
+		b    block
+	}
+	left := make([]held, 0, len(r.live))
+	for addr, b := range r.live {
+		left = append(left, held{addr, b})
+	}
+	slices.SortFunc(left, func(x, y held) int { return cmp.Compare(x.b.seq, y.b.seq) })
+	for _, h := range left {
+		if err := r.release(h.addr, h.b, h.b.stream); err != nil {
+			errs = append(errs, fmt.Errorf("replay: %s: at the end: %w", r.r.Trace, err))
+		}
+	}
+	for _, s := range r.order {
+		if err := s.Synchronize(); err != nil {
+			errs = append(errs, fmt.Errorf("replay: %s: synchronize: %w", r.r.Trace, err))
+		}
+		if err := s.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("replay: %s: destroy stream: %w", r.r.Trace, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,115 @@
+// Results and options of a replay.
+//
+// A Result is what `streamalloc replay --json` prints, one object per trace
+// and resource. The JSON names of the first ten fields are fixed by the
+// command's documented schema (trace, resource, device, events,
+// allocations, peak_live_bytes, peak_reserved_bytes, fragmentation,
+// ns_per_event, failures); fields may be added, none renamed.
+
+package replay
+
+import "time"
+
+// Options tune a replay. The zero value replays with no series and no
+// progress reports.
+type Options struct {
+	// Resource and Device name the resource and the device in the
+	// Result. Empty: the resource's Go type and the device's name.
+	Resource string
+	Device   string
+	// SeriesPoints bounds Result.Series; 0 records no series. Each point
+	// covers a run of consecutive events and holds their maxima, so a
+	// downsampled chart still shows every peak. Values below 2 are
+	// raised to 2, odd values to the next even one.
+	SeriesPoints int
+	// Progress, if set, is called from Run's goroutine every
+	// ProgressEvery events (default 1<<16) and once more when the trace
+	// has been read, with Final set.
+	Progress      func(Progress)
+	ProgressEvery int
+}
+
+// Progress is a report of how far a replay is.
+type Progress struct {
+	Events int64 // events replayed so far
+	// Done out of Total units of the trace, if its reader knows them
+	// (trace.Progresser: bytes of the file, or events of a snapshot);
+	// Total is 0 when unknown.
+	Done, Total int64
+	Final       bool
+}
+
+// Fraction is Done/Total, or -1 when Total is unknown.
+func (p Progress) Fraction() float64 {
+	if p.Total <= 0 {
+		return -1
+	}
+	f := float64(p.Done) / float64(p.Total)
+	return min(f, 1)
+}
+
+// Sample is one point of Result.Series: the largest live and reserved
+// byte counts over the events up to and including Event (the index of
+// the last event the point covers, counted from 0) since the previous
+// point.
+type Sample struct {
+	Event    int64  `json:"event"`
+	Live     uint64 `json:"live"`
+	Reserved uint64 `json:"reserved"`
+}
+
+// Result is what one replay of one trace against one resource measured.
+type Result struct {
+	Trace    string `json:"trace"`
+	Resource string `json:"resource"`
+	Device   string `json:"device"`
+	// Events is the number of events read from the trace (allocations,
+	// recorded failures and frees).
+	Events int64 `json:"events"`
+	// Allocations is the number of allocation events of the trace,
+	// whether or not the replayed resource granted them.
+	Allocations int64 `json:"allocations"`
+	// PeakLiveBytes is the largest sum of the trace's own sizes of the
+	// blocks live at once. It is a property of the trace, the same for
+	// every resource: an allocation the replay failed still counts as
+	// live until the trace frees it.
+	PeakLiveBytes uint64 `json:"peak_live_bytes"`
+	// PeakReservedBytes is the largest Reserved the resource reported
+	// (mr.UsageReporter) after any event, or its own high-water mark if
+	// it was fresh when the replay began. For a resource that does not
+	// report usage it is the peak of bytes the replay held.
+	PeakReservedBytes uint64 `json:"peak_reserved_bytes"`
+	// Fragmentation is PeakReservedBytes / PeakLiveBytes (0 if nothing
+	// was live).
+	Fragmentation float64 `json:"fragmentation"`
+	// NsPerEvent is the host time spent in the resource's Allocate and
+	// Deallocate calls divided by the number of those calls (trace
+	// parsing and bookkeeping excluded).
+	NsPerEvent float64 `json:"ns_per_event"`
+	// Failures counts allocations the replayed resource refused with
+	// mr.ErrOutOfMemory.
+	Failures int64 `json:"failures"`
+
+	// Frees is the number of free events of the trace.
+	Frees int64 `json:"frees"`
+	// UnknownFrees counts frees of pointers that were not live: never
+	// allocated in the trace, or freed twice. They are skipped.
+	UnknownFrees int64 `json:"unknown_frees"`
+	// TraceFailures counts the trace's own "allocate failure" events.
+	// They are not replayed (the recorded program got no memory).
+	TraceFailures int64 `json:"trace_failures"`
+	// DuplicateAllocations counts allocations of a pointer the trace
+	// still had live (a free missing from the trace); the older block is
+	// freed first, as if its free had been recorded.
+	DuplicateAllocations int64 `json:"duplicate_allocations"`
+	// FreedAtEnd counts blocks the trace never freed, which the replay
+	// freed after the last event.
+	FreedAtEnd int64 `json:"freed_at_end"`
+	// Streams is the number of distinct streams of the trace.
+	Streams int `json:"streams"`
+	// Wall is the duration of the whole replay, trace reading included.
+	Wall time.Duration `json:"wall_ns"`
+	// Series is the downsampled course of live and reserved bytes, if
+	// Options.SeriesPoints asked for it.
+	Series []Sample `json:"series,omitempty"`
+}
