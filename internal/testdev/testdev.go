@@ -1,0 +1,60 @@
+// Package testdev gives tests the GPU backend, or device, that the
+// environment asks for, so that one test runs on the simulator by default
+// (go test ./..., CI) and on the real GPU when the GPU script runs it.
+//
+// STREAMALLOC_DEVICE selects: "sim" (the default: a fresh simulator for
+// each call), "cuda" (the real driver; a test fails, never skips, when it
+// cannot be used, so a GPU run that tested nothing cannot pass), or "auto"
+// (cuda if usable, else sim). Anything else fails the test.
+package testdev
+
+import (
+	"os"
+	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/backend"
+)
+
+// Env is the environment variable that selects the backend.
+const Env = "STREAMALLOC_DEVICE"
+
+// Kind is the backend kind the environment asks for ("sim" if unset).
+func Kind() string {
+	if k := os.Getenv(Env); k != "" {
+		return k
+	}
+	return "sim"
+}
+
+// Backend returns the backend of Kind(), failing tb if it cannot be
+// opened. A simulator is new on every call, so tests do not share state;
+// the CUDA backend is the process's one.
+func Backend(tb testing.TB) gpu.Backend {
+	tb.Helper()
+	b, err := backend.Open(Kind())
+	if err != nil {
+		tb.Fatalf("testdev: %s=%q: %v", Env, Kind(), err)
+	}
+	return b
+}
+
+// Device returns device 0 of Backend(tb). On the real GPU it also checks,
+// when the test ends, that the device has no error pending (a
+// cuCtxSynchronize that fails means some work of the test failed).
+func Device(tb testing.TB) gpu.Device {
+	tb.Helper()
+	b := Backend(tb)
+	d, err := b.Device(0)
+	if err != nil {
+		tb.Fatalf("testdev: %s device 0: %v", b.Name(), err)
+	}
+	if !b.Simulated() {
+		tb.Cleanup(func() {
+			if err := d.Synchronize(); err != nil {
+				tb.Errorf("testdev: device left in error after the test: %v", err)
+			}
+		})
+	}
+	return d
+}
