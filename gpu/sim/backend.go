@@ -1,0 +1,126 @@
+// The Backend: a set of simulated devices sharing one host.
+//
+// The backend owns what spans devices: the host's vector clock (the host
+// is one participant of the happens-before relation, whatever goroutine
+// calls), and the registry of streams by ID that HappensBefore uses.
+
+package sim
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/cuda"
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// Config configures a Backend. Zero fields take the defaults.
+type Config struct {
+	// Devices is the number of devices (default 1). A negative value makes
+	// a backend with no device, whose calls return gpu.ErrNoDevice.
+	Devices int
+	// Capacity is each device's memory in bytes (default 80 GiB, an
+	// H100's). It is address space: bytes are committed in host memory
+	// only when touched.
+	Capacity uint64
+	// DriverVersion is what DriverVersion reports (default 13000).
+	DriverVersion int
+	// Name is the devices' name (default "Simulated H100").
+	Name string
+	// HostCapacity bounds the page-locked host memory of MallocHost
+	// (default 64 GiB).
+	HostCapacity uint64
+}
+
+// Defaults.
+const (
+	DefaultCapacity      = 80 << 30
+	DefaultDriverVersion = 13000
+	DefaultName          = "Simulated H100"
+	DefaultHostCapacity  = 64 << 30
+)
+
+// Backend is a simulated driver: it implements gpu.Backend. It is safe for
+// concurrent use.
+type Backend struct {
+	cfg     Config
+	devices []*Device
+
+	hostMu  sync.Mutex
+	host    atomic.Pointer[hostClock]
+	streams sync.Map // stream ID -> *stream, for HappensBefore
+}
+
+// hostClock is an immutable snapshot of the host's vector clock; gen
+// changes whenever the clock grows.
+type hostClock struct {
+	gen uint64
+	vc  vclock
+}
+
+// New returns a simulated backend.
+func New(cfg Config) *Backend {
+	if cfg.Devices == 0 {
+		cfg.Devices = 1
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.DriverVersion == 0 {
+		cfg.DriverVersion = DefaultDriverVersion
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.HostCapacity == 0 {
+		cfg.HostCapacity = DefaultHostCapacity
+	}
+	b := &Backend{cfg: cfg}
+	b.host.Store(&hostClock{})
+	for i := 0; i < cfg.Devices; i++ {
+		b.devices = append(b.devices, newDevice(b, i))
+	}
+	return b
+}
+
+var _ gpu.Backend = (*Backend)(nil)
+
+// Name returns "sim".
+func (b *Backend) Name() string { return "sim" }
+
+// Simulated returns true.
+func (b *Backend) Simulated() bool { return true }
+
+// DriverVersion returns Config.DriverVersion.
+func (b *Backend) DriverVersion() (int, error) { return b.cfg.DriverVersion, nil }
+
+// DeviceCount returns Config.Devices, or an error matching
+// gpu.ErrNoDevice for a backend configured with none.
+func (b *Backend) DeviceCount() (int, error) {
+	if len(b.devices) == 0 {
+		return 0, driverErr("cuDeviceGetCount", cuda.ErrNoDevice)
+	}
+	return len(b.devices), nil
+}
+
+// Device returns device ordinal; the same *Device every time.
+func (b *Backend) Device(ordinal int) (gpu.Device, error) {
+	if len(b.devices) == 0 {
+		return nil, driverErr("cuDeviceGet", cuda.ErrNoDevice)
+	}
+	if ordinal < 0 || ordinal >= len(b.devices) {
+		return nil, driverErrf("cuDeviceGet", cuda.ErrInvalidDevice, "ordinal %d of %d devices", ordinal, len(b.devices))
+	}
+	return b.devices[ordinal], nil
+}
+
+// hostJoin records that the host has observed completion of everything
+// ordered before vc.
+func (b *Backend) hostJoin(vc vclock) {
+	b.hostMu.Lock()
+	defer b.hostMu.Unlock()
+	h := b.host.Load()
+	if nv, grew := h.vc.join(vc); grew {
+		b.host.Store(&hostClock{gen: h.gen + 1, vc: nv})
+	}
+}

@@ -1,0 +1,240 @@
+// The Device: one simulated GPU and its context.
+//
+// Host-side state of a device (address space, allocations, pools, the
+// streams to synchronize) is guarded by Device.mu and touched only by host
+// goroutines inside API calls; stream workers never take it. Lock order:
+// Device.mu, then stream.mu, then Backend.hostMu.
+
+package sim
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/cuda"
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// Device is a simulated GPU; it implements gpu.Device and adds test
+// hooks (Hold, FailNext, LastOp, HappensBefore). All methods are safe for
+// concurrent use.
+type Device struct {
+	b        *Backend
+	ordinal  int
+	capacity uint64
+	props    gpu.Properties
+
+	segs atomic.Pointer[segTable] // replaced under mu
+
+	mu         sync.Mutex
+	va         addrSpace
+	committed  uint64                 // bytes of capacity in use
+	allocs     map[uint64]*allocation // live allocations by address
+	asyncFrees []*allocation          // cuMemAlloc memory freed by FreeAsync, not yet unmapped
+	pools      []*memPool             // the default pool first
+	hostAllocs map[*byte]int          // MallocHost slices by first byte
+	pinned     uint64
+	streams    map[*stream]struct{} // live streams, and destroyed ones not yet drained
+
+	injMu sync.Mutex
+	inj   map[Op]*injection
+}
+
+type injection struct {
+	n   int
+	err error
+}
+
+func newDevice(b *Backend, ordinal int) *Device {
+	d := &Device{
+		b:          b,
+		ordinal:    ordinal,
+		capacity:   b.cfg.Capacity,
+		allocs:     make(map[uint64]*allocation),
+		hostAllocs: make(map[*byte]int),
+		streams:    make(map[*stream]struct{}),
+		inj:        make(map[Op]*injection),
+	}
+	d.props = gpu.Properties{
+		Name:                 b.cfg.Name,
+		Ordinal:              ordinal,
+		TotalMemory:          b.cfg.Capacity,
+		ComputeMajor:         9,
+		ComputeMinor:         0,
+		MemoryPoolsSupported: true,
+		Simulated:            true,
+	}
+	stride := max(uint64(vaStride), roundUp(4*b.cfg.Capacity, vaStride))
+	d.va = newAddrSpace(vaBase+uint64(ordinal)*stride, stride)
+	d.segs.Store(&segTable{})
+	d.pools = []*memPool{newMemPool(d, true)}
+	return d
+}
+
+var _ gpu.Device = (*Device)(nil)
+
+// Ordinal returns the device's ordinal.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// Properties describe the device; Simulated is true.
+func (d *Device) Properties() gpu.Properties { return d.props }
+
+func (d *Device) String() string { return fmt.Sprintf("sim device %d", d.ordinal) }
+
+// inject consumes one pending injected failure of op, if any.
+func (d *Device) inject(op Op) error {
+	d.injMu.Lock()
+	defer d.injMu.Unlock()
+	in := d.inj[op]
+	if in == nil {
+		return nil
+	}
+	in.n--
+	if in.n <= 0 {
+		delete(d.inj, op)
+	}
+	return injected(op.String(), in.err)
+}
+
+// injectNamed is inject with a more precise call name in the error.
+func (d *Device) injectNamed(op Op, name string) error {
+	d.injMu.Lock()
+	defer d.injMu.Unlock()
+	in := d.inj[op]
+	if in == nil {
+		return nil
+	}
+	in.n--
+	if in.n <= 0 {
+		delete(d.inj, op)
+	}
+	return injected(name, in.err)
+}
+
+// FailNext makes the next n calls of op on this device fail with err (a
+// cuda.Result such as gpu.ErrLaunchFailed becomes a *cuda.Error naming the
+// call; other errors are wrapped). A failing call changes nothing. n <= 0
+// cancels pending failures of op; a nil err means cuda.ErrUnknown.
+func (d *Device) FailNext(op Op, n int, err error) {
+	d.injMu.Lock()
+	defer d.injMu.Unlock()
+	if n <= 0 {
+		delete(d.inj, op)
+		return
+	}
+	if err == nil {
+		err = cuda.ErrUnknown
+	}
+	d.inj[op] = &injection{n: n, err: err}
+}
+
+// MemGetInfo returns the free and total device memory.
+func (d *Device) MemGetInfo() (free, total uint64, err error) {
+	if err := d.inject(OpMemGetInfo); err != nil {
+		return 0, 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reapLocked()
+	return d.capacity - d.committed, d.capacity, nil
+}
+
+// Synchronize waits for all work on the device and returns the first
+// sticky error of its streams.
+func (d *Device) Synchronize() error {
+	if err := d.inject(OpCtxSynchronize); err != nil {
+		return err
+	}
+	err := d.syncAll("cuCtxSynchronize")
+	d.afterSync()
+	return err
+}
+
+// syncAll waits for every stream of the device, orders the host after
+// them, and drops drained destroyed streams.
+func (d *Device) syncAll(call string) error {
+	d.mu.Lock()
+	ss := make([]*stream, 0, len(d.streams))
+	for s := range d.streams {
+		ss = append(ss, s)
+	}
+	d.mu.Unlock()
+	var first error
+	for _, s := range ss {
+		if err := s.syncNow(call); err != nil && first == nil {
+			first = err
+		}
+	}
+	d.mu.Lock()
+	for _, s := range ss {
+		s.mu.Lock()
+		gone := s.destroyed && s.doneSeq() >= s.seq
+		s.mu.Unlock()
+		if gone {
+			delete(d.streams, s)
+		}
+	}
+	d.mu.Unlock()
+	return first
+}
+
+// NewStream creates a stream.
+func (d *Device) NewStream() (gpu.Stream, error) {
+	if err := d.inject(OpStreamCreate); err != nil {
+		return nil, err
+	}
+	s := newStream(d)
+	d.mu.Lock()
+	d.streams[s] = struct{}{}
+	d.mu.Unlock()
+	d.b.streams.Store(s.id, s)
+	return s, nil
+}
+
+// NewEvent creates an event.
+func (d *Device) NewEvent(timing bool) (gpu.Event, error) {
+	if err := d.inject(OpEventCreate); err != nil {
+		return nil, err
+	}
+	return &event{dev: d, timing: timing}, nil
+}
+
+// stream resolves a gpu.Stream of this device for call name.
+func (d *Device) stream(name string, gs gpu.Stream) (*stream, error) {
+	s, ok := gs.(*stream)
+	if gs == nil || !ok || s == nil {
+		if gs != nil && !ok {
+			return nil, wrap(name, fmt.Errorf("stream of another backend (%T): %w", gs, gpu.ErrInvalidHandle))
+		}
+		return nil, wrap(name, fmt.Errorf("nil stream: %w", gpu.ErrInvalidHandle))
+	}
+	if s.dev != d {
+		return nil, wrap(name, fmt.Errorf("stream of %v used on %v: %w", s.dev, d, gpu.ErrWrongDevice))
+	}
+	if s.isDestroyed() {
+		return nil, wrap(name, fmt.Errorf("stream %d: %w", s.id, gpu.ErrDestroyed))
+	}
+	return s, nil
+}
+
+// event resolves a gpu.Event of this device for call name.
+func (d *Device) event(name string, ge gpu.Event) (*event, error) {
+	e, ok := ge.(*event)
+	if ge == nil || !ok || e == nil {
+		if ge != nil && !ok {
+			return nil, wrap(name, fmt.Errorf("event of another backend (%T): %w", ge, gpu.ErrInvalidHandle))
+		}
+		return nil, wrap(name, fmt.Errorf("nil event: %w", gpu.ErrInvalidHandle))
+	}
+	if e.dev != d {
+		return nil, wrap(name, fmt.Errorf("event of %v used on %v: %w", e.dev, d, gpu.ErrWrongDevice))
+	}
+	e.mu.Lock()
+	gone := e.destroyed
+	e.mu.Unlock()
+	if gone {
+		return nil, wrap(name, fmt.Errorf("event: %w", gpu.ErrDestroyed))
+	}
+	return e, nil
+}

@@ -1,0 +1,64 @@
+// Package sim is a simulated GPU: a model of the CUDA driver that
+// implements gpu.Backend for everything streamalloc touches, so the whole
+// library and its tests run on machines without a GPU, and so that ordering
+// mistakes show up as data races instead of rare corruptions.
+//
+// # Model
+//
+// A Backend holds Config.Devices devices of Config.Capacity bytes each.
+// Device memory is real host memory: sets, copies and kernels move real
+// bytes, and tests can check them. Each allocation (a cuMemAlloc region or
+// a 2 MiB-granular chunk reserved by a pool) is a segment of a per-device
+// address space; a segment's bytes are committed only when first touched,
+// as one Go slice for segments up to 64 MiB and as 2 MiB pages above that.
+// Addresses are 256-aligned (2 MiB-aligned from 2 MiB up) and never zero.
+// Capacity counts cuMemAlloc, managed allocations and pool reservations;
+// going over it is ErrOutOfMemory, as on the card.
+//
+// Each stream is a queue of operations executed in order by a worker
+// goroutine that exists only while the queue is not empty. Operations are
+// enqueued by the host and run asynchronously. Events complete when their
+// stream reaches them; a stream that waits on an event does not run past
+// the wait until the event completes. A failing operation (an access
+// outside mapped memory, a kernel returning an error or panicking) leaves
+// a sticky error on its stream: later memory work on that stream is
+// skipped, and Synchronize, Query and events recorded after it return the
+// error. (The card makes the whole context unusable; the simulator confines
+// the error to the stream so a test can go on.)
+//
+// # Races
+//
+// Under `go test -race`, the simulator is built so that the race detector
+// sees exactly the orderings the driver guarantees and no others:
+//
+//   - work enqueued by the host is ordered after what the host did before
+//     enqueuing it;
+//   - the operations of one stream are ordered among themselves;
+//   - an event wait orders the waiting stream after the recorded work;
+//   - a successful Synchronize or Query orders the host after the work it
+//     covered; reuse of pool memory orders the new owner after the free.
+//
+// All of the simulator's own bookkeeping between the host and the stream
+// workers (queues, completion counters, address lookups, page creation)
+// runs with race synchronization disabled or in //go:norace functions, so
+// it creates no happens-before edge of its own; the edges above are added
+// explicitly. Two streams that touch the same bytes without an event
+// between them are therefore reported as a DATA RACE, and correctly ordered
+// code is clean. Atomic operations of kernels (Launch.AddUint32, ...) are
+// relaxed, as on the card: they neither order nor race.
+//
+// # Test hooks
+//
+// *Device has hooks for tests: Hold blocks a stream like a long kernel,
+// FailNext makes the next calls of a driver function fail, and LastOp and
+// HappensBefore expose the happens-before relation between stream
+// operations (vector clocks carried by streams, events and the host).
+//
+// # Kernels
+//
+// LoadModule reads the .entry names (and parameter types) of PTX text and
+// resolves each to a Go function registered with RegisterKernel; an entry
+// with no registered function is an error matching gpu.ErrNotFound.
+// Launch checks the arguments against the PTX parameters and enqueues the
+// Go function, which reaches device memory through *Launch.
+package sim

@@ -1,0 +1,85 @@
+// Test hooks: holding a stream, and the happens-before relation.
+
+package sim
+
+import (
+	"sync"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// Hold enqueues on s an operation that blocks the stream, like a long
+// kernel, until release is called (release is idempotent and safe from any
+// goroutine). Work enqueued after it waits; the host is not blocked.
+// Holding creates no ordering between the releasing goroutine and the
+// stream. If s is not a usable stream of d, nothing is enqueued and
+// release does nothing.
+func (d *Device) Hold(gs gpu.Stream) (release func()) {
+	s, err := d.stream("sim.Hold", gs)
+	if err != nil {
+		return func() {}
+	}
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.enqueueLocked(&op{kind: opHold, name: "sim.Hold", hold: ch})
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// LastOp returns the last operation enqueued on s (the zero OpID if none,
+// or if s is not a stream of the simulator).
+func (d *Device) LastOp(gs gpu.Stream) OpID {
+	s, ok := gs.(*stream)
+	if !ok || s == nil {
+		return OpID{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return OpID{stream: s.id, seq: s.seq}
+}
+
+// HappensBefore reports whether operation a is ordered before operation b:
+// by stream order, event waits, pool dependencies, or the host having
+// observed a's completion before enqueuing b. It is false if either is
+// zero or unknown, and for a == b.
+func (d *Device) HappensBefore(a, b OpID) bool {
+	if a.IsZero() || b.IsZero() || a == b {
+		return false
+	}
+	sa, ok1 := d.b.streams.Load(a.stream)
+	sb, ok2 := d.b.streams.Load(b.stream)
+	if !ok1 || !ok2 {
+		return false
+	}
+	as, bs := sa.(*stream), sb.(*stream)
+	as.mu.Lock()
+	aok := a.seq <= as.seq
+	as.mu.Unlock()
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if !aok || b.seq > bs.seq {
+		return false
+	}
+	if a.stream == b.stream {
+		return a.seq < b.seq
+	}
+	return bs.depsAtLocked(b.seq).get(a.stream) >= a.seq
+}
+
+// depsAtLocked returns the deps operation seq was enqueued with.
+func (s *stream) depsAtLocked(seq uint64) vclock {
+	lo, hi := 0, len(s.hist)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if s.hist[m].from <= seq {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 {
+		return nil
+	}
+	return s.hist[lo-1].deps
+}

@@ -1,0 +1,129 @@
+// Driver calls the simulator models, named for fault injection (FailNext)
+// and for error messages. Every gpu.Device, Stream, Event, MemPool and
+// Module method that reaches the driver is one Op; an injected failure is
+// checked after handle validation (which never reaches the driver) and
+// before anything changes, so a failed call leaves no trace.
+
+package sim
+
+import (
+	"fmt"
+
+	"github.com/streamalloc/streamalloc/cuda"
+)
+
+// Op names a driver call, for FailNext.
+type Op int
+
+// The driver calls of the gpu interface. OpCopy covers the three copy
+// directions.
+const (
+	OpMalloc                  Op = iota + 1 // cuMemAlloc (Device.Malloc)
+	OpFree                                  // cuMemFree (Device.Free)
+	OpMallocAsync                           // cuMemAllocAsync
+	OpMallocFromPoolAsync                   // cuMemAllocFromPoolAsync
+	OpFreeAsync                             // cuMemFreeAsync
+	OpMallocManaged                         // cuMemAllocManaged
+	OpMallocHost                            // cuMemAllocHost
+	OpFreeHost                              // cuMemFreeHost
+	OpMemGetInfo                            // cuMemGetInfo
+	OpCtxSynchronize                        // cuCtxSynchronize (Device.Synchronize)
+	OpStreamCreate                          // cuStreamCreate
+	OpStreamDestroy                         // cuStreamDestroy
+	OpStreamSynchronize                     // cuStreamSynchronize
+	OpStreamQuery                           // cuStreamQuery
+	OpStreamWaitEvent                       // cuStreamWaitEvent
+	OpEventCreate                           // cuEventCreate
+	OpEventDestroy                          // cuEventDestroy
+	OpEventRecord                           // cuEventRecord
+	OpEventQuery                            // cuEventQuery
+	OpEventSynchronize                      // cuEventSynchronize
+	OpEventElapsedTime                      // cuEventElapsedTime
+	OpDeviceGetDefaultMemPool               // cuDeviceGetDefaultMemPool
+	OpMemPoolCreate                         // cuMemPoolCreate
+	OpMemPoolDestroy                        // cuMemPoolDestroy
+	OpMemPoolGetAttribute                   // cuMemPoolGetAttribute
+	OpMemPoolSetAttribute                   // cuMemPoolSetAttribute
+	OpMemPoolTrimTo                         // cuMemPoolTrimTo
+	OpMemset                                // cuMemsetD8Async
+	OpCopy                                  // cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync
+	OpModuleLoad                            // cuModuleLoadData
+	OpModuleUnload                          // cuModuleUnload
+	OpModuleGetFunction                     // cuModuleGetFunction
+	OpLaunch                                // cuLaunchKernel
+	opCount
+)
+
+var opNames = [...]string{
+	OpMalloc:                  "cuMemAlloc",
+	OpFree:                    "cuMemFree",
+	OpMallocAsync:             "cuMemAllocAsync",
+	OpMallocFromPoolAsync:     "cuMemAllocFromPoolAsync",
+	OpFreeAsync:               "cuMemFreeAsync",
+	OpMallocManaged:           "cuMemAllocManaged",
+	OpMallocHost:              "cuMemAllocHost",
+	OpFreeHost:                "cuMemFreeHost",
+	OpMemGetInfo:              "cuMemGetInfo",
+	OpCtxSynchronize:          "cuCtxSynchronize",
+	OpStreamCreate:            "cuStreamCreate",
+	OpStreamDestroy:           "cuStreamDestroy",
+	OpStreamSynchronize:       "cuStreamSynchronize",
+	OpStreamQuery:             "cuStreamQuery",
+	OpStreamWaitEvent:         "cuStreamWaitEvent",
+	OpEventCreate:             "cuEventCreate",
+	OpEventDestroy:            "cuEventDestroy",
+	OpEventRecord:             "cuEventRecord",
+	OpEventQuery:              "cuEventQuery",
+	OpEventSynchronize:        "cuEventSynchronize",
+	OpEventElapsedTime:        "cuEventElapsedTime",
+	OpDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool",
+	OpMemPoolCreate:           "cuMemPoolCreate",
+	OpMemPoolDestroy:          "cuMemPoolDestroy",
+	OpMemPoolGetAttribute:     "cuMemPoolGetAttribute",
+	OpMemPoolSetAttribute:     "cuMemPoolSetAttribute",
+	OpMemPoolTrimTo:           "cuMemPoolTrimTo",
+	OpMemset:                  "cuMemsetD8Async",
+	OpCopy:                    "cuMemcpyAsync",
+	OpModuleLoad:              "cuModuleLoadData",
+	OpModuleUnload:            "cuModuleUnload",
+	OpModuleGetFunction:       "cuModuleGetFunction",
+	OpLaunch:                  "cuLaunchKernel",
+}
+
+// String returns the driver function's name, e.g. "cuMemAllocAsync".
+func (o Op) String() string {
+	if o > 0 && o < opCount {
+		return opNames[o]
+	}
+	return fmt.Sprintf("sim.Op(%d)", int(o))
+}
+
+// ErrMisalignedAddress is CUDA_ERROR_MISALIGNED_ADDRESS, which a kernel
+// gets for a misaligned word access (cuda.Result has no name for it).
+const ErrMisalignedAddress = cuda.Result(716)
+
+// driverErr is the error the driver returns from call name with code.
+func driverErr(name string, code cuda.Result) error {
+	return &cuda.Error{Op: name, Code: code}
+}
+
+// driverErrf is driverErr with a detail message; it still matches code.
+func driverErrf(name string, code cuda.Result, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", &cuda.Error{Op: name, Code: code}, fmt.Sprintf(format, args...))
+}
+
+// wrap is a backend error (ErrDestroyed, ErrWrongDevice, ...) from call
+// name.
+func wrap(name string, err error) error {
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+// injected turns an error given to FailNext into what the call returns: a
+// cuda.Result becomes a *cuda.Error naming the call, anything else is
+// wrapped with the call's name.
+func injected(name string, err error) error {
+	if r, ok := err.(cuda.Result); ok {
+		return &cuda.Error{Op: name, Code: r}
+	}
+	return wrap(name, err)
+}

@@ -1,0 +1,471 @@
+// The driver's stream-ordered memory pools (cuMemAllocAsync and friends).
+//
+// A pool reserves chunks of device memory in whole 2 MiB units (one chunk
+// per growth, rounded up from the request; the card's granularity) and
+// carves blocks from them, 256-byte aligned, best fit. A freed block
+// remembers the free operations it depends on (at most one per stream, the
+// latest); neighbouring free blocks coalesce and merge their dependencies.
+// A block may go to an allocation on stream S when every dependency F is
+//
+//   - on S itself (stream order: reuse at once), or
+//   - already known to the host to be complete (Synchronize/Query), or
+//   - ordered before S's next operation by event waits, when
+//     PoolReuseFollowEventDependencies is set, or
+//   - complete, when PoolReuseAllowOpportunistic is set (the allocation
+//     is then ordered after the free), or
+//   - pending, when PoolReuseAllowInternalDependencies is set: the
+//     allocation then waits for F on the stream (an inserted dependency).
+//
+// Blocks that need no inserted wait are preferred; then the pool grows;
+// inserted waits are the last resort before out-of-memory.
+//
+// Reserved memory above the release threshold goes back to the device at
+// synchronization points (stream, event and device Synchronize), as on the
+// card; TrimTo releases down to a target. Only whole idle chunks (one free
+// block whose frees have completed) are released.
+//
+// Used memory counts blocks (requests rounded up to 256 bytes); reserved
+// counts chunks. All pool state is guarded by Device.mu.
+
+package sim
+
+import (
+	"fmt"
+
+	"github.com/streamalloc/streamalloc/cuda"
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+type memPool struct {
+	dev       *Device
+	isDefault bool
+
+	destroyed                                bool
+	followEvents, opportunistic, internalDep bool
+	threshold                                uint64
+	reserved, reservedHigh, used, usedHigh   uint64
+	chunks                                   []*chunk
+}
+
+type chunk struct {
+	seg   *segment
+	first *block
+}
+
+type block struct {
+	pool       *memPool
+	chunk      *chunk
+	addr, size uint64
+	free       bool
+	deps       []*op // free operations to be ordered after (free blocks)
+	prev, next *block
+}
+
+func newMemPool(d *Device, isDefault bool) *memPool {
+	return &memPool{dev: d, isDefault: isDefault, followEvents: true, opportunistic: true, internalDep: true}
+}
+
+var _ gpu.MemPool = (*memPool)(nil)
+
+func (p *memPool) Device() gpu.Device { return p.dev }
+
+// DefaultMemPool returns the device's default pool.
+func (d *Device) DefaultMemPool() (gpu.MemPool, error) {
+	if err := d.inject(OpDeviceGetDefaultMemPool); err != nil {
+		return nil, err
+	}
+	return d.pools[0], nil
+}
+
+// NewMemPool creates a pool of device memory.
+func (d *Device) NewMemPool() (gpu.MemPool, error) {
+	if err := d.inject(OpMemPoolCreate); err != nil {
+		return nil, err
+	}
+	p := newMemPool(d, false)
+	d.mu.Lock()
+	d.pools = append(d.pools, p)
+	d.mu.Unlock()
+	return p, nil
+}
+
+// pool resolves a gpu.MemPool of this device for call.
+func (d *Device) pool(call string, gp gpu.MemPool) (*memPool, error) {
+	p, ok := gp.(*memPool)
+	if gp == nil || !ok || p == nil {
+		return nil, wrap(call, fmt.Errorf("not a pool of the simulator (%T): %w", gp, gpu.ErrInvalidHandle))
+	}
+	if p.dev != d {
+		return nil, wrap(call, fmt.Errorf("pool of %v used on %v: %w", p.dev, d, gpu.ErrWrongDevice))
+	}
+	return p, nil
+}
+
+// MallocAsync is cuMemAllocAsync from the default pool.
+func (d *Device) MallocAsync(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return d.mallocAsync(OpMallocAsync, size, d.pools[0], s)
+}
+
+// MallocFromPoolAsync is cuMemAllocFromPoolAsync.
+func (d *Device) MallocFromPoolAsync(size int, gp gpu.MemPool, s gpu.Stream) (gpu.DevicePtr, error) {
+	p, err := d.pool(OpMallocFromPoolAsync.String(), gp)
+	if err != nil {
+		return 0, err
+	}
+	return d.mallocAsync(OpMallocFromPoolAsync, size, p, s)
+}
+
+func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu.DevicePtr, error) {
+	call := which.String()
+	s, err := d.stream(call, gs)
+	if err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p.destroyed {
+		return 0, wrap(call, fmt.Errorf("pool: %w", gpu.ErrDestroyed))
+	}
+	if err := d.inject(which); err != nil {
+		return 0, err
+	}
+	if err := d.checkSize(call, size); err != nil {
+		return 0, err
+	}
+	d.reapLocked()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, waits, acquires, err := p.allocLocked(call, s, uint64(size))
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range waits {
+		s.joinLocked(f.vc())
+	}
+	for _, f := range acquires {
+		s.joinLocked(f.vc())
+	}
+	s.enqueueLocked(&op{kind: opAlloc, name: call, waits: waits, acquires: acquires})
+	d.allocs[b.addr] = &allocation{ptr: b.addr, size: uint64(size), kind: allocPool, blk: b}
+	return gpu.DevicePtr(b.addr), nil
+}
+
+// usable reports whether free block b may go to stream s, and which frees
+// the allocation must wait for or acquire.
+func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acquires []*op) {
+	deps := s.deps // host order already joined by nextDepsLocked
+	for _, f := range b.deps {
+		switch {
+		case f.s == s, host.get(f.s.id) >= f.seq:
+		case p.followEvents && deps.get(f.s.id) >= f.seq:
+		case p.opportunistic && f.s.doneSeq() >= f.seq:
+			acquires = append(acquires, f)
+		case p.internalDep:
+			waits = append(waits, f)
+		default:
+			return false, nil, nil
+		}
+	}
+	return true, waits, acquires
+}
+
+// allocLocked finds or makes a block of at least size bytes for s.
+func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, waits, acquires []*op, err error) {
+	need := roundUp(size, align)
+	s.nextDepsLocked()
+	host := p.dev.b.host.Load().vc
+	var best, bestWait *block
+	var bestAcq, bestWaits, bestWaitAcq []*op
+	for _, c := range p.chunks {
+		for x := c.first; x != nil; x = x.next {
+			if !x.free || x.size < need {
+				continue
+			}
+			ok, w, a := p.usable(x, s, host)
+			switch {
+			case !ok:
+			case len(w) == 0:
+				if best == nil || x.size < best.size {
+					best, bestAcq = x, a
+				}
+			default:
+				if bestWait == nil || x.size < bestWait.size {
+					bestWait, bestWaits, bestWaitAcq = x, w, a
+				}
+			}
+		}
+	}
+	if best == nil {
+		if c, err := p.growLocked(call, need); err == nil {
+			best, bestAcq = c.first, nil
+		} else if bestWait == nil {
+			return nil, nil, nil, err
+		} else {
+			best, bestAcq, waits = bestWait, bestWaitAcq, bestWaits
+		}
+	}
+	p.carveLocked(best, need)
+	return best, waits, bestAcq, nil
+}
+
+// growLocked reserves a chunk for a request of need bytes.
+func (p *memPool) growLocked(call string, need uint64) (*chunk, error) {
+	size := roundUp(need, bigAlign)
+	seg, err := p.dev.mapLocked(call, size, size)
+	if err != nil {
+		return nil, err
+	}
+	c := &chunk{seg: seg}
+	c.first = &block{pool: p, chunk: c, addr: seg.base, size: size, free: true}
+	p.chunks = append(p.chunks, c)
+	p.reserved += size
+	p.reservedHigh = max(p.reservedHigh, p.reserved)
+	return c, nil
+}
+
+// carveLocked allocates the first need bytes of free block b.
+func (p *memPool) carveLocked(b *block, need uint64) {
+	if b.size > need {
+		rest := &block{pool: p, chunk: b.chunk, addr: b.addr + need, size: b.size - need, free: true,
+			deps: append([]*op(nil), b.deps...), prev: b, next: b.next}
+		if b.next != nil {
+			b.next.prev = rest
+		}
+		b.next = rest
+		b.size = need
+	}
+	b.free, b.deps = false, nil
+	p.used += b.size
+	p.usedHigh = max(p.usedHigh, p.used)
+}
+
+// freeBlockLocked returns b to the pool, its reuse ordered after f (nil:
+// the free is already complete and the host knows it).
+func (p *memPool) freeBlockLocked(b *block, f *op) {
+	p.used -= b.size
+	b.free = true
+	b.deps = nil
+	if f != nil {
+		b.deps = []*op{f}
+	}
+	if n := b.next; n != nil && n.free {
+		b.size += n.size
+		b.deps = mergeDeps(b.deps, n.deps)
+		b.next = n.next
+		if n.next != nil {
+			n.next.prev = b
+		}
+	}
+	if pr := b.prev; pr != nil && pr.free {
+		pr.size += b.size
+		pr.deps = mergeDeps(pr.deps, b.deps)
+		pr.next = b.next
+		if b.next != nil {
+			b.next.prev = pr
+		}
+	}
+}
+
+// mergeDeps keeps, per stream, the later of the frees of a and b.
+func mergeDeps(a, b []*op) []*op {
+	out := append([]*op(nil), a...)
+next:
+	for _, f := range b {
+		for i, g := range out {
+			if g.s == f.s {
+				if f.seq > g.seq {
+					out[i] = f
+				}
+				continue next
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// idle reports whether chunk c is one free block whose frees completed.
+func (c *chunk) idle() bool {
+	b := c.first
+	if !b.free || b.next != nil {
+		return false
+	}
+	for _, f := range b.deps {
+		if f.s.doneSeq() < f.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// releaseLocked gives idle chunks back to the device until at most keep
+// bytes stay reserved.
+func (p *memPool) releaseLocked(keep uint64) {
+	for i := len(p.chunks) - 1; i >= 0 && p.reserved > keep; i-- {
+		c := p.chunks[i]
+		if !c.idle() {
+			continue
+		}
+		p.dev.unmapLocked(c.seg, c.seg.size)
+		p.reserved -= c.seg.size
+		p.chunks = append(p.chunks[:i], p.chunks[i+1:]...)
+	}
+}
+
+func (d *Device) dropDestroyedPoolsLocked() {
+	kept := d.pools[:0]
+	for _, p := range d.pools {
+		if !p.destroyed || len(p.chunks) > 0 {
+			kept = append(kept, p)
+		}
+	}
+	clear(d.pools[len(kept):])
+	d.pools = kept
+}
+
+// afterSync is what a synchronization point does to pools: release what
+// is reserved above each pool's threshold.
+func (d *Device) afterSync() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reapLocked()
+	for _, p := range d.pools {
+		if p.reserved > p.threshold {
+			p.releaseLocked(p.threshold)
+		}
+	}
+}
+
+func (p *memPool) checkLive(call string) error {
+	if p == nil {
+		return wrap(call, fmt.Errorf("nil pool: %w", gpu.ErrInvalidHandle))
+	}
+	if p.destroyed {
+		return wrap(call, fmt.Errorf("pool: %w", gpu.ErrDestroyed))
+	}
+	return nil
+}
+
+// Attribute reads a pool attribute.
+func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
+	const call = "cuMemPoolGetAttribute"
+	if p == nil {
+		return 0, p.checkLive(call)
+	}
+	p.dev.mu.Lock()
+	defer p.dev.mu.Unlock()
+	if err := p.checkLive(call); err != nil {
+		return 0, err
+	}
+	if err := p.dev.inject(OpMemPoolGetAttribute); err != nil {
+		return 0, err
+	}
+	b2u := func(b bool) uint64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	switch a {
+	case gpu.PoolReuseFollowEventDependencies:
+		return b2u(p.followEvents), nil
+	case gpu.PoolReuseAllowOpportunistic:
+		return b2u(p.opportunistic), nil
+	case gpu.PoolReuseAllowInternalDependencies:
+		return b2u(p.internalDep), nil
+	case gpu.PoolReleaseThreshold:
+		return p.threshold, nil
+	case gpu.PoolReservedMemCurrent:
+		return p.reserved, nil
+	case gpu.PoolReservedMemHigh:
+		return p.reservedHigh, nil
+	case gpu.PoolUsedMemCurrent:
+		return p.used, nil
+	case gpu.PoolUsedMemHigh:
+		return p.usedHigh, nil
+	}
+	return 0, driverErrf(call, cuda.ErrInvalidValue, "unknown pool attribute %d", int(a))
+}
+
+// SetAttribute writes a pool attribute. The current reserved and used
+// amounts are read-only; the high-water marks may only be set to 0, which
+// resets them to the current amounts.
+func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
+	const call = "cuMemPoolSetAttribute"
+	if p == nil {
+		return p.checkLive(call)
+	}
+	p.dev.mu.Lock()
+	defer p.dev.mu.Unlock()
+	if err := p.checkLive(call); err != nil {
+		return err
+	}
+	if err := p.dev.inject(OpMemPoolSetAttribute); err != nil {
+		return err
+	}
+	switch a {
+	case gpu.PoolReuseFollowEventDependencies:
+		p.followEvents = v != 0
+	case gpu.PoolReuseAllowOpportunistic:
+		p.opportunistic = v != 0
+	case gpu.PoolReuseAllowInternalDependencies:
+		p.internalDep = v != 0
+	case gpu.PoolReleaseThreshold:
+		p.threshold = v
+	case gpu.PoolReservedMemHigh, gpu.PoolUsedMemHigh:
+		if v != 0 {
+			return driverErrf(call, cuda.ErrInvalidValue, "high-water mark %d may only be reset to 0, not %d", int(a), v)
+		}
+		if a == gpu.PoolReservedMemHigh {
+			p.reservedHigh = p.reserved
+		} else {
+			p.usedHigh = p.used
+		}
+	default:
+		return driverErrf(call, cuda.ErrInvalidValue, "pool attribute %d cannot be set", int(a))
+	}
+	return nil
+}
+
+// TrimTo releases idle reserved memory until at most minBytesToKeep bytes
+// stay reserved.
+func (p *memPool) TrimTo(minBytesToKeep uint64) error {
+	const call = "cuMemPoolTrimTo"
+	if p == nil {
+		return p.checkLive(call)
+	}
+	p.dev.mu.Lock()
+	defer p.dev.mu.Unlock()
+	if err := p.checkLive(call); err != nil {
+		return err
+	}
+	if err := p.dev.inject(OpMemPoolTrimTo); err != nil {
+		return err
+	}
+	p.releaseLocked(minBytesToKeep)
+	return nil
+}
+
+// Destroy destroys a pool made by NewMemPool; its memory goes back to the
+// device as its allocations are freed. Destroying the default pool is an
+// error matching gpu.ErrInvalidValue.
+func (p *memPool) Destroy() error {
+	const call = "cuMemPoolDestroy"
+	if p == nil {
+		return p.checkLive(call)
+	}
+	p.dev.mu.Lock()
+	defer p.dev.mu.Unlock()
+	if err := p.checkLive(call); err != nil {
+		return err
+	}
+	if p.isDefault {
+		return driverErrf(call, cuda.ErrInvalidValue, "the default pool cannot be destroyed")
+	}
+	if err := p.dev.inject(OpMemPoolDestroy); err != nil {
+		return err
+	}
+	p.destroyed = true
+	p.dev.reapLocked()
+	return nil
+}

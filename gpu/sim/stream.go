@@ -1,0 +1,390 @@
+// Streams: queues of operations run in order, asynchronously to the host.
+//
+// The host appends operations to a singly linked list (tail, guarded by
+// stream.mu and touched by host goroutines only). A worker goroutine,
+// started when work arrives on an idle stream and gone when the queue is
+// empty, follows the list from head (touched by the worker only) and
+// publishes progress in done. The link pointers, the running flag, done
+// and the sticky error are atomics accessed with race synchronization
+// disabled, so the queue creates no happens-before edge; the edges the
+// driver guarantees are explicit:
+//
+//   - the host releases each operation when enqueuing it, and the worker
+//     acquires it before running it (host order -> device);
+//   - the worker releases each operation when done with it (for events,
+//     Synchronize, Query and pool reuse to acquire) and releases tailSync,
+//     which the next worker of the stream acquires (stream order, even
+//     across worker goroutines).
+//
+// Invariant: done <= seq of tail; an operation runs only after every
+// operation before it on the stream completed.
+
+package sim
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+var streamIDs atomic.Uint64
+
+type opKind uint8
+
+const (
+	opNop opKind = iota
+	opAlloc
+	opFree
+	opRecord
+	opWait
+	opHold
+	opMemset
+	opCopyHtoD
+	opCopyDtoH
+	opCopyDtoD
+	opLaunch
+)
+
+// op is one operation on a stream. Fields above next are written by the
+// host before the operation is enqueued and read-only afterwards.
+type op struct {
+	kind opKind
+	s    *stream
+	seq  uint64
+	deps vclock // what happens before this op, other than its stream's earlier ops
+	name string // driver call, for errors
+
+	dst, src gpu.DevicePtr
+	n        int
+	val      byte
+	host     []byte
+	launch   *Launch
+	rec      *op   // opWait: the record operation waited on (nil: never recorded)
+	waits    []*op // opAlloc: frees the allocation must wait for
+	acquires []*op // opAlloc: completed frees it reuses memory of
+	hold     chan struct{}
+
+	next atomic.Pointer[op]
+	at   atomic.Int64                // opRecord: completion time, since epoch
+	err  atomic.Pointer[stickyError] // opRecord: the stream's sticky error when reached
+}
+
+type stickyError struct{ err error }
+
+var epoch = time.Now()
+
+// vc is the clock of the operation itself.
+func (o *op) vc() vclock { return o.deps.with(o.s.id, o.seq) }
+
+// stream implements gpu.Stream.
+type stream struct {
+	dev *Device
+	id  uint64
+
+	mu        sync.Mutex // host side
+	destroyed bool
+	tail      *op
+	seq       uint64 // == tail.seq
+	deps      vclock
+	hostGen   uint64
+	hist      []histEntry
+
+	head     *op // worker side: last operation run
+	running  atomic.Bool
+	tailSync byte // race-detector address chaining the stream's workers
+
+	done    atomic.Uint64
+	sticky  atomic.Pointer[stickyError]
+	waiters atomic.Int32
+	wmu     sync.Mutex
+	wcond   *sync.Cond
+}
+
+func newStream(d *Device) *stream {
+	s := &stream{dev: d, id: streamIDs.Add(1)}
+	sentinel := &op{s: s}
+	s.tail, s.head = sentinel, sentinel
+	s.wcond = sync.NewCond(&s.wmu)
+	return s
+}
+
+var _ gpu.Stream = (*stream)(nil)
+
+func (s *stream) ID() uint64         { return s.id }
+func (s *stream) Device() gpu.Device { return s.dev }
+
+func (s *stream) isDestroyed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.destroyed
+}
+
+// doneSeq is the sequence number of the last completed operation.
+func (s *stream) doneSeq() uint64 {
+	raceDisable()
+	v := s.done.Load()
+	raceEnable()
+	return v
+}
+
+// stickyErr returns the stream's sticky error, without ordering.
+func (s *stream) stickyErr() error {
+	raceDisable()
+	e := s.sticky.Load()
+	raceEnable()
+	if e == nil {
+		return nil
+	}
+	return e.err
+}
+
+func (s *stream) setSticky(err error) {
+	raceDisable()
+	s.sticky.CompareAndSwap(nil, &stickyError{err})
+	raceEnable()
+}
+
+// joinLocked adds vc to what happens before the stream's next operation.
+func (s *stream) joinLocked(vc vclock) {
+	if nd, grew := s.deps.join(vc); grew {
+		s.deps = nd
+		s.hist = append(s.hist, histEntry{from: s.seq + 1, deps: nd})
+	}
+}
+
+// nextDepsLocked is the clock of the next operation, host order included.
+func (s *stream) nextDepsLocked() vclock {
+	if h := s.dev.b.host.Load(); h.gen != s.hostGen {
+		s.joinLocked(h.vc)
+		s.hostGen = h.gen
+	}
+	return s.deps
+}
+
+// enqueueLocked appends o and makes sure a worker runs. s.mu is held.
+func (s *stream) enqueueLocked(o *op) {
+	o.deps = s.nextDepsLocked()
+	s.seq++
+	o.s, o.seq = s, s.seq
+	raceRelease(unsafe.Pointer(o))
+	raceDisable()
+	s.tail.next.Store(o)
+	start := s.running.CompareAndSwap(false, true)
+	raceEnable()
+	s.tail = o
+	if start {
+		go s.work()
+	}
+}
+
+// work runs queued operations until the queue is empty.
+func (s *stream) work() {
+	raceAcquire(unsafe.Pointer(&s.tailSync))
+	head := s.head
+	for {
+		raceDisable()
+		o := head.next.Load()
+		if o == nil {
+			s.running.Store(false)
+			if head.next.Load() == nil || !s.running.CompareAndSwap(false, true) {
+				raceEnable()
+				return
+			}
+			o = head.next.Load()
+		}
+		raceEnable()
+		raceAcquire(unsafe.Pointer(o))
+		s.exec(o)
+		head = o
+		s.head = o
+		raceRelease(unsafe.Pointer(o))
+		raceRelease(unsafe.Pointer(&s.tailSync))
+		s.complete(o.seq)
+	}
+}
+
+func (s *stream) complete(seq uint64) {
+	raceDisable()
+	s.done.Store(seq)
+	if s.waiters.Load() > 0 {
+		s.wmu.Lock()
+		s.wcond.Broadcast()
+		s.wmu.Unlock()
+	}
+	raceEnable()
+}
+
+// waitSeq blocks until operation seq has completed, creating no
+// happens-before edge; callers acquire the operation themselves.
+func (s *stream) waitSeq(seq uint64) {
+	raceDisable()
+	if s.done.Load() < seq {
+		s.wmu.Lock()
+		s.waiters.Add(1)
+		for s.done.Load() < seq {
+			s.wcond.Wait()
+		}
+		s.waiters.Add(-1)
+		s.wmu.Unlock()
+	}
+	raceEnable()
+}
+
+// exec runs one operation on the worker.
+func (s *stream) exec(o *op) {
+	switch o.kind {
+	case opNop, opFree:
+	case opWait:
+		if r := o.rec; r != nil {
+			r.s.waitSeq(r.seq)
+			raceAcquire(unsafe.Pointer(r))
+		}
+	case opAlloc:
+		for _, w := range o.waits {
+			w.s.waitSeq(w.seq)
+			raceAcquire(unsafe.Pointer(w))
+		}
+		for _, a := range o.acquires {
+			raceAcquire(unsafe.Pointer(a))
+		}
+	case opRecord:
+		raceDisable()
+		o.at.Store(int64(time.Since(epoch)))
+		if e := s.sticky.Load(); e != nil {
+			o.err.Store(e)
+		}
+		raceEnable()
+	case opHold:
+		raceDisable()
+		<-o.hold
+		raceEnable()
+	default:
+		if s.stickyErr() != nil {
+			return // the stream has failed: skip memory work, as a dead context does
+		}
+		if err := s.dev.run(o); err != nil {
+			s.setSticky(err)
+		}
+	}
+}
+
+// syncNow waits for everything enqueued so far, orders the host after it,
+// and returns the sticky error, if any, wrapped for call.
+func (s *stream) syncNow(call string) error {
+	s.mu.Lock()
+	last := s.tail
+	s.mu.Unlock()
+	s.waitSeq(last.seq)
+	s.observed(last)
+	if err := s.stickyErr(); err != nil {
+		return fmt.Errorf("%s: %w", call, err)
+	}
+	return nil
+}
+
+// observed orders the host after completed operation o.
+func (s *stream) observed(o *op) {
+	if o.seq == 0 {
+		return
+	}
+	raceAcquire(unsafe.Pointer(o))
+	s.dev.b.hostJoin(o.vc())
+}
+
+// Synchronize blocks until all work enqueued so far has completed.
+func (s *stream) Synchronize() error {
+	if s == nil {
+		return wrap("cuStreamSynchronize", fmt.Errorf("nil stream: %w", gpu.ErrInvalidHandle))
+	}
+	if s.isDestroyed() {
+		return wrap("cuStreamSynchronize", gpu.ErrDestroyed)
+	}
+	if err := s.dev.inject(OpStreamSynchronize); err != nil {
+		return err
+	}
+	err := s.syncNow("cuStreamSynchronize")
+	s.dev.afterSync()
+	return err
+}
+
+// Query returns nil when all work enqueued so far has completed and an
+// error matching gpu.ErrNotReady when not.
+func (s *stream) Query() error {
+	if s == nil {
+		return wrap("cuStreamQuery", fmt.Errorf("nil stream: %w", gpu.ErrInvalidHandle))
+	}
+	if s.isDestroyed() {
+		return wrap("cuStreamQuery", gpu.ErrDestroyed)
+	}
+	if err := s.dev.inject(OpStreamQuery); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	last := s.tail
+	s.mu.Unlock()
+	if s.doneSeq() < last.seq {
+		return driverErr("cuStreamQuery", gpu.ErrNotReady)
+	}
+	s.observed(last)
+	if err := s.stickyErr(); err != nil {
+		return fmt.Errorf("cuStreamQuery: %w", err)
+	}
+	return nil
+}
+
+// WaitEvent makes later work on s wait for e's completion.
+func (s *stream) WaitEvent(ge gpu.Event) error {
+	const call = "cuStreamWaitEvent"
+	if s == nil {
+		return wrap(call, fmt.Errorf("nil stream: %w", gpu.ErrInvalidHandle))
+	}
+	if s.isDestroyed() {
+		return wrap(call, gpu.ErrDestroyed)
+	}
+	e, err := s.dev.event(call, ge)
+	if err != nil {
+		return err
+	}
+	if err := s.dev.inject(OpStreamWaitEvent); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	rec := e.rec
+	e.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec != nil && rec.s != s {
+		s.joinLocked(rec.vc())
+	} else {
+		rec = nil // same stream or never recorded: nothing to wait for
+	}
+	s.enqueueLocked(&op{kind: opWait, rec: rec, name: call})
+	return nil
+}
+
+// Destroy releases the stream; work already enqueued still runs.
+func (s *stream) Destroy() error {
+	const call = "cuStreamDestroy"
+	if s == nil {
+		return wrap(call, fmt.Errorf("nil stream: %w", gpu.ErrInvalidHandle))
+	}
+	if s.isDestroyed() {
+		return wrap(call, gpu.ErrDestroyed)
+	}
+	if err := s.dev.inject(OpStreamDestroy); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return wrap(call, gpu.ErrDestroyed)
+	}
+	s.destroyed = true
+	return nil
+}
+
+func (s *stream) String() string { return fmt.Sprintf("sim stream %d", s.id) }
