@@ -21,6 +21,7 @@ import (
 	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/cudagpu"
+	"github.com/streamalloc/streamalloc/gpu/gputest"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 )
 
@@ -817,4 +818,11 @@ func BenchmarkMallocAsyncFreeAsyncParallel(b *testing.B) {
 		ok(b, s.Synchronize())
 		ok(b, s.Destroy())
 	}
+}
+
+// TestConformance runs the backend conformance suite (gpu/gputest), which
+// the simulator also passes, on the GPU.
+func TestConformance(t *testing.T) {
+	_, d := needDevice(t)
+	gputest.Run(t, d)
 }
