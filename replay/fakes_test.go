@@ -156,3 +156,19 @@ func (f *fakeResource) Usage() mr.Usage    { return f.usage }
 type plainResource struct{ *fakeResource }
 
 func (p plainResource) Usage() {}
+
+// releasingResource is a fakeResource that caches: Release must come
+// while the replay's streams still work.
+type releasingResource struct {
+	*fakeResource
+	releases         int
+	streamsAtRelease []bool // destroyed flags when Release ran
+}
+
+func (r *releasingResource) Release() error {
+	r.releases++
+	for _, s := range r.dev.(*fakeDevice).streams {
+		r.streamsAtRelease = append(r.streamsAtRelease, s.destroyed)
+	}
+	return nil
+}

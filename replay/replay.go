@@ -30,10 +30,14 @@
 // # Cleanup
 //
 // On every path, success, error or cancellation, Run frees every block it
-// still holds on the stream it was allocated on, synchronizes each stream
-// it created and destroys it. Nothing the replay allocated outlives Run,
-// and the resource's accounting returns to where it was, apart from what
-// the resource chooses to cache.
+// still holds on the stream it was allocated on, asks the resource to
+// release what it caches if it is an mr.Releaser (a cache may be tied to
+// the replay's streams), then synchronizes each stream it created and
+// destroys it. Nothing the replay allocated outlives Run. Peaks are
+// measured before the release. A resource that caches per stream but
+// cannot be reached through Releaser (hidden behind an adaptor that does
+// not forward Release) should not be used again after Run: its cache
+// refers to destroyed streams. Give each replay a fresh resource.
 package replay
 
 import (
@@ -312,8 +316,9 @@ func (r *runner) progress(final bool) {
 	r.opts.Progress(p)
 }
 
-// cleanup frees every live block on its allocation stream, then
-// synchronizes and destroys the streams. It goes on past errors so that
+// cleanup frees every live block on its allocation stream, releases what
+// the resource caches (mr.Releaser), then synchronizes and destroys the
+// streams. It goes on past errors so that
 // one failure does not strand the rest, and returns them all.
 func (r *runner) cleanup() error {
 	var errs []error
@@ -329,6 +334,13 @@ func (r *runner) cleanup() error {
 	for _, h := range left {
 		if err := r.release(h.addr, h.b, h.b.stream); err != nil {
 			errs = append(errs, fmt.Errorf("replay: %s: at the end: %w", r.r.Trace, err))
+		}
+	}
+	// A caching resource may hold memory whose reuse is tied to the
+	// streams about to be destroyed; give it back while they still work.
+	if rel, ok := r.res.(mr.Releaser); ok {
+		if err := rel.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("replay: %s: release: %w", r.r.Trace, err))
 		}
 	}
 	for _, s := range r.order {

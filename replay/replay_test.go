@@ -341,3 +341,18 @@ func TestRunNilArguments(t *testing.T) {
 		t.Errorf("nil context: %v", err)
 	}
 }
+
+func TestRunReleasesBeforeDestroyingStreams(t *testing.T) {
+	dev := &fakeDevice{}
+	res := &releasingResource{fakeResource: newFakeResource(dev, 1<<30)}
+	_, err := Run(context.Background(), csv("1,0,allocate,0x100,8,0x1", "1,0,allocate,0x200,8,0x2"), dev, res, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.releases != 1 || len(res.streamsAtRelease) != 2 || res.streamsAtRelease[0] || res.streamsAtRelease[1] {
+		t.Errorf("%d releases; streams destroyed at release: %v", res.releases, res.streamsAtRelease)
+	}
+	if len(res.live) != 0 || dev.allDown() != nil {
+		t.Errorf("live %d, streams %v", len(res.live), dev.allDown())
+	}
+}
