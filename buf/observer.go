@@ -3,7 +3,7 @@
 //
 // A buffer finds its observer once, at New: the resource itself if it
 // implements Observer, else the first resource down a chain of adaptors
-// (each exposing Upstream) that does, else the one given with
+// (each an mr.Wrapper) that does, else the one given with
 // WithObserver. Calls to the observer are made with the buffer's lock held
 // and in stream order: waits first, then the use, then the record.
 package buf
@@ -28,11 +28,6 @@ type Observer interface {
 	ObserveWait(s gpu.Stream, e gpu.Event)
 }
 
-// upstreamer is implemented by adaptors that wrap one resource.
-type upstreamer interface {
-	Upstream() mr.Resource
-}
-
 // findObserver walks res and its upstreams for an Observer. The walk is
 // bounded so that a cycle of adaptors cannot hang it.
 func findObserver(res mr.Resource) Observer {
@@ -40,7 +35,7 @@ func findObserver(res mr.Resource) Observer {
 		if o, ok := res.(Observer); ok {
 			return o
 		}
-		u, ok := res.(upstreamer)
+		u, ok := res.(mr.Wrapper)
 		if !ok {
 			return nil
 		}
