@@ -1,0 +1,167 @@
+// Package mrprom exports the statistics of streamalloc memory resources to
+// Prometheus.
+//
+// A Collector reads an mr.Stats adaptor (current, peak and total bytes and
+// allocations, failures, and the same per stream when the adaptor keeps
+// them) and, optionally, any mr.UsageReporter (reserved and used bytes
+// with their peaks) each time the registry is scraped. It keeps no state of
+// its own, so the numbers are exactly the adaptor's at scrape time, and
+// scraping costs nothing between scrapes.
+//
+// It lives apart from package mr so that mr does not depend on the
+// Prometheus client.
+//
+// Metric names, with the default namespace "streamalloc":
+//
+//	streamalloc_allocated_bytes            gauge    bytes handed out now
+//	streamalloc_allocated_bytes_peak       gauge    high-water mark of that
+//	streamalloc_allocated_bytes_total      counter  bytes ever handed out
+//	streamalloc_allocations                gauge    allocations live now
+//	streamalloc_allocations_peak           gauge    high-water mark of that
+//	streamalloc_allocations_total          counter  allocations ever made
+//	streamalloc_allocation_failures_total  counter  allocations refused
+//	streamalloc_out_of_memory_total        counter  of those, for lack of memory
+//	streamalloc_stream_*{stream="ID"}      the same per stream (PerStream adaptors)
+//	streamalloc_reserved_bytes{,_peak}     gauge    from the UsageReporter
+//	streamalloc_used_bytes{,_peak}         gauge    from the UsageReporter
+//
+// To export several resources into one registry, give each collector
+// ConstLabels that tell them apart (for example device and resource).
+package mrprom
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/streamalloc/streamalloc/mr"
+)
+
+// Options configure a Collector.
+type Options struct {
+	// Namespace prefixes every metric name; "" means "streamalloc".
+	Namespace string
+	// ConstLabels are added to every metric.
+	ConstLabels prometheus.Labels
+	// Usage, if set, is exported as reserved and used bytes. A Stats
+	// adaptor is itself a UsageReporter; pass the pool or the async
+	// resource below it to export what it reserved from the device.
+	Usage mr.UsageReporter
+}
+
+// metric is one exported value: how to read it from a snapshot.
+type metric struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	get  func(mr.StatsSnapshot) uint64
+}
+
+// Collector is a prometheus.Collector over an mr.Stats adaptor and an
+// optional mr.UsageReporter. It is safe for concurrent use.
+type Collector struct {
+	stats     *mr.Stats
+	usage     mr.UsageReporter
+	all       []metric
+	perStream []metric
+	usageDesc [4]*prometheus.Desc
+}
+
+// NewCollector returns a collector of stats (may be nil) and opts.Usage
+// (may be nil); with neither it returns an error.
+func NewCollector(stats *mr.Stats, opts Options) (*Collector, error) {
+	if stats == nil && opts.Usage == nil {
+		return nil, errors.New("mrprom: nothing to collect: no Stats and no Usage")
+	}
+	ns := opts.Namespace
+	if ns == "" {
+		ns = "streamalloc"
+	}
+	c := &Collector{stats: stats, usage: opts.Usage}
+	newDesc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, opts.ConstLabels)
+	}
+	type def struct {
+		name, help string
+		kind       prometheus.ValueType
+		get        func(mr.StatsSnapshot) uint64
+	}
+	defs := []def{
+		{"allocated_bytes", "Bytes handed out and not freed.", prometheus.GaugeValue,
+			func(s mr.StatsSnapshot) uint64 { return s.Bytes.Current }},
+		{"allocated_bytes_peak", "High-water mark of the bytes handed out.", prometheus.GaugeValue,
+			func(s mr.StatsSnapshot) uint64 { return s.Bytes.Peak }},
+		{"allocated_bytes_total", "Bytes ever handed out.", prometheus.CounterValue,
+			func(s mr.StatsSnapshot) uint64 { return s.Bytes.Total }},
+		{"allocations", "Allocations handed out and not freed.", prometheus.GaugeValue,
+			func(s mr.StatsSnapshot) uint64 { return s.Allocations.Current }},
+		{"allocations_peak", "High-water mark of the live allocations.", prometheus.GaugeValue,
+			func(s mr.StatsSnapshot) uint64 { return s.Allocations.Peak }},
+		{"allocations_total", "Allocations ever made.", prometheus.CounterValue,
+			func(s mr.StatsSnapshot) uint64 { return s.Allocations.Total }},
+		{"allocation_failures_total", "Allocations the upstream refused.", prometheus.CounterValue,
+			func(s mr.StatsSnapshot) uint64 { return s.Failures }},
+		{"out_of_memory_total", "Allocations refused for lack of memory.", prometheus.CounterValue,
+			func(s mr.StatsSnapshot) uint64 { return s.OutOfMemory }},
+	}
+	if stats != nil {
+		for _, d := range defs {
+			c.all = append(c.all, metric{newDesc(d.name, d.help), d.kind, d.get})
+			c.perStream = append(c.perStream, metric{
+				newDesc("stream_"+d.name, d.help+" Per allocating stream.", "stream"), d.kind, d.get})
+		}
+	}
+	if opts.Usage != nil {
+		c.usageDesc = [4]*prometheus.Desc{
+			newDesc("reserved_bytes", "Bytes the resource holds from its upstream or the driver."),
+			newDesc("reserved_bytes_peak", "High-water mark of the reserved bytes."),
+			newDesc("used_bytes", "Bytes of the reserved ones handed out."),
+			newDesc("used_bytes_peak", "High-water mark of the used bytes."),
+		}
+	}
+	return c, nil
+}
+
+// Describe sends the descriptors of every metric the collector can
+// export.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.all {
+		ch <- m.desc
+	}
+	for _, m := range c.perStream {
+		ch <- m.desc
+	}
+	if c.usage != nil {
+		for _, d := range c.usageDesc {
+			ch <- d
+		}
+	}
+}
+
+// Collect reads the adaptor and the usage reporter and sends their values.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.stats != nil {
+		snap := c.stats.Snapshot()
+		for _, m := range c.all {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.get(snap)))
+		}
+		streams := c.stats.StreamSnapshots()
+		ids := make([]uint64, 0, len(streams))
+		for id := range streams {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			label := strconv.FormatUint(id, 10)
+			for _, m := range c.perStream {
+				ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.get(streams[id])), label)
+			}
+		}
+	}
+	if c.usage != nil {
+		u := c.usage.Usage()
+		for i, v := range [4]uint64{u.Reserved, u.PeakReserved, u.Used, u.PeakUsed} {
+			ch <- prometheus.MustNewConstMetric(c.usageDesc[i], prometheus.GaugeValue, float64(v))
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package mrprom_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/mr/mrprom"
+)
+
+// A device, stream and resource just real enough for a Stats adaptor.
+type device struct{ gpu.Device }
+
+type stream struct {
+	gpu.Stream
+	id  uint64
+	dev gpu.Device
+}
+
+func (s *stream) ID() uint64         { return s.id }
+func (s *stream) Device() gpu.Device { return s.dev }
+
+type resource struct {
+	dev  gpu.Device
+	mu   sync.Mutex
+	next gpu.DevicePtr
+	fail bool
+}
+
+func (r *resource) Device() gpu.Device { return r.dev }
+func (r *resource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail {
+		return 0, &mr.OutOfMemoryError{Resource: "test", Requested: size}
+	}
+	r.next += 1 << 20
+	return r.next, nil
+}
+func (r *resource) Deallocate(gpu.DevicePtr, int, gpu.Stream) error { return nil }
+
+type usage struct{ u mr.Usage }
+
+func (u usage) Usage() mr.Usage { return u.u }
+
+func setup(t *testing.T) (*mr.Stats, *resource, *stream, *stream) {
+	dev := &device{}
+	up := &resource{dev: dev}
+	st := mr.NewStats(up, mr.StatsOptions{PerStream: true})
+	s1, s2 := &stream{id: 3, dev: dev}, &stream{id: 10, dev: dev}
+	p, err := st.Allocate(1000, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Allocate(500, s2); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Deallocate(p, 1000, s1); err != nil {
+		t.Fatal(err)
+	}
+	up.fail = true
+	if _, err := st.Allocate(64, s2); !errors.Is(err, mr.ErrOutOfMemory) {
+		t.Fatal(err)
+	}
+	return st, up, s1, s2
+}
+
+func TestCollector(t *testing.T) {
+	st, _, _, _ := setup(t)
+	c, err := mrprom.NewCollector(st, mrprom.Options{
+		ConstLabels: prometheus.Labels{"device": "0"},
+		Usage:       usage{mr.Usage{Reserved: 4096, Used: 500, PeakReserved: 8192, PeakUsed: 1500}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP streamalloc_allocated_bytes Bytes handed out and not freed.
+# TYPE streamalloc_allocated_bytes gauge
+streamalloc_allocated_bytes{device="0"} 500
+# HELP streamalloc_allocated_bytes_peak High-water mark of the bytes handed out.
+# TYPE streamalloc_allocated_bytes_peak gauge
+streamalloc_allocated_bytes_peak{device="0"} 1500
+# HELP streamalloc_allocated_bytes_total Bytes ever handed out.
+# TYPE streamalloc_allocated_bytes_total counter
+streamalloc_allocated_bytes_total{device="0"} 1500
+# HELP streamalloc_allocations Allocations handed out and not freed.
+# TYPE streamalloc_allocations gauge
+streamalloc_allocations{device="0"} 1
+# HELP streamalloc_allocation_failures_total Allocations the upstream refused.
+# TYPE streamalloc_allocation_failures_total counter
+streamalloc_allocation_failures_total{device="0"} 1
+# HELP streamalloc_out_of_memory_total Allocations refused for lack of memory.
+# TYPE streamalloc_out_of_memory_total counter
+streamalloc_out_of_memory_total{device="0"} 1
+# HELP streamalloc_stream_allocated_bytes Bytes handed out and not freed. Per allocating stream.
+# TYPE streamalloc_stream_allocated_bytes gauge
+streamalloc_stream_allocated_bytes{device="0",stream="10"} 500
+streamalloc_stream_allocated_bytes{device="0",stream="3"} 0
+# HELP streamalloc_stream_allocations_total Allocations ever made. Per allocating stream.
+# TYPE streamalloc_stream_allocations_total counter
+streamalloc_stream_allocations_total{device="0",stream="10"} 1
+streamalloc_stream_allocations_total{device="0",stream="3"} 1
+# HELP streamalloc_reserved_bytes Bytes the resource holds from its upstream or the driver.
+# TYPE streamalloc_reserved_bytes gauge
+streamalloc_reserved_bytes{device="0"} 4096
+# HELP streamalloc_used_bytes_peak High-water mark of the used bytes.
+# TYPE streamalloc_used_bytes_peak gauge
+streamalloc_used_bytes_peak{device="0"} 1500
+`
+	names := []string{"streamalloc_allocated_bytes", "streamalloc_allocated_bytes_peak",
+		"streamalloc_allocated_bytes_total", "streamalloc_allocations",
+		"streamalloc_allocation_failures_total", "streamalloc_out_of_memory_total",
+		"streamalloc_stream_allocated_bytes", "streamalloc_stream_allocations_total",
+		"streamalloc_reserved_bytes", "streamalloc_used_bytes_peak"}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	// Every family is exported: 8 totals, 8 per stream for each of two
+	// streams, 4 usage gauges.
+	if n := testutil.CollectAndCount(c); n != 8+16+4 {
+		t.Fatalf("collected %d metrics", n)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestScrapeHTTP registers the collector, serves the registry on a
+// loopback test server and scrapes it as Prometheus would.
+func TestScrapeHTTP(t *testing.T) {
+	st, _, s1, _ := setup(t)
+	reg := prometheus.NewPedanticRegistry()
+	c, err := mrprom.NewCollector(st, mrprom.Options{Namespace: "gpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	scrape := func() string {
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("scrape: %d, %v", resp.StatusCode, err)
+		}
+		return string(b)
+	}
+	body := scrape()
+	for _, line := range []string{"gpu_allocated_bytes 500", "gpu_allocations_total 2",
+		`gpu_stream_allocated_bytes_total{stream="3"} 1000`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("scrape lacks %q:\n%s", line, body)
+		}
+	}
+	// The next scrape sees new activity: the collector keeps no copy.
+	if _, err := st.Allocate(100, s1); err == nil {
+		t.Fatal("upstream should still be failing")
+	}
+	if body := scrape(); !strings.Contains(body, "gpu_allocation_failures_total 2\n") {
+		t.Errorf("second scrape:\n%s", body)
+	}
+}
+
+func TestCollectorNeedsSomething(t *testing.T) {
+	if _, err := mrprom.NewCollector(nil, mrprom.Options{}); err == nil {
+		t.Fatal("a collector of nothing was made")
+	}
+	c, err := mrprom.NewCollector(nil, mrprom.Options{Usage: usage{mr.Usage{Reserved: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c); n != 4 {
+		t.Fatalf("usage-only collector exported %d metrics", n)
+	}
+}
+
+func ExampleNewCollector() {
+	dev := &device{}
+	st := mr.NewStats(&resource{dev: dev}, mr.StatsOptions{})
+	st.Allocate(4096, &stream{id: 1, dev: dev})
+
+	c, _ := mrprom.NewCollector(st, mrprom.Options{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	// Serve it: http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "streamalloc_allocated_bytes" {
+			fmt.Println(mf.GetName(), mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	// Output: streamalloc_allocated_bytes 4096
+}
