@@ -1,75 +1,85 @@
 // sa_arena_alloc in Go, for the simulator's kernels.
 //
-// view is a header in (simulated) device memory seen through Go pointers:
-// the fixed fields read once, the counter and flag as words that Go's
-// atomics operate on. alloc is the same algorithm, step for step, as
-// sa_arena_alloc in sa_arena.cuh and the inlined copies in sa_arena.ptx;
-// the fuzz test checks it against a plain sequential model.
+// allocate is the same algorithm, step for step, as sa_arena_alloc in
+// sa_arena.cuh and its inlined copies in sa_arena.ptx. It reaches the
+// header's epoch state (counter and flag) through a cell, so that the
+// simulator's kernels can use the simulator's atomics (which, like the
+// card's relaxed atomics, create no happens-before edge that would hide a
+// missing event from the race detector) and the fuzz test can use plain Go
+// memory. The fuzz test checks it against a sequential model.
 package devarena
 
 import (
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
-	"unsafe"
 )
 
-// view is one header as a kernel sees it.
-type view struct {
-	base, size, mask uint64
-	offset           *uint64
-	overflow         *uint32
+// cell is the epoch state of one header, reached atomically.
+type cell interface {
+	// loadOffset reads the counter.
+	loadOffset() (uint64, error)
+	// addOffset adds n to the counter and returns its value before.
+	addOffset(n uint64) (uint64, error)
+	// setOverflow sets the flag.
+	setOverflow() error
 }
 
-// viewOf interprets b, the HeaderSize bytes of a header in simulated
-// device memory. The counter and flag are used with atomics, so b must be
-// 8-byte aligned in host memory; the fixed fields must be sane (a header
-// that is not one, say a stray pointer, is reported, never used).
-func viewOf(b []byte) (*view, error) {
+// fixed are a header's fields that do not change while the arena lives.
+type fixed struct {
+	base, size, mask uint64
+}
+
+// fixedOf decodes the fixed fields of b, a header's HeaderSize bytes, and
+// checks that they are sane: a kernel handed something that is not a
+// header gets an error, never a wild write.
+func fixedOf(b []byte) (fixed, error) {
 	if len(b) < HeaderSize {
-		return nil, fmt.Errorf("devarena: header is %d bytes, want %d", len(b), HeaderSize)
-	}
-	if uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
-		return nil, fmt.Errorf("devarena: header at host address %p is not 8-byte aligned", &b[0])
+		return fixed{}, fmt.Errorf("devarena: header is %d bytes, want %d", len(b), HeaderSize)
 	}
 	align := binary.LittleEndian.Uint32(b[OffAlign:])
 	if align < MinAlign || align > MaxAlign || align&(align-1) != 0 {
-		return nil, fmt.Errorf("devarena: header alignment %d: %w", align, ErrInvalidAlign)
+		return fixed{}, fmt.Errorf("devarena: header alignment %d: %w", align, ErrInvalidAlign)
 	}
-	return &view{
-		base:     binary.LittleEndian.Uint64(b[OffBase:]),
-		size:     binary.LittleEndian.Uint64(b[OffSize:]),
-		mask:     uint64(align) - 1,
-		offset:   (*uint64)(unsafe.Pointer(&b[OffOffset])),
-		overflow: (*uint32)(unsafe.Pointer(&b[OffOverflow])),
-	}, nil
+	f := fixed{
+		base: binary.LittleEndian.Uint64(b[OffBase:]),
+		size: binary.LittleEndian.Uint64(b[OffSize:]),
+		mask: uint64(align) - 1,
+	}
+	if f.size > MaxSize || f.base&f.mask != 0 {
+		return fixed{}, fmt.Errorf("devarena: header region %#x size %d align %d: %w", f.base, f.size, align, ErrInvalidSize)
+	}
+	return f, nil
 }
 
-// alloc returns the device address of n bytes from the arena, or 0 if
+// allocate returns the device address of n bytes from the arena, or 0 if
 // they do not fit (and then sets the overflow flag).
-func (v *view) alloc(n uint64) uint64 {
+func allocate(c cell, f fixed, n uint64) (uint64, error) {
 	if n == 0 {
-		return 0
+		return 0, nil
 	}
-	if n > v.size {
-		return v.fail()
+	if n > f.size {
+		return 0, c.setOverflow()
 	}
-	n = (n + v.mask) &^ v.mask
-	if n > v.size {
-		return v.fail()
+	n = (n + f.mask) &^ f.mask
+	if n > f.size {
+		return 0, c.setOverflow()
 	}
-	last := v.size - n
-	if atomic.LoadUint64(v.offset) > last {
-		return v.fail()
+	last := f.size - n
+	// Read before adding: a thread that has seen the counter past the end
+	// adds nothing more (see sa_arena.cuh on why the counter cannot wrap).
+	cur, err := c.loadOffset()
+	if err != nil {
+		return 0, err
 	}
-	old := atomic.AddUint64(v.offset, n) - n
+	if cur > last {
+		return 0, c.setOverflow()
+	}
+	old, err := c.addOffset(n)
+	if err != nil {
+		return 0, err
+	}
 	if old > last {
-		return v.fail()
+		return 0, c.setOverflow()
 	}
-	return v.base + old
-}
-
-func (v *view) fail() uint64 {
-	atomic.StoreUint32(v.overflow, 1)
-	return 0
+	return f.base + old, nil
 }

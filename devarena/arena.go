@@ -80,10 +80,14 @@ type Arena struct {
 // Stats is what an epoch of kernels did to an arena.
 type Stats struct {
 	// HighWater is the bytes of the region claimed since creation or the
-	// last Reset: the sum of the served requests, each rounded up to the
-	// alignment, while Overflow is false. A request that fails claims the
-	// rest of the region (the counter passes the end and stays there), so
-	// once Overflow is true HighWater is the region's size.
+	// last Reset, at most Size. While Overflow is false it is exactly the
+	// sum of the served requests, each rounded up to the alignment. A
+	// request that fails on the counter itself (others got there first)
+	// leaves its add there, claiming the rest of the region, so once
+	// Overflow is true HighWater lies between the served bytes and Size:
+	// Size if the counter ran past the end, the served bytes if every
+	// failure was refused before the add (a request larger than the region,
+	// or one made after the counter had visibly passed the end).
 	HighWater int
 	// Overflow reports whether any request since creation or the last
 	// Reset failed because it did not fit.

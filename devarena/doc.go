@@ -28,12 +28,15 @@
 //
 // # The counter
 //
-// A request that does not fit still leaves its add on the counter: undoing
-// it would let a later request land on a live allocation. So the counter
-// may pass the region's size; from then on every request of the epoch
-// fails, Stats reports the region as full (HighWater = Size) with Overflow
-// set, and Reset starts over. sa_arena.cuh states why the counter cannot
-// wrap (it stays below (T+1)*Size for T failing threads, Size <= MaxSize).
+// A request that fails on the counter (others got there first) still
+// leaves its add there: undoing it would let a later request land on a
+// live allocation. So the counter may pass the region's size; from then on
+// every request of the epoch fails, Stats reports the region as full
+// (HighWater = Size) with Overflow set, and Reset starts over. Requests
+// refused before the add (larger than the region, or made after the
+// counter had visibly passed the end) set Overflow but claim nothing.
+// sa_arena.cuh states why the counter cannot wrap (it stays below
+// (T+1)*Size for T failing threads, Size <= MaxSize).
 //
 // # Kernels for tests
 //
