@@ -163,8 +163,16 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("pool: allocate", p.dev, s); err != nil {
-		return 0, err
+	if s == nil {
+		return 0, checkStream("pool: allocate", p.dev, s)
+	}
+	// A stream the pool knows was checked when it was added (IDs are
+	// never reused), so the hot path skips the device comparison.
+	st := p.lookupStream(s.ID())
+	if st == nil {
+		if err := checkStream("pool: allocate", p.dev, s); err != nil {
+			return 0, err
+		}
 	}
 	if size < 0 || size > maxAlignable {
 		return 0, fmt.Errorf("pool: allocate %d bytes: %w", size, ErrInvalidSize)
@@ -176,7 +184,9 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("pool: allocate: %w", ErrClosed)
 	}
 	rounded := alignUp(size)
-	st := p.streamOf(s)
+	if st == nil {
+		st = p.streamOf(s)
+	}
 	st.mu.Lock()
 	t := &st.large
 	if rounded <= poolSmallMax {
@@ -204,8 +214,14 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("pool: deallocate", p.dev, s); err != nil {
-		return err
+	if s == nil {
+		return checkStream("pool: deallocate", p.dev, s)
+	}
+	st := p.lookupStream(s.ID())
+	if st == nil {
+		if err := checkStream("pool: deallocate", p.dev, s); err != nil {
+			return err
+		}
 	}
 	if size < 0 {
 		return fmt.Errorf("pool: deallocate %d bytes: %w", size, ErrInvalidSize)
@@ -216,9 +232,9 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		}
 		return fmt.Errorf("pool: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
 	}
-	if st := p.lookupStream(s.ID()); st != nil {
+	if st != nil {
 		st.mu.Lock()
-		if b, ok := st.live[ptr]; ok {
+		if b := st.live.get(ptr); b != nil {
 			if b.req != size {
 				req := b.req
 				st.mu.Unlock()
@@ -253,7 +269,9 @@ func (p *Pool) Usage() Usage {
 	u := p.usage.snapshot()
 	var used int64
 	for _, st := range p.table.Load().list {
-		used += st.used.Load()
+		st.mu.Lock()
+		used += st.used
+		st.mu.Unlock()
 	}
 	u.Used = uint64(max(used, 0))
 	u.PeakUsed = max(u.PeakUsed, u.Used)

@@ -79,7 +79,7 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 				live++
 				liveSeen++
 				used += b.req
-				if st.live[b.ptr] != b {
+				if st.live.get(b.ptr) != b {
 					return fmt.Errorf("live block %#x not in live map", b.ptr)
 				}
 				if alignUp(b.req) > b.size {
@@ -108,11 +108,11 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 			return fmt.Errorf("chunk %#x: counts live %d pending %d, blocks live %d pending %d", c.base, c.live, c.pending, live, pending)
 		}
 	}
-	if liveSeen != len(st.live) {
-		return fmt.Errorf("live map has %d entries, chunks %d live blocks", len(st.live), liveSeen)
+	if liveSeen != st.live.n {
+		return fmt.Errorf("live map has %d entries, chunks %d live blocks", st.live.n, liveSeen)
 	}
-	if int64(used) != st.used.Load() {
-		return fmt.Errorf("used %d, live blocks hold %d", st.used.Load(), used)
+	if int64(used) != st.used {
+		return fmt.Errorf("used %d, live blocks hold %d", st.used, used)
 	}
 	if pendingBytes != st.pendingBytes {
 		return fmt.Errorf("pendingBytes %d, pending blocks %d", st.pendingBytes, pendingBytes)
@@ -477,4 +477,47 @@ func FuzzPoolOps(f *testing.F) {
 		runPoolModel(t, data, PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1<<30)
 		runPoolModel(t, data, PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1<<30)
 	})
+}
+
+func TestPtrMap(t *testing.T) {
+	var m ptrMap
+	ref := map[gpu.DevicePtr]*poolBlock{}
+	r := rand.New(rand.NewPCG(3, 4))
+	var keys []gpu.DevicePtr
+	for i := range 200000 {
+		if len(keys) > 0 && r.IntN(2) == 0 {
+			j := r.IntN(len(keys))
+			k := keys[j]
+			keys[j] = keys[len(keys)-1]
+			keys = keys[:len(keys)-1]
+			m.del(k)
+			delete(ref, k)
+		} else {
+			// Addresses clustered like a pool's: 256-aligned, close.
+			k := gpu.DevicePtr(1<<32 + r.IntN(1<<16)*Alignment)
+			if ref[k] != nil {
+				continue
+			}
+			b := &poolBlock{ptr: k}
+			m.put(k, b)
+			ref[k] = b
+			keys = append(keys, k)
+		}
+		if m.n != len(ref) {
+			t.Fatalf("op %d: n %d, want %d", i, m.n, len(ref))
+		}
+		if i%1000 == 0 {
+			for k, b := range ref {
+				if m.get(k) != b {
+					t.Fatalf("op %d: get(%#x) wrong", i, k)
+				}
+			}
+			for j := range 100 {
+				k := gpu.DevicePtr(1<<32 + (1<<16+j)*Alignment)
+				if m.get(k) != nil {
+					t.Fatalf("get of absent key %#x found something", k)
+				}
+			}
+		}
+	}
 }

@@ -354,8 +354,8 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 			h.mu.Unlock()
 			continue
 		}
-		b, ok := h.live[ptr]
-		if !ok {
+		b := h.live.get(ptr)
+		if b == nil {
 			err := h.diagnose(c, ptr)
 			h.mu.Unlock()
 			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), err)

@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -56,7 +55,7 @@ type poolStream struct {
 	pool *Pool
 
 	small, large tlsf
-	live         map[gpu.DevicePtr]*poolBlock
+	live         ptrMap
 	spare        *poolBlock
 	pendingLists []poolPending
 	pendingBytes int
@@ -67,17 +66,17 @@ type poolStream struct {
 	freed    [poolFreedRing]gpu.DevicePtr
 	freedPos uint
 
-	// used is written under mu (atomically, so that Usage can read it
-	// without the lock); unflushed is what used changed by since this
-	// stream last added to the pool-wide total.
-	used      atomic.Int64
+	// used is the sum of req over live blocks; unflushed is what it
+	// changed by since this stream last added to the pool-wide total
+	// (Pool.usedSum, which drives PeakUsed).
+	used      int64
 	unflushed int64
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
 
 func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
-	return &poolStream{id: s.ID(), s: s, pool: p, live: make(map[gpu.DevicePtr]*poolBlock)}
+	return &poolStream{id: s.ID(), s: s, pool: p}
 }
 
 func (st *poolStream) binsOf(c *poolChunk) *tlsf {
@@ -137,7 +136,7 @@ func (st *poolStream) markLive(b *poolBlock, req int) {
 	b.state = blockLive
 	b.handed = true
 	b.req = req
-	st.live[b.ptr] = b
+	st.live.put(b.ptr, b)
 	b.c.live++
 	st.addUsed(req)
 }
@@ -172,7 +171,7 @@ func (st *poolStream) putFree(b *poolBlock) {
 
 // unlive takes live block b out of the live map and the counters.
 func (st *poolStream) unlive(b *poolBlock) {
-	delete(st.live, b.ptr)
+	st.live.del(b.ptr)
 	st.freed[st.freedPos%poolFreedRing] = b.ptr
 	st.freedPos++
 	b.c.live--
@@ -312,13 +311,16 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	return err
 }
 
-// addUsed changes the stream's used bytes by d, and the pool-wide total
-// once the change since the last flush reaches the pool's quantum.
+// addUsed adds d to the stream's used bytes, and to the pool-wide total
+// once the change since the last flush reaches the pool's quantum. With a
+// quantum of 0 (one stream), an allocation flushes whenever the total
+// could reach a new peak, and a free never does: the total is exact
+// whenever it matters for the peak, at one atomic add per pair.
 func (st *poolStream) addUsed(d int) {
-	st.used.Add(int64(d))
+	st.used += int64(d)
 	st.unflushed += int64(d)
 	q := st.pool.usedQuantum.Load()
-	if st.unflushed >= q || st.unflushed <= -q {
+	if (d > 0 && st.unflushed >= q) || (q > 0 && st.unflushed <= -q) {
 		st.pool.flushUsed(st.unflushed)
 		st.unflushed = 0
 	}

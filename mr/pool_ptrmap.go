@@ -1,0 +1,111 @@
+// ptrMap: the live blocks of one pool stream, by address.
+//
+// Deallocate's first step is this lookup, so it is a purpose-built hash
+// table rather than a Go map: open addressing with linear probing over a
+// power-of-two array, keys hashed by a Fibonacci multiply of the address
+// (whose low 8 bits are always zero), and deletion by backward shift, so
+// there are no tombstones and probe sequences stay short under any
+// alloc/free churn. A Go map costs two to three times as much here (a
+// delete that empties it even draws a random number to reseed).
+//
+// Invariants: keys are non-zero addresses (0 marks an empty slot); every
+// key is reachable from its home slot without crossing an empty slot; the
+// table is at most 3/4 full, and grows (the only time it allocates) by
+// doubling.
+package mr
+
+import "github.com/streamalloc/streamalloc/gpu"
+
+type ptrMapSlot struct {
+	key gpu.DevicePtr
+	val *poolBlock
+}
+
+type ptrMap struct {
+	slots []ptrMapSlot
+	n     int
+	shift uint // 64 - log2(len(slots))
+}
+
+const ptrMapMinSlots = 64
+
+func (m *ptrMap) home(k gpu.DevicePtr) int {
+	return int((uint64(k) * 0x9E3779B97F4A7C15) >> m.shift)
+}
+
+func (m *ptrMap) get(k gpu.DevicePtr) *poolBlock {
+	if m.n == 0 {
+		return nil
+	}
+	mask := len(m.slots) - 1
+	for i := m.home(k); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if s.key == k {
+			return s.val
+		}
+		if s.key == 0 {
+			return nil
+		}
+	}
+}
+
+// put sets k's value; k must not be in the map.
+func (m *ptrMap) put(k gpu.DevicePtr, v *poolBlock) {
+	if (m.n+1)*4 > len(m.slots)*3 {
+		m.grow()
+	}
+	mask := len(m.slots) - 1
+	i := m.home(k)
+	for m.slots[i].key != 0 {
+		i = (i + 1) & mask
+	}
+	m.slots[i] = ptrMapSlot{k, v}
+	m.n++
+}
+
+// del removes k, which must be in the map.
+func (m *ptrMap) del(k gpu.DevicePtr) {
+	mask := len(m.slots) - 1
+	i := m.home(k)
+	for m.slots[i].key != k {
+		i = (i + 1) & mask
+	}
+	// Backward shift: move later entries of the probe run into the hole
+	// unless that would put them before their home slot.
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		s := m.slots[j]
+		if s.key == 0 {
+			break
+		}
+		h := m.home(s.key)
+		// s may move to i iff i lies cyclically in [h, j).
+		if (j-h)&mask >= (j-i)&mask {
+			m.slots[i] = s
+			i = j
+		}
+	}
+	m.slots[i] = ptrMapSlot{}
+	m.n--
+}
+
+func (m *ptrMap) grow() {
+	old := m.slots
+	size := max(ptrMapMinSlots, 2*len(old))
+	m.slots = make([]ptrMapSlot, size)
+	m.shift = uint(64 - log2(size))
+	m.n = 0
+	for _, s := range old {
+		if s.key != 0 {
+			m.put(s.key, s.val)
+		}
+	}
+}
+
+func log2(n int) int {
+	l := 0
+	for n > 1 {
+		n >>= 1
+		l++
+	}
+	return l
+}
