@@ -32,6 +32,7 @@ type Device struct {
 	committed  uint64                 // bytes of capacity in use
 	allocs     map[uint64]*allocation // live allocations by address
 	asyncFrees []*allocation          // cuMemAlloc memory freed by FreeAsync, not yet unmapped
+	defPool    *memPool               // immutable
 	pools      []*memPool             // the default pool first
 	hostAllocs map[*byte]int          // MallocHost slices by first byte
 	pinned     uint64
@@ -68,7 +69,8 @@ func newDevice(b *Backend, ordinal int) *Device {
 	stride := max(uint64(vaStride), roundUp(4*b.cfg.Capacity, vaStride))
 	d.va = newAddrSpace(vaBase+uint64(ordinal)*stride, stride)
 	d.segs.Store(&segTable{})
-	d.pools = []*memPool{newMemPool(d, true)}
+	d.defPool = newMemPool(d, true)
+	d.pools = []*memPool{d.defPool}
 	return d
 }
 

@@ -117,6 +117,66 @@ func (l *Launch) word(p gpu.DevicePtr, size int) (unsafe.Pointer, error) {
 	return unsafe.Pointer(unsafe.SliceData(b)), nil
 }
 
+// LoadUint32 atomically loads the uint32 at p (4-byte aligned).
+func (l *Launch) LoadUint32(p gpu.DevicePtr) (uint32, error) {
+	w, err := l.word(p, 4)
+	if err != nil {
+		return 0, err
+	}
+	raceDisable()
+	v := atomic.LoadUint32((*uint32)(w))
+	raceEnable()
+	return v, nil
+}
+
+// StoreUint32 atomically stores v at p (4-byte aligned).
+func (l *Launch) StoreUint32(p gpu.DevicePtr, v uint32) error {
+	w, err := l.word(p, 4)
+	if err != nil {
+		return err
+	}
+	raceDisable()
+	atomic.StoreUint32((*uint32)(w), v)
+	raceEnable()
+	return nil
+}
+
+// LoadUint64 atomically loads the uint64 at p (8-byte aligned).
+func (l *Launch) LoadUint64(p gpu.DevicePtr) (uint64, error) {
+	w, err := l.word(p, 8)
+	if err != nil {
+		return 0, err
+	}
+	raceDisable()
+	v := atomic.LoadUint64((*uint64)(w))
+	raceEnable()
+	return v, nil
+}
+
+// StoreUint64 atomically stores v at p (8-byte aligned).
+func (l *Launch) StoreUint64(p gpu.DevicePtr, v uint64) error {
+	w, err := l.word(p, 8)
+	if err != nil {
+		return err
+	}
+	raceDisable()
+	atomic.StoreUint64((*uint64)(w), v)
+	raceEnable()
+	return nil
+}
+
+// CompareAndSwapUint32 is an atomic compare-and-swap of the uint32 at p.
+func (l *Launch) CompareAndSwapUint32(p gpu.DevicePtr, old, new uint32) (bool, error) {
+	w, err := l.word(p, 4)
+	if err != nil {
+		return false, err
+	}
+	raceDisable()
+	ok := atomic.CompareAndSwapUint32((*uint32)(w), old, new)
+	raceEnable()
+	return ok, nil
+}
+
 // AddUint32 atomically adds delta to the uint32 at p (4-byte aligned) and
 // returns the new value.
 func (l *Launch) AddUint32(p gpu.DevicePtr, delta uint32) (uint32, error) {

@@ -74,7 +74,7 @@ func (d *Device) DefaultMemPool() (gpu.MemPool, error) {
 	if err := d.inject(OpDeviceGetDefaultMemPool); err != nil {
 		return nil, err
 	}
-	return d.pools[0], nil
+	return d.defPool, nil
 }
 
 // NewMemPool creates a pool of device memory.
@@ -103,7 +103,7 @@ func (d *Device) pool(call string, gp gpu.MemPool) (*memPool, error) {
 
 // MallocAsync is cuMemAllocAsync from the default pool.
 func (d *Device) MallocAsync(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return d.mallocAsync(OpMallocAsync, size, d.pools[0], s)
+	return d.mallocAsync(OpMallocAsync, size, d.defPool, s)
 }
 
 // MallocFromPoolAsync is cuMemAllocFromPoolAsync.

@@ -149,7 +149,11 @@ func (s *stream) setSticky(err error) {
 }
 
 // joinLocked adds vc to what happens before the stream's next operation.
+// The stream's own component is left out: stream order already has it.
 func (s *stream) joinLocked(vc vclock) {
+	if own := vc.get(s.id); own != 0 {
+		vc = vc.without(s.id)
+	}
 	if nd, grew := s.deps.join(vc); grew {
 		s.deps = nd
 		s.hist = append(s.hist, histEntry{from: s.seq + 1, deps: nd})
@@ -196,6 +200,8 @@ func (s *stream) work() {
 			}
 			o = head.next.Load()
 		}
+		head.next.Store(nil) // head is not the tail any more: unlink it, so that
+		// an event's record operation does not keep the rest of the queue alive
 		raceEnable()
 		raceAcquire(unsafe.Pointer(o))
 		s.exec(o)

@@ -102,6 +102,17 @@ func (v vclock) with(id, seq uint64) vclock {
 	return out
 }
 
+// without returns v less the component of stream id.
+func (v vclock) without(id uint64) vclock {
+	out := make(vclock, 0, len(v))
+	for _, t := range v {
+		if t.id != id {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // histEntry: from sequence number from on, a stream's deps are deps.
 type histEntry struct {
 	from uint64
