@@ -71,6 +71,9 @@ func launchHeader(l *sim.Launch) (launchCell, fixed, error) {
 	if err != nil {
 		return launchCell{}, fixed{}, err
 	}
+	if hdr%8 != 0 { // the card faults on the first 64-bit load
+		return launchCell{}, fixed{}, fmt.Errorf("%s: header at %#x: %w", l.Entry, uint64(hdr), sim.ErrMisalignedAddress)
+	}
 	b, err := l.Bytes(hdr, HeaderSize)
 	if err != nil {
 		return launchCell{}, fixed{}, fmt.Errorf("%s: header: %w", l.Entry, err)
