@@ -101,7 +101,8 @@ type AsyncOptions struct {
 	// moves its bytes to the freeing stream's pending tally (Add) once the
 	// free is enqueued, so Pending.Reap tells which frees have completed
 	// and Pending.Outstanding is live plus pending bytes. It must not be
-	// shared with another resource.
+	// shared with another resource. If nil, the resource keeps its own
+	// (see Async.Pending and Async.Reap).
 	Pending *PendingFrees
 }
 
@@ -138,6 +139,9 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
 	r := &Async{dev: dev, own: opts.OwnPool, events: eventCache{dev: dev}, pending: opts.Pending}
+	if r.pending == nil {
+		r.pending = new(PendingFrees)
+	}
 	var err error
 	if opts.OwnPool {
 		r.pool, err = dev.NewMemPool()
@@ -275,6 +279,15 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // Device is the device the memory lives on.
 func (r *Async) Device() gpu.Device { return r.dev }
+
+// Pending is the resource's pending-free accounting: opts.Pending, or one
+// of its own.
+func (r *Async) Pending() *PendingFrees { return r.pending }
+
+// Reap releases from the pending-free accounting the frees known to have
+// completed (PendingFrees.Reap). It makes Async a Reaper, so that Retry
+// can wait for memory whose free is still in flight.
+func (r *Async) Reap(wait bool) (uint64, error) { return r.pending.Reap(wait) }
 
 // Pool is the driver pool the resource allocates from.
 func (r *Async) Pool() gpu.MemPool { return r.pool }

@@ -106,15 +106,17 @@ type pendingStream struct {
 	claimed  uint64 // bytes of bytes that running reaps are checking
 	claimedN uint64 // frees of frees that running reaps are checking
 	idle     int    // consecutive reaps that found the entry empty
+	failed   bool   // the last check of s failed
 }
 
 // pendingClaim is the part of one stream's tally that a reap checks.
 // id and s are copied from the entry under mu: once a claim is given back
 // another reap may drop and recycle the entry.
 type pendingClaim struct {
-	e     *pendingStream
-	id    uint64
-	s     gpu.Stream
+	e      *pendingStream
+	id     uint64
+	s      gpu.Stream
+	failed bool
 	bytes uint64
 	frees uint64
 }
@@ -276,10 +278,13 @@ func (p *PendingFrees) Check() error {
 // after its frees were enqueued cannot be asked: with wait true its device
 // is synchronized instead, with wait false its bytes stay pending.
 //
-// Streams are checked in the order of their IDs. If checking one fails, the
-// reap stops there: the bytes of that stream and of every stream after it
-// stay pending, and the error is returned (wrapped, naming the stream) with
-// the bytes released before it.
+// Streams are checked in the order of their IDs, except that streams whose
+// last check failed go after the others, so that a stream in a lasting
+// error state (a sticky kernel fault) does not keep the healthy ones
+// pending forever. If checking one fails, the reap stops there: the bytes
+// of that stream and of every stream after it stay pending, and the error
+// is returned (wrapped, naming the stream) with the bytes released before
+// it.
 func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
 	p.mu.Lock()
 	claims := p.scratch[:0]
@@ -297,18 +302,26 @@ func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
 			}
 			continue
 		}
-		c := pendingClaim{e: e, id: e.id, s: e.s, bytes: e.bytes - e.claimed, frees: e.frees - e.claimedN}
+		c := pendingClaim{e: e, id: e.id, s: e.s, failed: e.failed, bytes: e.bytes - e.claimed, frees: e.frees - e.claimedN}
 		e.claimed += c.bytes
 		e.claimedN += c.frees
 		claims = append(claims, c)
 	}
 	p.mu.Unlock()
-	slices.SortFunc(claims, func(a, b pendingClaim) int { return cmp.Compare(a.id, b.id) })
+	slices.SortFunc(claims, func(a, b pendingClaim) int {
+		if a.failed != b.failed {
+			if b.failed {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.id, b.id)
+	})
 
 	for i, c := range claims {
 		done, cerr := complete(c.s, wait)
 		if cerr != nil {
-			p.unclaim(claims[i:])
+			p.unclaim(claims[i:], c.e)
 			err = fmt.Errorf("mr: reap pending frees: stream %d (%d bytes of it and %d later streams stay pending): %w",
 				c.id, c.bytes, len(claims)-i-1, cerr)
 			break
@@ -316,6 +329,7 @@ func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
 		p.mu.Lock()
 		c.e.claimed -= c.bytes
 		c.e.claimedN -= c.frees
+		c.e.failed = false
 		if done {
 			c.e.bytes -= c.bytes
 			c.e.frees -= c.frees
@@ -338,9 +352,11 @@ func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
 	return reaped, err
 }
 
-// unclaim gives back the claims of a reap that stopped.
-func (p *PendingFrees) unclaim(claims []pendingClaim) {
+// unclaim gives back the claims of a reap that stopped at the stream of
+// entry failed.
+func (p *PendingFrees) unclaim(claims []pendingClaim, failed *pendingStream) {
 	p.mu.Lock()
+	failed.failed = true
 	for _, c := range claims {
 		c.e.claimed -= c.bytes
 		c.e.claimedN -= c.frees

@@ -185,6 +185,36 @@ func TestPendingFreesSyncFailure(t *testing.T) {
 	}
 }
 
+// TestPendingFreesLastingFailure: a stream that keeps failing (a sticky
+// fault) blocks the streams after it only once; the next reap checks it
+// last.
+func TestPendingFreesLastingFailure(t *testing.T) {
+	d := &fakeDevice{}
+	bad, good := newFakeStream(d), newFakeStream(d) // bad has the lower ID
+	var p mr.PendingFrees
+	p.AddLive(256)
+	p.AddLive(512)
+	p.Add(bad, 256)
+	p.Add(good, 512)
+	bad.fail(gpu.ErrLaunchFailed, gpu.ErrLaunchFailed, gpu.ErrLaunchFailed)
+	if n, err := p.Reap(true); n != 0 || !errors.Is(err, gpu.ErrLaunchFailed) {
+		t.Fatalf("first reap = %d, %v", n, err)
+	}
+	checkPending(t, &p, 0, 768)
+	if n, err := p.Reap(true); n != 512 || !errors.Is(err, gpu.ErrLaunchFailed) {
+		t.Fatalf("second reap = %d, %v; want the good stream's 512 and the bad one's error", n, err)
+	}
+	checkPending(t, &p, 0, 256)
+	if got := pendingOf(&p, bad); got != 256 {
+		t.Fatalf("bad stream pending %d", got)
+	}
+	p.Reap(true) // the third failure
+	if n, err := p.Reap(true); n != 256 || err != nil {
+		t.Fatalf("after the fault cleared: %d, %v", n, err)
+	}
+	checkPending(t, &p, 0, 0)
+}
+
 func TestPendingFreesDestroyedStream(t *testing.T) {
 	d := &fakeDevice{}
 	s := newFakeStream(d)
@@ -384,6 +414,7 @@ func FuzzPendingFrees(f *testing.F) {
 		var p mr.PendingFrees
 		var live []uint64
 		modelPending := make([]uint64, len(streams))
+		modelFailed := make([]bool, len(streams))
 		var modelLive uint64
 		for i, op := range ops {
 			arg := int(op >> 3)
@@ -415,14 +446,27 @@ func FuzzPendingFrees(f *testing.F) {
 				wait := op&1 == 1
 				var want uint64
 				wantErr := false
-				for j, s := range streams { // streams were made in ID order
+				// Streams were made in ID order; those whose last
+				// check failed go last.
+				var order []int
+				for _, failed := range []bool{false, true} {
+					for j := range streams {
+						if modelFailed[j] == failed {
+							order = append(order, j)
+						}
+					}
+				}
+				for _, j := range order {
+					s := streams[j]
 					if modelPending[j] == 0 {
 						continue
 					}
 					if len(s.failNext) > 0 {
 						wantErr = true
+						modelFailed[j] = true
 						break
 					}
+					modelFailed[j] = false
 					if wait || s.ready {
 						want += modelPending[j]
 						modelPending[j] = 0
