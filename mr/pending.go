@@ -117,8 +117,8 @@ type pendingClaim struct {
 	id     uint64
 	s      gpu.Stream
 	failed bool
-	bytes uint64
-	frees uint64
+	bytes  uint64
+	frees  uint64
 }
 
 // StreamPending is one stream's pending tally, as Streams reports it.
