@@ -1,0 +1,237 @@
+package sim_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
+)
+
+// policy sets a pool's three reuse policies.
+func (f *fixture) policy(p gpu.MemPool, events, opportunistic, internal bool) {
+	f.t.Helper()
+	b := func(v bool) uint64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	f.must(p.SetAttribute(gpu.PoolReuseFollowEventDependencies, b(events)))
+	f.must(p.SetAttribute(gpu.PoolReuseAllowOpportunistic, b(opportunistic)))
+	f.must(p.SetAttribute(gpu.PoolReuseAllowInternalDependencies, b(internal)))
+	f.must(p.SetAttribute(gpu.PoolReleaseThreshold, ^uint64(0)))
+}
+
+func TestPoolReuseRules(t *testing.T) {
+	const size = 1 << 20
+	type setup struct {
+		events, opportunistic, internal bool
+	}
+	for _, c := range []struct {
+		name   string
+		policy setup
+		// how the free on S1 relates to the allocation on S2
+		order     string // "none", "event", "completed"
+		wantReuse bool
+		wantDep   bool // the allocation is ordered after the free (by the pool or otherwise)
+	}{
+		{"same stream always", setup{false, false, false}, "same", true, true},
+		{"unordered, no internal dependencies", setup{true, true, false}, "none", false, false},
+		// The simulator grows the pool rather than serialize two streams;
+		// TestPoolInsertedDependencyWaits covers the inserted wait.
+		{"unordered, internal dependencies, room to grow", setup{true, true, true}, "none", false, false},
+		{"event-ordered, follow events", setup{true, false, false}, "event", true, true},
+		{"event-ordered, not following events", setup{false, false, false}, "event", false, true},
+		{"completed, opportunistic", setup{false, true, false}, "completed", true, true},
+		{"completed, not opportunistic", setup{false, false, false}, "completed", false, false},
+		{"host synchronized, any policy", setup{false, false, false}, "synced", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, sim.Config{})
+			pool, err := f.dev.NewMemPool()
+			f.must(err)
+			f.policy(pool, c.policy.events, c.policy.opportunistic, c.policy.internal)
+			s1, s2 := f.stream(), f.stream()
+			if c.order == "same" {
+				s2 = s1
+			}
+			// Another block keeps the chunk alive and makes the freed one
+			// the only candidate.
+			keep, err := f.dev.MallocFromPoolAsync(size, pool, s1)
+			f.must(err)
+			p, err := f.dev.MallocFromPoolAsync(size, pool, s1)
+			f.must(err)
+			var release func()
+			if c.order == "none" || c.order == "same" {
+				release = f.sd.Hold(s1) // the free stays pending
+			}
+			f.must(f.dev.FreeAsync(p, s1))
+			free := f.sd.LastOp(s1)
+			switch c.order {
+			case "event":
+				release = f.sd.Hold(s1)
+				e := f.event(false)
+				f.must(e.Record(s1))
+				f.must(s2.WaitEvent(e))
+			case "completed":
+				time.Sleep(20 * time.Millisecond) // completes; the host does not look
+			case "synced":
+				f.must(s1.Synchronize())
+			}
+			q, err := f.dev.MallocFromPoolAsync(size, pool, s2)
+			f.must(err)
+			alloc := f.sd.LastOp(s2)
+			if reused := q == p; reused != c.wantReuse {
+				t.Errorf("reused = %v, want %v", reused, c.wantReuse)
+			}
+			if dep := f.sd.HappensBefore(free, alloc); dep != c.wantDep {
+				t.Errorf("free happens before the allocation = %v, want %v", dep, c.wantDep)
+			}
+			if release != nil {
+				release()
+			}
+			f.must(f.dev.FreeAsync(q, s2))
+			f.must(f.dev.FreeAsync(keep, s1))
+			f.must(f.dev.Synchronize())
+			if used := f.attr(pool, gpu.PoolUsedMemCurrent); used != 0 {
+				t.Errorf("used %d after freeing everything", used)
+			}
+		})
+	}
+}
+
+func TestPoolInsertedDependencyWaits(t *testing.T) {
+	// No room to grow: S2 must reuse S1's pending free and wait for it.
+	f := newFixture(t, sim.Config{Capacity: 2 << 20})
+	s1, s2 := f.stream(), f.stream()
+	p := f.mallocAsync(2<<20, s1)
+	release := f.sd.Hold(s1)
+	f.must(f.dev.FreeAsync(p, s1))
+	q := f.mallocAsync(2<<20, s2)
+	if q != p {
+		t.Fatalf("got %#x, want the pending block %#x", uint64(q), uint64(p))
+	}
+	f.must(f.dev.MemsetD8Async(q, 1, 16, s2))
+	time.Sleep(20 * time.Millisecond)
+	wantErr(t, "S2 before S1's free ran", s2.Query(), gpu.ErrNotReady)
+	release()
+	f.must(s2.Synchronize())
+
+	// With internal dependencies off, the same situation is out of memory.
+	f.must(f.dev.FreeAsync(q, s2))
+	pool := f.defaultPool()
+	f.must(pool.SetAttribute(gpu.PoolReuseAllowInternalDependencies, 0))
+	f.must(pool.SetAttribute(gpu.PoolReuseAllowOpportunistic, 0))
+	release = f.sd.Hold(s2)
+	_, err := f.dev.MallocAsync(2<<20, s1)
+	wantErr(t, "no dependency allowed and no room", err, gpu.ErrOutOfMemory)
+	release()
+}
+
+func TestPoolReleaseThreshold(t *testing.T) {
+	f := newFixture(t, sim.Config{})
+	pool := f.defaultPool()
+	// Default threshold 0: everything idle goes back at a synchronize.
+	p := f.mallocAsync(3<<20, f.s)
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 4<<20 {
+		t.Errorf("reserved %d for 3 MiB, want 4 MiB (2 MiB granularity)", r)
+	}
+	if u := f.attr(pool, gpu.PoolUsedMemCurrent); u != 3<<20 {
+		t.Errorf("used %d, want 3 MiB", u)
+	}
+	f.must(f.dev.FreeAsync(p, f.s))
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 4<<20 {
+		t.Errorf("reserved %d before any synchronize, want 4 MiB kept", r)
+	}
+	f.must(f.s.Synchronize())
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 0 {
+		t.Errorf("reserved %d after synchronize with threshold 0, want 0", r)
+	}
+
+	// Threshold 4 MiB: three 2 MiB chunks, one is released.
+	f.must(pool.SetAttribute(gpu.PoolReleaseThreshold, 4<<20))
+	s2, s3 := f.stream(), f.stream()
+	a, b, c := f.mallocAsync(2<<20, f.s), f.mallocAsync(2<<20, s2), f.mallocAsync(2<<20, s3)
+	for _, x := range []struct {
+		p gpu.DevicePtr
+		s gpu.Stream
+	}{{a, f.s}, {b, s2}, {c, s3}} {
+		f.must(f.dev.FreeAsync(x.p, x.s))
+	}
+	e := f.event(false)
+	f.must(e.Record(s3))
+	f.must(e.Synchronize()) // an event synchronize is a release point too
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 4<<20 {
+		t.Errorf("reserved %d after synchronize, want the 4 MiB threshold", r)
+	}
+	if h := f.attr(pool, gpu.PoolReservedMemHigh); h != 6<<20 {
+		t.Errorf("reserved high %d, want 6 MiB", h)
+	}
+	f.must(pool.TrimTo(2 << 20))
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 2<<20 {
+		t.Errorf("reserved %d after TrimTo(2 MiB)", r)
+	}
+	f.must(pool.SetAttribute(gpu.PoolReservedMemHigh, 0))
+	if h := f.attr(pool, gpu.PoolReservedMemHigh); h != 2<<20 {
+		t.Errorf("reserved high %d after reset, want the current 2 MiB", h)
+	}
+	wantErr(t, "set reserved current", pool.SetAttribute(gpu.PoolReservedMemCurrent, 0), gpu.ErrInvalidValue)
+	wantErr(t, "set used current", pool.SetAttribute(gpu.PoolUsedMemCurrent, 0), gpu.ErrInvalidValue)
+
+	// Trim keeps memory whose free has not completed.
+	release := f.sd.Hold(f.s)
+	p = f.mallocAsync(1<<20, f.s)
+	f.must(f.dev.FreeAsync(p, f.s))
+	f.must(pool.TrimTo(0))
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 2<<20 {
+		t.Errorf("reserved %d: trimmed a chunk whose free is pending", r)
+	}
+	release()
+	f.must(f.dev.Synchronize())
+	f.must(pool.TrimTo(0))
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 0 {
+		t.Errorf("reserved %d after the free completed and TrimTo(0)", r)
+	}
+}
+
+func TestPoolDestroyWithLiveAllocations(t *testing.T) {
+	f := newFixture(t, sim.Config{})
+	pool, err := f.dev.NewMemPool()
+	f.must(err)
+	p, err := f.dev.MallocFromPoolAsync(5<<20, pool, f.s)
+	f.must(err)
+	before := f.free()
+	f.must(pool.Destroy())
+	_, err = pool.Attribute(gpu.PoolUsedMemCurrent)
+	wantErr(t, "attribute of a destroyed pool", err, gpu.ErrDestroyed)
+	f.must(f.dev.MemsetD8Async(p, 1, 5<<20, f.s)) // still mapped
+	f.must(f.dev.FreeAsync(p, f.s))
+	f.must(f.s.Synchronize())
+	if after := f.free(); after != before+6<<20 {
+		t.Errorf("free %d after the last block of a destroyed pool, want %d", after, before+6<<20)
+	}
+}
+
+func TestPoolCoalesces(t *testing.T) {
+	f := newFixture(t, sim.Config{})
+	pool := f.defaultPool()
+	f.must(pool.SetAttribute(gpu.PoolReleaseThreshold, ^uint64(0)))
+	var ps []gpu.DevicePtr
+	for range 8 {
+		ps = append(ps, f.mallocAsync(256<<10, f.s)) // 8 x 256 KiB = one 2 MiB chunk
+	}
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 2<<20 {
+		t.Fatalf("reserved %d, want one 2 MiB chunk", r)
+	}
+	for _, i := range []int{1, 3, 0, 2, 7, 5, 6, 4} {
+		f.must(f.dev.FreeAsync(ps[i], f.s))
+	}
+	big := f.mallocAsync(2<<20, f.s) // needs all eight coalesced
+	if big != ps[0] || f.attr(pool, gpu.PoolReservedMemCurrent) != 2<<20 {
+		t.Errorf("2 MiB allocation at %#x (chunk at %#x), reserved %d: free blocks did not coalesce",
+			uint64(big), uint64(ps[0]), f.attr(pool, gpu.PoolReservedMemCurrent))
+	}
+	f.must(f.dev.FreeAsync(big, f.s))
+	f.must(f.s.Synchronize())
+}
