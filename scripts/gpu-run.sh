@@ -10,7 +10,8 @@
 #        .gpubin/run.sh bench [name...]     benchmarks, -test.count=6
 # names are those of .gpubin/MANIFEST (cuda, gpu_cudagpu, ...); default:
 # all for test, BENCH_PKGS (default "cuda gpu_cudagpu") for bench.
-# Environment: LOGDIR (default $OUT if set, else .gpubin/logs),
+# Environment: STREAMALLOC_DEVICE (default cuda; sim checks the binaries
+#   on a machine without a GPU), LOGDIR (default $OUT if set, else .gpubin/logs),
 #   TEST_RUN (-test.run pattern), TEST_TIMEOUT (default 5m),
 #   BENCH (-test.bench pattern, default .), BENCH_COUNT (default 6),
 #   BENCH_TIME (-test.benchtime, default 1s).
@@ -24,7 +25,7 @@ test | bench) mode=$1; shift ;;
 esac
 logdir=${LOGDIR:-${OUT:-$bin/logs}}
 mkdir -p "$logdir"
-export STREAMALLOC_DEVICE=cuda
+export STREAMALLOC_DEVICE=${STREAMALLOC_DEVICE:-cuda}
 
 echo "== machine"
 [ -f "$bin/BUILDINFO" ] && cat "$bin/BUILDINFO"
