@@ -1,0 +1,249 @@
+package sim
+
+import (
+	"github.com/streamalloc/streamalloc/gpu"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestVClock(t *testing.T) {
+	a := vclock{{1, 5}, {3, 2}}
+	b := vclock{{2, 7}, {3, 4}}
+	j, grew := a.join(b)
+	if !grew || !slices.Equal(j, vclock{{1, 5}, {2, 7}, {3, 4}}) {
+		t.Errorf("join = %v, %v", j, grew)
+	}
+	if j2, grew := j.join(a); grew || &j2[0] != &j[0] {
+		t.Error("joining a smaller clock made a new one")
+	}
+	if a.get(2) != 0 || a.get(3) != 2 || j.get(2) != 7 {
+		t.Error("get")
+	}
+	if w := j.with(4, 1); w.get(4) != 1 || len(w) != 4 || len(j) != 3 {
+		t.Errorf("with: %v (original %v)", w, j)
+	}
+	if w := j.with(9, 0); len(w) != 3 {
+		t.Error("with seq 0 added a component")
+	}
+	if w := j.without(2); !slices.Equal(w, vclock{{1, 5}, {3, 4}}) || j.get(2) != 7 {
+		t.Errorf("without: %v", w)
+	}
+}
+
+// FuzzAddrSpace checks the address-space allocator against a reference:
+// returned ranges are aligned, inside the space, never overlap a live one,
+// and releasing everything restores a single free range.
+func FuzzAddrSpace(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 200, 4, 255, 9})
+	f.Add([]byte{0, 0, 0, 0, 128, 128, 128})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const base, size = 1 << 20, 64 << 20
+		as := newAddrSpace(base, size)
+		type rng struct{ base, size uint64 }
+		var live []rng
+		for i, op := range ops {
+			if op >= 128 && len(live) > 0 {
+				k := int(op) % len(live)
+				as.release(live[k].base, live[k].size)
+				live = slices.Delete(live, k, k+1)
+				continue
+			}
+			n := uint64(op%32+1) * 256 << (op % 4 * 3)
+			a := uint64(align)
+			if n >= bigAlign {
+				a = bigAlign
+			}
+			p, ok := as.alloc(n, a)
+			if !ok {
+				continue
+			}
+			if p%a != 0 || p < base || p+n > base+size {
+				t.Fatalf("op %d: alloc(%d, %d) = %#x: misaligned or outside", i, n, a, p)
+			}
+			for _, r := range live {
+				if p < r.base+r.size && r.base < p+n {
+					t.Fatalf("op %d: [%#x,+%d) overlaps live [%#x,+%d)", i, p, n, r.base, r.size)
+				}
+			}
+			live = append(live, rng{p, n})
+		}
+		for _, r := range live {
+			as.release(r.base, r.size)
+		}
+		if len(as.free) != 1 || as.free[0] != (span{base, size}) {
+			t.Fatalf("after releasing everything: %v", as.free)
+		}
+	})
+}
+
+func TestParsePTX(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want map[string][]int
+		bad  bool
+	}{
+		{"", nil, true},
+		{".target sm_70 .entry x() {}", nil, true},
+		{".version 8.0\n", map[string][]int{}, false},
+		{".version 7.0\n.visible .entry a(\n\t.param .u64 p,\n\t.param .u32 n\n)\n{ ret; }\n.entry b() { }\n.entry c\n{ }",
+			map[string][]int{"a": {8, 4}, "b": {}, "c": {}}, false},
+		{".version 7.0 /* .entry hidden(.param .u64 x) */ // .entry alsohidden()\n.entry d(.param .align 8 .b64 x, .param .f32 y, .param .s64 z, .param .f64 w)",
+			map[string][]int{"d": {8, 4, 8, 8}}, false},
+		{".version 7.0\n.entry e(.param .u64 .ptr .global .align 16 p)", map[string][]int{"e": {8}}, false},
+		{".version 7.0\n.entry f(.param .align 8 .b8 arr[16], .param .u32 n)", map[string][]int{"f": nil}, false},
+		{".version 7.0\n.entry g(.param .u16 h)", map[string][]int{"g": nil}, false},
+	} {
+		got, err := parsePTX(c.text)
+		if (err != nil) != c.bad {
+			t.Errorf("parsePTX(%q): error %v, want bad %v", c.text, err, c.bad)
+			continue
+		}
+		if c.bad {
+			continue
+		}
+		if len(got) != len(c.want) {
+			t.Errorf("parsePTX(%q) = %v, want %v", c.text, got, c.want)
+		}
+		for name, sizes := range c.want {
+			g, ok := got[name]
+			if !ok || !slices.Equal(g, sizes) || (g == nil) != (sizes == nil) {
+				t.Errorf("parsePTX(%q)[%s] = %v (present %v), want %v", c.text, name, g, ok, sizes)
+			}
+		}
+	}
+}
+
+// FuzzParsePTX: any text parses or fails cleanly, and every entry found
+// is a name that appears after .entry in the text.
+func FuzzParsePTX(f *testing.F) {
+	f.Add(".version 7.0\n.entry a(.param .u64 p) {}")
+	f.Add(".version 7.0 .entry b( .param .u32 x , .param .f64 y )")
+	f.Add("/* .version */ .entry")
+	f.Fuzz(func(t *testing.T, text string) {
+		entries, err := parsePTX(text)
+		if err != nil {
+			return
+		}
+		for name, sizes := range entries {
+			if name == "" || !strings.Contains(text, name) {
+				t.Fatalf("entry %q not in the text", name)
+			}
+			for _, s := range sizes {
+				if s != 4 && s != 8 {
+					t.Fatalf("entry %q: parameter size %d", name, s)
+				}
+			}
+		}
+	})
+}
+
+// TestPoolModel runs random pool operations and checks the pool's
+// accounting and layout after each against a reference: used is the sum
+// of the live blocks (rounded to 256), reserved covers them in whole
+// 2 MiB chunks, live blocks are disjoint and inside the pool's chunks, and
+// the device charge equals what is reserved.
+func TestPoolModel(t *testing.T) {
+	for seed := range uint64(20) {
+		rnd := rand.New(rand.NewPCG(seed, 1))
+		d := New(Config{Capacity: 64 << 20}).devices[0]
+		var ss []*stream
+		for range 3 {
+			gs, err := d.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss = append(ss, gs.(*stream))
+		}
+		p := d.defPool
+		type live struct {
+			p    uint64
+			size uint64
+		}
+		var lives []live
+		for step := range 300 {
+			switch r := rnd.IntN(10); {
+			case r < 5:
+				size := uint64(1 + rnd.IntN(3<<20))
+				ptr, err := d.MallocAsync(int(size), ss[rnd.IntN(len(ss))])
+				if err != nil {
+					continue // out of memory is fine; checked below
+				}
+				lives = append(lives, live{uint64(ptr), size})
+			case r < 8 && len(lives) > 0:
+				k := rnd.IntN(len(lives))
+				if err := d.FreeAsync(gpuPtr(lives[k].p), ss[rnd.IntN(len(ss))]); err != nil {
+					t.Fatal(err)
+				}
+				lives = slices.Delete(lives, k, k+1)
+			case r == 8:
+				if err := ss[rnd.IntN(len(ss))].Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := p.SetAttribute(4, uint64(rnd.IntN(3))<<21); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d.mu.Lock()
+			var used uint64
+			for _, l := range lives {
+				used += roundUp(l.size, align)
+			}
+			if p.used != used {
+				t.Fatalf("seed %d step %d: used %d, want %d", seed, step, p.used, used)
+			}
+			var reserved, inChunks uint64
+			for _, c := range p.chunks {
+				reserved += c.seg.size
+				if c.seg.size%bigAlign != 0 {
+					t.Fatalf("chunk of %d bytes", c.seg.size)
+				}
+				end := c.seg.base
+				for b := c.first; b != nil; b = b.next {
+					if b.addr != end || (b.next != nil && b.free && b.next.free) {
+						t.Fatalf("seed %d step %d: chunk blocks not contiguous or not coalesced", seed, step)
+					}
+					end += b.size
+					if !b.free {
+						inChunks += b.size
+					}
+				}
+				if end != c.seg.base+c.seg.size {
+					t.Fatalf("blocks do not cover their chunk")
+				}
+			}
+			if p.reserved != reserved || inChunks != used || d.committed != reserved || reserved > d.capacity {
+				t.Fatalf("seed %d step %d: reserved %d (chunks %d), used in chunks %d of %d, committed %d",
+					seed, step, p.reserved, reserved, inChunks, used, d.committed)
+			}
+			slices.SortFunc(lives, func(a, b live) int { return int(int64(a.p - b.p)) })
+			for i := 1; i < len(lives); i++ {
+				if lives[i-1].p+lives[i-1].size > lives[i].p {
+					t.Fatalf("live blocks overlap")
+				}
+			}
+			d.mu.Unlock()
+		}
+		for _, l := range lives {
+			if err := d.FreeAsync(gpuPtr(l.p), ss[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetAttribute(4, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.TrimTo(0); err != nil {
+			t.Fatal(err)
+		}
+		if p.reserved != 0 || p.used != 0 || d.committed != 0 {
+			t.Fatalf("seed %d: after freeing and trimming everything: reserved %d used %d committed %d", seed, p.reserved, p.used, d.committed)
+		}
+	}
+}
+
+func gpuPtr(p uint64) gpu.DevicePtr { return gpu.DevicePtr(p) }
