@@ -69,15 +69,16 @@ func ExampleDevice_HappensBefore() {
 	s1, _ := dev.NewStream()
 	s2, _ := dev.NewStream()
 	p, _ := dev.Malloc(256)
+	q, _ := dev.Malloc(256)
 	_ = dev.MemsetD8Async(p, 1, 256, s1)
 	write := d.LastOp(s1)
-	_ = dev.MemsetD8Async(p, 2, 256, s2)
+	_ = dev.MemsetD8Async(q, 2, 256, s2) // other bytes: unordered is fine
 	fmt.Println(d.HappensBefore(write, d.LastOp(s2)))
 
 	e, _ := dev.NewEvent(false)
 	_ = e.Record(s1)
 	_ = s2.WaitEvent(e)
-	_ = dev.MemsetD8Async(p, 3, 256, s2)
+	_ = dev.MemsetD8Async(p, 3, 256, s2) // the same bytes: needs the wait
 	fmt.Println(d.HappensBefore(write, d.LastOp(s2)))
 	_ = dev.Synchronize()
 	// Output:
