@@ -36,7 +36,10 @@
 //     sorted, non-adjacent extents; used is the bytes (rounded to
 //     Alignment) of live and deferred blocks; starts[off/Alignment] is the
 //     requested size of the live block at off, freedMark if a block there
-//     was freed (a later free there is a double free), 0 otherwise.
+//     was freed (a later free there is a double free), 0 otherwise. A mark
+//     is only overwritten when a block starts there again, so a free of a
+//     pointer inside a live block may report a double free rather than an
+//     unknown pointer: either way a typed error that changes nothing.
 //   - Lock order: arena.mu, then superblock.mu, then global.mu; a
 //     goroutine holds at most one arena's mutex.
 //   - Usage: Reserved is superblocks plus large allocations, Used the

@@ -10,9 +10,9 @@
 //
 // A free is routed by its size to the same bin its allocation went to, so
 // the fast path is one search in a small sorted slice. Only when the bin
-// does not know the pointer does Binning look further (the large
+// does not know the pointer as live does Binning look further (the large
 // allocations, then every FixedSize bin) to tell a wrong size
-// (ErrSizeMismatch) from an unknown pointer.
+// (ErrSizeMismatch) from an unknown pointer or a double free.
 //
 // Invariants: bins is sorted by size, sizes distinct and multiples of
 // Alignment; an allocation of n bytes is served by the first bin whose size
@@ -188,7 +188,7 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	b := r.bin(size)
 	if b == nil {
 		e, err := r.large.take(p, size)
-		if errors.Is(err, ErrUnknownPointer) {
+		if err != nil {
 			err = r.diagnose(p, size, err)
 		}
 		if err != nil {
@@ -200,7 +200,7 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		}
 		r.usage.subReserved(size)
 	} else if err := b.r.Deallocate(p, size, s); err != nil {
-		if errors.Is(err, ErrUnknownPointer) {
+		if errors.Is(err, ErrUnknownPointer) || errors.Is(err, ErrDoubleFree) {
 			err = r.diagnose(p, size, err)
 		}
 		return fmt.Errorf("binning: deallocate: %w", err)
@@ -209,8 +209,10 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	return nil
 }
 
-// diagnose turns an unknown pointer into a size mismatch when p is live
-// elsewhere in this resource with another size.
+// diagnose turns an unknown pointer or double free into a size mismatch
+// when p is live elsewhere in this resource with another size (the address
+// may have been a large allocation once and a bin's block now, or the
+// reverse).
 func (r *Binning) diagnose(p gpu.DevicePtr, size int, err error) error {
 	if e, ok := r.large.lookup(p); ok {
 		return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), e.size, size, ErrSizeMismatch)

@@ -312,13 +312,14 @@ func TestResourcesConcurrent(t *testing.T) {
 	}
 	for _, c := range resCases() {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			dev := resDevice(t, sim.Config{})
 			r := c.make(t, dev)
 			streams := make([]gpu.Stream, workers)
 			for i := range streams {
 				streams[i] = resStream(t, dev)
 			}
-			maxSize := 300 << 10
+			maxSize := 600 << 10 // above the arena's LargeSize
 			if c.maxSize != 0 {
 				maxSize = c.maxSize
 			}
@@ -393,7 +394,11 @@ func resWorker(dev gpu.Device, r mr.Resource, s, neighbour gpu.Stream, seed uint
 			}
 			continue
 		}
-		n := 1 + rng.IntN(maxSize)
+		// Mostly small blocks, now and then a large one.
+		n := 1 + rng.IntN(min(maxSize, 16<<10))
+		if rng.IntN(10) == 0 {
+			n = 1 + rng.IntN(maxSize)
+		}
 		p, err := r.Allocate(n, s)
 		if err != nil {
 			return err
