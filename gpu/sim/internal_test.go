@@ -195,6 +195,14 @@ func TestPoolModel(t *testing.T) {
 				t.Fatalf("seed %d step %d: used %d, want %d", seed, step, p.used, used)
 			}
 			var reserved, inChunks uint64
+			listed := map[*block]bool{}
+			for x := p.free; x != nil; x = x.fnext {
+				if !x.free || listed[x] || (x.fnext != nil && x.fnext.fprev != x) {
+					t.Fatalf("seed %d step %d: free list corrupt", seed, step)
+				}
+				listed[x] = true
+			}
+			nfree := 0
 			for _, c := range p.chunks {
 				reserved += c.seg.size
 				if c.seg.size%bigAlign != 0 {
@@ -208,11 +216,19 @@ func TestPoolModel(t *testing.T) {
 					end += b.size
 					if !b.free {
 						inChunks += b.size
+					} else {
+						nfree++
+						if !listed[b] {
+							t.Fatalf("seed %d step %d: free block not listed", seed, step)
+						}
 					}
 				}
 				if end != c.seg.base+c.seg.size {
 					t.Fatalf("blocks do not cover their chunk")
 				}
+			}
+			if nfree != len(listed) {
+				t.Fatalf("seed %d step %d: %d free blocks, %d listed", seed, step, nfree, len(listed))
 			}
 			if p.reserved != reserved || inChunks != used || d.committed != reserved || reserved > d.capacity {
 				t.Fatalf("seed %d step %d: reserved %d (chunks %d), used in chunks %d of %d, committed %d",

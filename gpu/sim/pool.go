@@ -45,6 +45,7 @@ type memPool struct {
 	threshold                                uint64
 	reserved, reservedHigh, used, usedHigh   uint64
 	chunks                                   []*chunk
+	free                                     *block // list of free blocks (fprev, fnext)
 }
 
 type chunk struct {
@@ -57,8 +58,32 @@ type block struct {
 	chunk      *chunk
 	addr, size uint64
 	free       bool
-	deps       []*op // free operations to be ordered after (free blocks)
-	prev, next *block
+	deps       []*op  // free operations to be ordered after (free blocks)
+	prev, next *block // neighbours in the chunk, by address
+	fprev      *block // free blocks: neighbours in the pool's free list
+	fnext      *block
+}
+
+// listFree and unlistFree maintain the pool's list of free blocks, which
+// allocation searches.
+func (p *memPool) listFree(b *block) {
+	b.fprev, b.fnext = nil, p.free
+	if p.free != nil {
+		p.free.fprev = b
+	}
+	p.free = b
+}
+
+func (p *memPool) unlistFree(b *block) {
+	if b.fprev != nil {
+		b.fprev.fnext = b.fnext
+	} else {
+		p.free = b.fnext
+	}
+	if b.fnext != nil {
+		b.fnext.fprev = b.fprev
+	}
+	b.fprev, b.fnext = nil, nil
 }
 
 func newMemPool(d *Device, isDefault bool) *memPool {
@@ -176,22 +201,20 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	host := p.dev.b.host.Load().vc
 	var best, bestWait *block
 	var bestAcq, bestWaits, bestWaitAcq []*op
-	for _, c := range p.chunks {
-		for x := c.first; x != nil; x = x.next {
-			if !x.free || x.size < need {
-				continue
+	for x := p.free; x != nil; x = x.fnext {
+		if x.size < need {
+			continue
+		}
+		ok, w, a := p.usable(x, s, host)
+		switch {
+		case !ok:
+		case len(w) == 0:
+			if best == nil || x.size < best.size || (x.size == best.size && x.addr < best.addr) {
+				best, bestAcq = x, a
 			}
-			ok, w, a := p.usable(x, s, host)
-			switch {
-			case !ok:
-			case len(w) == 0:
-				if best == nil || x.size < best.size {
-					best, bestAcq = x, a
-				}
-			default:
-				if bestWait == nil || x.size < bestWait.size {
-					bestWait, bestWaits, bestWaitAcq = x, w, a
-				}
+		default:
+			if bestWait == nil || x.size < bestWait.size || (x.size == bestWait.size && x.addr < bestWait.addr) {
+				bestWait, bestWaits, bestWaitAcq = x, w, a
 			}
 		}
 	}
@@ -217,6 +240,7 @@ func (p *memPool) growLocked(call string, need uint64) (*chunk, error) {
 	}
 	c := &chunk{seg: seg}
 	c.first = &block{pool: p, chunk: c, addr: seg.base, size: size, free: true}
+	p.listFree(c.first)
 	p.chunks = append(p.chunks, c)
 	p.reserved += size
 	p.reservedHigh = max(p.reservedHigh, p.reserved)
@@ -233,7 +257,9 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		}
 		b.next = rest
 		b.size = need
+		p.listFree(rest)
 	}
+	p.unlistFree(b)
 	b.free, b.deps = false, nil
 	p.used += b.size
 	p.usedHigh = max(p.usedHigh, p.used)
@@ -249,6 +275,7 @@ func (p *memPool) freeBlockLocked(b *block, f *op) {
 		b.deps = []*op{f}
 	}
 	if n := b.next; n != nil && n.free {
+		p.unlistFree(n)
 		b.size += n.size
 		b.deps = mergeDeps(b.deps, n.deps)
 		b.next = n.next
@@ -263,7 +290,9 @@ func (p *memPool) freeBlockLocked(b *block, f *op) {
 		if b.next != nil {
 			b.next.prev = pr
 		}
+		return
 	}
+	p.listFree(b)
 }
 
 // mergeDeps keeps, per stream, the later of the frees of a and b.
@@ -306,6 +335,7 @@ func (p *memPool) releaseLocked(keep uint64) {
 		if !c.idle() {
 			continue
 		}
+		p.unlistFree(c.first)
 		p.dev.unmapLocked(c.seg, c.seg.size)
 		p.reserved -= c.seg.size
 		p.chunks = append(p.chunks[:i], p.chunks[i+1:]...)
