@@ -93,7 +93,7 @@ type Report struct {
 // Error is a one-line summary; Detail adds the stacks.
 func (r *Report) Error() string {
 	return fmt.Sprintf("sanitize: %s: %s on stream %d at %#x (%d bytes), %s on stream %d (allocation %#x, %d bytes)",
-		r.Kind, r.This.Op, r.This.Stream, uint64(r.This.Ptr), r.This.Size,
+		r.Kind.String(), r.This.Op, r.This.Stream, uint64(r.This.Ptr), r.This.Size,
 		r.Other.Op, r.Other.Stream, uint64(r.Alloc), r.AllocSize)
 }
 

@@ -88,7 +88,7 @@ func (r *Resource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		return err
 	}
 	if reg != nil {
-		r.z.commitFree(reg, s, &this)
+		r.z.commitFree(reg, &this)
 	}
 	return r.z.deliver(ps)
 }

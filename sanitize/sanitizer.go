@@ -412,7 +412,11 @@ func (z *Sanitizer) evict() {
 
 // checkFree checks a free about to be made; it returns the region (nil if
 // the pointer is not a live allocation this sanitizer knows, which the
-// upstream will reject) and the reports.
+// upstream will reject) and the reports. Unless the free is to be refused,
+// it also gives the free its epoch: the free happens at the call, before
+// whatever the upstream enqueues inside it (an event a pool records after
+// a free must cover the free), and after the modelled wait on the
+// allocation's stream.
 func (z *Sanitizer) checkFree(p gpu.DevicePtr, n int, s gpu.Stream, this *site) (*region, []pending) {
 	if p == 0 {
 		return nil, nil
@@ -427,7 +431,8 @@ func (z *Sanitizer) checkFree(p gpu.DevicePtr, n int, s gpu.Stream, this *site) 
 		return nil, nil
 	}
 	c := ss.clock
-	if !z.opts.StrictCrossStreamFree && r.allocStream != ss {
+	cross := !z.opts.StrictCrossStreamFree && r.allocStream != ss
+	if cross {
 		c = c.clone()
 		c.join(r.allocStream.clock)
 	}
@@ -442,23 +447,25 @@ func (z *Sanitizer) checkFree(p gpu.DevicePtr, n int, s gpu.Stream, this *site) 
 			ps = z.note(ps, FreeBeforeUse, r, this, &r.reads[i])
 		}
 	}
+	if len(ps) > 0 && z.refuse() {
+		return r, ps
+	}
+	if cross {
+		// The resource orders the free after the allocation's stream.
+		ss.clock.join(r.allocStream.clock)
+	}
+	this.ep = epoch{ss.idx, ss.clock.tick(ss.idx)}
 	return r, ps
 }
 
-// commitFree records a free the upstream made.
-func (z *Sanitizer) commitFree(r *region, s gpu.Stream, this *site) {
+// commitFree records a free the upstream made, with the epoch checkFree
+// gave it.
+func (z *Sanitizer) commitFree(r *region, this *site) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if !r.live || r.dead {
 		return
 	}
-	ss := z.stream(s)
-	z.joinHost(ss)
-	if !z.opts.StrictCrossStreamFree && r.allocStream != ss {
-		// The resource ordered the free after the allocation's stream.
-		ss.clock.join(r.allocStream.clock)
-	}
-	this.ep = epoch{ss.idx, ss.clock.tick(ss.idx)}
 	r.live = false
 	r.free = *this
 	r.lastWrite = site{}
