@@ -74,7 +74,6 @@ func TestRoundTrip(t *testing.T) {
 	must(t, c.Close())
 }
 
-
 func TestZeroSize(t *testing.T) {
 	e := newEnv(t)
 	s := e.stream()
