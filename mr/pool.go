@@ -12,20 +12,32 @@
 // a stream splits and coalesces its own chunks without touching anyone
 // else's lock.
 //
+// Size classes, chosen by replaying PyTorch traces (pool_trace_test.go):
+//
+//   - small requests (at most 256 KiB) are served from 2 MiB small chunks,
+//     so that long-lived small blocks never pin a large chunk;
+//   - mid-sized requests (up to ChunkSize/2) split blocks of ChunkSize
+//     chunks, best fit;
+//   - big requests (from ChunkSize/2 up) get a chunk of their own size
+//     (rounded up to 2 MiB) and later reuse a free block only if it is at
+//     most 1/8 (or 2 MiB) larger: a big block carved from a much bigger
+//     one would pin the rest of it for as long as it lives, which is most
+//     of what fragments a caching allocator.
+//
 // Invariants:
 //
 //   - Every block, and so every pointer handed out, is aligned to
 //     Alignment: chunks come aligned from upstream (the pool checks) and
 //     block sizes are multiples of Alignment. A request of n bytes takes a
-//     block of n rounded up to Alignment.
+//     block of n rounded up to Alignment (or a little more, for a big
+//     request that reuses a block within its slack).
 //   - A block is on exactly one list of its chunk's home: a tlsf (free),
 //     the live map (live), or the pending list of the stream that freed it
 //     (pending). Free blocks never neighbour each other: they coalesce,
 //     but only within one chunk and only when both are free, that is owned
 //     by the same (home) stream.
-//   - Small requests (at most poolSmallMax bytes) are served from small
-//     chunks and large ones from large chunks, so long-lived small blocks
-//     never pin a large chunk.
+//   - A small chunk holds only blocks of small requests, a large chunk
+//     only blocks of mid-sized and big ones.
 //
 // Cross-stream reuse. A block freed on its chunk's home is free at once:
 // later work on that stream runs after the free. A block freed on another
@@ -40,17 +52,20 @@
 // of a chunk in its home's live map.
 //
 // Growth and release. When neither its lists nor a steal serve a request,
-// the stream grows the pool by a chunk (ChunkSize, or the request rounded
-// up to poolGranularity when larger; poolSmallChunk for small requests;
-// at least InitialSize the first time). The pool never sets a new
-// high-water mark of reserved memory while it holds idle chunks (chunks
-// with no live block): before such a growth it releases them, and before it
-// fails with out of memory it releases every idle chunk and tries once
-// more. Release gives every idle chunk back to the upstream; ReleaseThreshold
-// does the same whenever a free leaves a chunk idle while the pool
-// reserves more than the threshold. An upstream free is enqueued on the
-// chunk's home, after the home waits on every stream that freed one of
-// its pending blocks, so it runs after all the chunk's frees.
+// the stream grows the pool by a chunk (see the size classes; at least
+// InitialSize the first time). Idle chunks (no live block) are cached, but
+// the pool never sets a new high-water mark of reserved memory while it
+// holds any: before a growth that would, it releases idle chunks, largest
+// first, until the growth fits under the old mark (or none is left). So
+// the peak of reserved memory is reached only with every chunk in use,
+// which is what keeps it close to the peak of live memory. Before it fails
+// with out of memory (from upstream, or MaxSize), it releases every idle
+// chunk and tries once more. Release gives every idle chunk back;
+// ReleaseThreshold does the same whenever a free leaves a chunk idle while
+// the pool reserves more than the threshold, and caps growth like the
+// high-water mark does. An upstream free is enqueued on the chunk's home,
+// after the home waits on every stream that freed one of its pending
+// blocks, so it runs after all the chunk's frees; Release never blocks.
 //
 // Locks: Pool.mu serializes the slow paths (growth, steal, release) and is
 // taken before any stream's mutex; a goroutine never holds two streams'
@@ -68,13 +83,13 @@ import (
 
 const (
 	// poolSmallMax is the largest request served from small chunks.
-	poolSmallMax = 1 << 20
+	poolSmallMax = 256 << 10
 	// poolSmallChunk is the size of a small chunk.
 	poolSmallChunk = 2 << 20
 	// poolGranularity is what large chunks are rounded up to.
 	poolGranularity = 2 << 20
 	// DefaultPoolChunkSize is the default PoolOptions.ChunkSize.
-	DefaultPoolChunkSize = 32 << 20
+	DefaultPoolChunkSize = 8 << 20
 	// usedQuantum is how far a stream's used bytes may drift from the
 	// pool-wide total (which drives PeakUsed) before it adds its change,
 	// when several streams share the pool.
@@ -122,7 +137,32 @@ type Pool struct {
 	usage       usageMeter // reserved and its peak; peakUsed of the flushed total
 	usedSum     atomic.Int64
 	usedQuantum atomic.Int64
+
+	tune poolTune
 }
+
+// poolTune holds the pool's sizing constants; tests vary them to measure
+// their effect on fragmentation.
+type poolTune struct {
+	smallMax    int // largest request served from small chunks
+	smallChunk  int // size of a small chunk
+	granularity int // large chunks are a multiple of this
+	bigMin      int // requests from this size up get chunks of their own size...
+	bigSlack    int // ...and reuse a free block only if it exceeds them by at most size>>bigSlack
+}
+
+// slack is how much larger than rounded a free block may be and still
+// serve it: unlimited for small and mid-sized requests, which split
+// blocks, and a fraction for big ones, which would otherwise pin the rest
+// of a larger block while they live.
+func (p *Pool) slack(rounded int) int {
+	if rounded < p.tune.bigMin {
+		return maxAlignable
+	}
+	return max(rounded>>p.tune.bigSlack, p.tune.granularity)
+}
+
+var defaultPoolTune = poolTune{smallMax: poolSmallMax, smallChunk: poolSmallChunk, granularity: poolGranularity, bigSlack: 3}
 
 // poolTable is an immutable map and list of the pool's streams.
 type poolTable struct {
@@ -146,7 +186,8 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	if opts.MaxSize > 0 && opts.InitialSize > opts.MaxSize {
 		return nil, fmt.Errorf("pool: InitialSize %d above MaxSize %d: %w", opts.InitialSize, opts.MaxSize, ErrInvalidSize)
 	}
-	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts}
+	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts, tune: defaultPoolTune}
+	p.tune.bigMin = max(opts.ChunkSize/2, p.tune.smallMax+Alignment)
 	p.table.Store(&poolTable{byID: map[uint64]*poolStream{}})
 	p.chunks.Store(&poolChunkIndex{})
 	return p, nil
@@ -189,7 +230,7 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	st.mu.Lock()
 	t := &st.large
-	if rounded <= poolSmallMax {
+	if rounded <= p.tune.smallMax {
 		t = &st.small
 	}
 	b := st.take(t, rounded)

@@ -10,14 +10,17 @@
 // Order of resort for a request the calling stream's lists cannot serve:
 // absorb the blocks other streams freed into this stream's chunks; steal
 // the smallest idle chunk of another stream that fits; grow (first
-// releasing idle chunks if the growth would otherwise raise the high-water
-// mark of reserved memory, or cross MaxSize or ReleaseThreshold); and on
-// out of memory, release every idle chunk and go through it all once more.
+// releasing idle chunks, largest first, as far as needed for the growth
+// not to raise the high-water mark of reserved memory, nor cross MaxSize
+// or ReleaseThreshold); and on out of memory, release every idle chunk
+// and go through it all once more.
 package mr
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -26,7 +29,7 @@ import (
 func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	small := rounded <= poolSmallMax
+	small := rounded <= p.tune.smallMax
 	var errs []error
 	var upstreamErr error
 	if !p.grown && p.opts.InitialSize > 0 {
@@ -122,7 +125,8 @@ func (p *Pool) steal(st *poolStream, rounded int, small bool) (bool, error) {
 		o.mu.Lock()
 		var best *poolChunk
 		for _, c := range o.homed {
-			if c.live == 0 && c.small == small && c.size >= rounded && (best == nil || c.size < best.size) {
+			if c.live == 0 && c.small == small && c.size >= rounded && c.size-rounded <= p.slack(rounded) &&
+				(best == nil || c.size < best.size) {
 				best = c
 			}
 		}
@@ -149,18 +153,26 @@ func (p *Pool) steal(st *poolStream, rounded int, small bool) (bool, error) {
 // grow reserves a new chunk on st's stream and serves the request from it.
 // Caller holds p.mu.
 func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePtr, error) {
-	g := poolSmallChunk
+	g := p.tune.smallChunk
 	if !small {
-		g = max(p.opts.ChunkSize, poolRoundUp(rounded, poolGranularity))
+		g = poolRoundUp(rounded, p.tune.granularity)
+		if rounded < p.tune.bigMin {
+			g = max(p.opts.ChunkSize, g)
+		}
+	}
+	// Idle chunks cannot serve this request (a steal would have taken
+	// one). Keep them only as long as the growth stays under the
+	// high-water mark, the threshold and MaxSize.
+	keep := int(p.usage.peakReserved.Load())
+	if p.opts.ReleaseThreshold > 0 {
+		keep = min(keep, p.opts.ReleaseThreshold)
+	}
+	if p.opts.MaxSize > 0 {
+		keep = min(keep, p.opts.MaxSize)
 	}
 	reserved := int(p.usage.reserved.Load())
-	if reserved+g > int(p.usage.peakReserved.Load()) ||
-		(p.opts.ReleaseThreshold > 0 && reserved+g > p.opts.ReleaseThreshold) ||
-		(p.opts.MaxSize > 0 && reserved+g > p.opts.MaxSize) {
-		// Idle chunks cannot serve this request (a steal would have
-		// taken one); keeping them through the growth would only raise
-		// the high-water mark.
-		if _, err := p.releaseIdle(st, 0); err != nil {
+	if reserved+g > keep {
+		if _, err := p.releaseIdle(st, max(keep-g, 0)); err != nil {
 			return 0, err
 		}
 		reserved = int(p.usage.reserved.Load())
@@ -179,7 +191,7 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 // growth. Caller holds p.mu.
 func (p *Pool) growInitial(st *poolStream) error {
 	p.grown = true
-	g := poolRoundUp(p.opts.InitialSize, poolGranularity)
+	g := poolRoundUp(p.opts.InitialSize, p.tune.granularity)
 	if p.opts.MaxSize > 0 {
 		g = min(g, p.opts.MaxSize&^(Alignment-1))
 	}
@@ -216,78 +228,87 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	if size == 0 {
 		return 0, nil
 	}
-	b = st.take(st.binsOf(c), rounded)
+	b = st.split(st.binsOf(c), b, rounded)
 	st.markLive(b, size)
 	return b.ptr, nil
 }
 
 func indexRef(x poolChunkIndex) *poolChunkIndex { return &x }
 
-// releaseIdle gives idle chunks back to the upstream until the pool
-// reserves at most keep bytes (keep 0: every idle chunk). It returns the
-// bytes released. The free of a chunk is enqueued on its home, after the
-// home waits on every other stream that freed a block of it; if the home
-// was destroyed, on requester (or another stream) after a device
-// synchronization. Caller holds p.mu.
+// releaseIdle gives idle chunks back to the upstream, largest first,
+// until the pool reserves at most keep bytes (keep <= 0: every idle
+// chunk). It returns the bytes released. The free of a chunk is enqueued
+// on its home, after the home waits on every other stream that freed a
+// block of it; if the home was destroyed, on requester (or another stream)
+// after a device synchronization. Caller holds p.mu.
 func (p *Pool) releaseIdle(requester *poolStream, keep int) (int, error) {
-	var errs []error
-	released := 0
-	var idle []*poolChunk
+	type cand struct {
+		c    *poolChunk
+		home *poolStream
+	}
+	var cands []cand
 	for _, o := range p.table.Load().list {
 		o.mu.Lock()
-		idle = idle[:0]
 		for _, c := range o.homed {
 			if c.live == 0 {
-				idle = append(idle, c)
+				cands = append(cands, cand{c, o})
 			}
-		}
-		var freeing []*poolChunk
-		for _, c := range idle {
-			if keep > 0 && int(p.usage.reserved.Load())-released <= keep {
-				break
-			}
-			waits := o.detach(c, nil)
-			var werr error
-			for _, w := range waits {
-				if werr = o.orderAfter(w); werr != nil {
-					break
-				}
-			}
-			if werr != nil {
-				o.refile(c)
-				errs = append(errs, fmt.Errorf("pool: release poolChunk %#x: %w", uint64(c.base), werr))
-				continue
-			}
-			// Every block of c is free and ordered before o's later
-			// work: drop the descriptors, the chunk is one range now.
-			for b := c.first; b != nil; {
-				next := b.next
-				o.putSpare(b)
-				b = next
-			}
-			c.first, c.pending = nil, 0
-			o.removeHomed(c, nil)
-			freeing = append(freeing, c)
-			released += c.size
 		}
 		o.mu.Unlock()
-
-		for _, c := range freeing {
-			if err := p.upstreamFree(c, o, requester); err != nil {
-				released -= c.size
-				o.mu.Lock()
-				b := o.newBlock()
-				b.ptr, b.size, b.c = c.base, c.size, c
-				c.first = b
-				o.addHomed(c)
-				o.putFree(b)
-				o.mu.Unlock()
-				errs = append(errs, err)
-				continue
-			}
-			p.chunks.Store(indexRef(p.chunks.Load().without(c)))
-			p.usage.subReserved(c.size)
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.c.size, a.c.size) })
+	var errs []error
+	released := 0
+	for _, x := range cands {
+		if keep > 0 && int(p.usage.reserved.Load()) <= keep {
+			break
 		}
+		c, o := x.c, x.home
+		o.mu.Lock()
+		if c.home.Load() != o || c.live != 0 {
+			// o's own allocations (which take no p.mu) used it since
+			// the candidates were listed.
+			o.mu.Unlock()
+			continue
+		}
+		waits := o.detach(c, nil)
+		var werr error
+		for _, w := range waits {
+			if werr = o.orderAfter(w); werr != nil {
+				break
+			}
+		}
+		if werr != nil {
+			o.refile(c)
+			o.mu.Unlock()
+			errs = append(errs, fmt.Errorf("pool: release chunk %#x: %w", uint64(c.base), werr))
+			continue
+		}
+		// Every block of c is free and ordered before o's later work:
+		// drop the descriptors, the chunk is one range now.
+		for b := c.first; b != nil; {
+			next := b.next
+			o.putSpare(b)
+			b = next
+		}
+		c.first, c.pending = nil, 0
+		o.removeHomed(c, nil)
+		o.mu.Unlock()
+
+		if err := p.upstreamFree(c, o, requester); err != nil {
+			o.mu.Lock()
+			b := o.newBlock()
+			b.ptr, b.size, b.c = c.base, c.size, c
+			c.first = b
+			o.addHomed(c)
+			o.putFree(b)
+			o.mu.Unlock()
+			errs = append(errs, err)
+			continue
+		}
+		p.chunks.Store(indexRef(p.chunks.Load().without(c)))
+		p.usage.subReserved(c.size)
+		released += c.size
 	}
 	return released, errors.Join(errs...)
 }

@@ -110,9 +110,15 @@ func (st *poolStream) putSpare(b *poolBlock) {
 // what it does not need, and returns it (still marked free), or nil.
 func (st *poolStream) take(t *tlsf, rounded int) *poolBlock {
 	b := t.find(rounded)
-	if b == nil {
+	if b == nil || b.size-rounded > st.pool.slack(rounded) {
 		return nil
 	}
+	return st.split(t, b, rounded)
+}
+
+// split takes free block b (of at least rounded bytes) out of t, files
+// what it does not need as a new free block, and returns it.
+func (st *poolStream) split(t *tlsf, b *poolBlock, rounded int) *poolBlock {
 	t.remove(b)
 	if rest := b.size - rounded; rest > 0 {
 		r := st.newBlock()
