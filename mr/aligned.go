@@ -57,7 +57,7 @@ type alignedBlock struct {
 // Aligned hands out memory with a larger alignment than its upstream's.
 // It is safe for concurrent use.
 type Aligned struct {
-	up    Resource
+	passThrough
 	dev   gpu.Device
 	align int
 	live  ptrTable[alignedBlock]
@@ -70,7 +70,7 @@ func NewAligned(upstream Resource, alignment int) (*Aligned, error) {
 	if err := checkAlignment(alignment); err != nil {
 		return nil, fmt.Errorf("aligned: %w", err)
 	}
-	return &Aligned{up: upstream, dev: upstream.Device(), align: alignment}, nil
+	return &Aligned{passThrough: passThrough{upstream}, dev: upstream.Device(), align: alignment}, nil
 }
 
 // Alignment is the alignment Allocate gives.
@@ -101,6 +101,13 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 	upSize := size + extra
 	base, err := a.up.Allocate(upSize, s)
 	if err != nil {
+		var oom *OutOfMemoryError
+		if errors.As(err, &oom) {
+			// Report the caller's request, not the padded one.
+			return 0, &OutOfMemoryError{Resource: "aligned", Requested: size, Stream: s.ID(),
+				Reserved: oom.Reserved, Used: oom.Used, Limit: oom.Limit,
+				Err: fmt.Errorf("%d bytes requested upstream for alignment %d: %w", upSize, alignment, err)}
+		}
 		return 0, fmt.Errorf("aligned: %w", err)
 	}
 	m := gpu.DevicePtr(alignment - 1)
@@ -124,6 +131,3 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // Device is the upstream's device.
 func (a *Aligned) Device() gpu.Device { return a.dev }
-
-// Upstream is the wrapped resource.
-func (a *Aligned) Upstream() Resource { return a.up }

@@ -66,7 +66,7 @@ func (b *Budget) refund(n uint64) { b.used.Add(-n) }
 // Limit is an adaptor that charges every allocation to a Budget. It is
 // safe for concurrent use.
 type Limit struct {
-	up     Resource
+	passThrough
 	dev    gpu.Device
 	budget *Budget
 	live   ptrTable[uint64] // the charge
@@ -75,7 +75,7 @@ type Limit struct {
 
 // NewLimit returns an adaptor over upstream that charges budget.
 func NewLimit(upstream Resource, budget *Budget) *Limit {
-	return &Limit{up: upstream, dev: upstream.Device(), budget: budget}
+	return &Limit{passThrough: passThrough{upstream}, dev: upstream.Device(), budget: budget}
 }
 
 // Allocate charges the budget and allocates from the upstream. A request
@@ -127,9 +127,6 @@ func (l *Limit) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // Device is the upstream's device.
 func (l *Limit) Device() gpu.Device { return l.dev }
-
-// Upstream is the wrapped resource.
-func (l *Limit) Upstream() Resource { return l.up }
 
 // Budget is the budget the adaptor charges.
 func (l *Limit) Budget() *Budget { return l.budget }

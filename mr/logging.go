@@ -53,7 +53,7 @@ type LoggingOptions struct {
 // Logging writes an RMM CSV log of what passes through it. It is safe for
 // concurrent use.
 type Logging struct {
-	up     Resource
+	passThrough
 	dev    gpu.Device
 	w      *trace.CSVWriter
 	thread uint64
@@ -77,7 +77,7 @@ func NewLoggingTo(upstream Resource, w *trace.CSVWriter, opts LoggingOptions) *L
 	if now == nil {
 		now = time.Now
 	}
-	return &Logging{up: upstream, dev: upstream.Device(), w: w, thread: opts.Thread, now: now}
+	return &Logging{passThrough: passThrough{upstream}, dev: upstream.Device(), w: w, thread: opts.Thread, now: now}
 }
 
 func (l *Logging) write(op trace.Op, p gpu.DevicePtr, size int, s gpu.Stream) {
@@ -129,9 +129,6 @@ func (l *Logging) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // Device is the upstream's device.
 func (l *Logging) Device() gpu.Device { return l.dev }
-
-// Upstream is the wrapped resource.
-func (l *Logging) Upstream() Resource { return l.up }
 
 // Err returns the first error writing the log, or nil.
 func (l *Logging) Err() error {

@@ -11,7 +11,7 @@
 //     because by then the program cannot go on without that memory;
 //  2. releases the cached memory of every Releaser in the chain below it
 //     (and the extra ones), after reaping, so that memory whose free has
-//     just been seen complete is released too;
+//     just been seen complete is released too (steps 1 and 2 are Reclaim);
 //  3. calls the user's callback, if any, which may free memory of its own
 //     (drop a cache, wait for a batch to finish) or say to stop;
 //  4. asks the upstream again.
@@ -68,7 +68,7 @@ type RetryCounts struct {
 // Retry recovers from out-of-memory by reaping, releasing and retrying. It
 // is safe for concurrent use.
 type Retry struct {
-	up       Resource
+	passThrough
 	dev      gpu.Device
 	opts     RetryOptions
 	attempts int
@@ -86,7 +86,7 @@ func NewRetry(upstream Resource, opts RetryOptions) *Retry {
 	case n < 0:
 		n = 0
 	}
-	return &Retry{up: upstream, dev: upstream.Device(), opts: opts, attempts: n}
+	return &Retry{passThrough: passThrough{upstream}, dev: upstream.Device(), opts: opts, attempts: n}
 }
 
 // Allocate allocates from the upstream, recovering and retrying on
@@ -135,40 +135,28 @@ func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error
 }
 
 // reclaim reaps pending frees and releases cached memory below the
-// adaptor, returning what went wrong (it goes on past errors: each step
-// may free memory the next one needs).
+// adaptor (Reclaim), then does the same for the extra Reapers and
+// Releasers, and returns what went wrong.
 func (r *Retry) reclaim(wait bool) error {
-	var errs []error
-	chain := Chain(r.up)
-	for _, res := range chain {
-		if rp, ok := res.(Reaper); ok {
-			n, err := rp.Reap(wait)
-			r.reaped.Add(n)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("retry: reap: %w", err))
-			}
-		}
-	}
+	n, err := Reclaim(r.up, wait)
+	r.reaped.Add(n)
+	errs := []error{err}
 	for _, rp := range r.opts.Reapers {
 		n, err := rp.Reap(wait)
 		r.reaped.Add(n)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("retry: reap: %w", err))
-		}
-	}
-	for _, res := range chain {
-		if rl, ok := res.(Releaser); ok {
-			if err := rl.Release(); err != nil {
-				errs = append(errs, fmt.Errorf("retry: release: %w", err))
-			}
+			errs = append(errs, fmt.Errorf("reap: %w", err))
 		}
 	}
 	for _, rl := range r.opts.Releasers {
 		if err := rl.Release(); err != nil {
-			errs = append(errs, fmt.Errorf("retry: release: %w", err))
+			errs = append(errs, fmt.Errorf("release: %w", err))
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("retry: reclaim: %w", err)
+	}
+	return nil
 }
 
 // Deallocate frees p through the upstream. Bad frees are refused with
@@ -185,9 +173,6 @@ func (r *Retry) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // Device is the upstream's device.
 func (r *Retry) Device() gpu.Device { return r.dev }
-
-// Upstream is the wrapped resource.
-func (r *Retry) Upstream() Resource { return r.up }
 
 // Counts returns how often the adaptor recovered.
 func (r *Retry) Counts() RetryCounts {

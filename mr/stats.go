@@ -110,7 +110,7 @@ func (c *statCounters) resetPeaks() {
 // Stats counts the bytes and allocations that pass through it to an
 // upstream resource. It is safe for concurrent use.
 type Stats struct {
-	up        Resource
+	passThrough
 	dev       gpu.Device
 	live      ptrTable[*statCounters] // the allocating stream's counters, or nil
 	all       statCounters
@@ -120,7 +120,7 @@ type Stats struct {
 
 // NewStats returns a Stats adaptor over upstream.
 func NewStats(upstream Resource, opts StatsOptions) *Stats {
-	return &Stats{up: upstream, dev: upstream.Device(), perStream: opts.PerStream}
+	return &Stats{passThrough: passThrough{upstream}, dev: upstream.Device(), perStream: opts.PerStream}
 }
 
 func (a *Stats) streamCounters(s gpu.Stream) *statCounters {
@@ -193,9 +193,6 @@ func (a *Stats) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // Device is the upstream's device.
 func (a *Stats) Device() gpu.Device { return a.dev }
-
-// Upstream is the wrapped resource.
-func (a *Stats) Upstream() Resource { return a.up }
 
 // Snapshot returns the counters of everything that passed through.
 func (a *Stats) Snapshot() StatsSnapshot { return a.all.snapshot() }

@@ -82,7 +82,7 @@ type trackRecord struct {
 // Tracking records every live allocation with its call stack. It is safe
 // for concurrent use.
 type Tracking struct {
-	up     Resource
+	passThrough
 	dev    gpu.Device
 	depth  int
 	skip   int
@@ -98,7 +98,7 @@ func NewTracking(upstream Resource, opts TrackingOptions) *Tracking {
 		d = 32
 	}
 	d = min(d, maxStackDepth)
-	return &Tracking{up: upstream, dev: upstream.Device(), depth: d, skip: max(opts.Skip, 0)}
+	return &Tracking{passThrough: passThrough{upstream}, dev: upstream.Device(), depth: d, skip: max(opts.Skip, 0)}
 }
 
 func hashPCs(pcs []uintptr) uint64 {
@@ -178,9 +178,6 @@ func (t *Tracking) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // Device is the upstream's device.
 func (t *Tracking) Device() gpu.Device { return t.dev }
-
-// Upstream is the wrapped resource.
-func (t *Tracking) Upstream() Resource { return t.up }
 
 // Allocation is one live allocation as Tracking saw it.
 type Allocation struct {
