@@ -35,6 +35,7 @@
 package gpu
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/streamalloc/streamalloc/cuda"
@@ -179,6 +180,14 @@ type Stream interface {
 	// enqueued still runs.
 	Destroy() error
 }
+
+// streamIDs is the one counter behind every backend's stream IDs.
+var streamIDs atomic.Uint64
+
+// NewStreamID returns a stream ID never returned before in this process;
+// the first is 1. Backends number their streams with it, so that IDs stay
+// unique when several backends (the GPU and a simulator) share a process.
+func NewStreamID() uint64 { return streamIDs.Add(1) }
 
 // Event marks a point in a stream.
 type Event interface {

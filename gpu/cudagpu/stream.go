@@ -3,7 +3,7 @@
 // Streams are created non-blocking (CU_STREAM_NON_BLOCKING), so they never
 // synchronize implicitly with the legacy default stream, which nothing in
 // streamalloc uses. Each gets an ID from a process-wide counter, never
-// reused. Events are created without timing unless asked, which makes
+// reused (gpu.NewStreamID, shared with the other backends). Events are created without timing unless asked, which makes
 // them cheaper to record and wait on.
 
 package cudagpu
@@ -16,9 +16,6 @@ import (
 	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
-
-// streamIDs numbers the streams of this backend; IDs start at 1.
-var streamIDs atomic.Uint64
 
 // Stream is the CUDA implementation of gpu.Stream.
 type Stream struct {
@@ -34,7 +31,7 @@ func (d *Device) NewStream() (gpu.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{dev: d, h: h, id: streamIDs.Add(1)}, nil
+	return &Stream{dev: d, h: h, id: gpu.NewStreamID()}, nil
 }
 
 // Handle is the driver's CUstream, for code that calls package cuda
