@@ -2,9 +2,10 @@
 //
 // Streams are created non-blocking (CU_STREAM_NON_BLOCKING), so they never
 // synchronize implicitly with the legacy default stream, which nothing in
-// streamalloc uses. Each gets an ID from a process-wide counter, never
-// reused (gpu.NewStreamID, shared with the other backends). Events are created without timing unless asked, which makes
-// them cheaper to record and wait on.
+// streamalloc uses. Each gets its ID from gpu.NewStreamID, the counter all
+// backends share, so IDs are never reused in the process. Events are
+// created without timing unless asked, which makes them cheaper to record
+// and wait on.
 
 package cudagpu
 
