@@ -3,10 +3,13 @@ package buf_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/buf"
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
@@ -21,15 +24,13 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	dev, err := sim.New(sim.Config{}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := testdev.Device(t)
 	res, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dev: dev, sd: dev.(*sim.Device), res: res}
+	e := &env{t: t, dev: dev, res: res}
+	e.sd, _ = dev.(*sim.Device)
 	t.Cleanup(func() {
 		if err := dev.Synchronize(); err != nil {
 			t.Errorf("synchronize at cleanup: %v", err)
@@ -40,6 +41,33 @@ func newEnv(t testing.TB) *env {
 		res.Close()
 	})
 	return e
+}
+
+// needSim skips a test that needs the simulator's hooks.
+func (e *env) needSim() {
+	e.t.Helper()
+	if e.sd == nil {
+		e.t.Skip("needs the simulator's test hooks")
+	}
+}
+
+// hold keeps s busy until the returned function is called: the
+// simulator's Hold, or on a GPU a 50 ms spin kernel.
+func (e *env) hold(s gpu.Stream) func() {
+	e.t.Helper()
+	if e.sd != nil {
+		release := e.sd.Hold(s)
+		e.t.Cleanup(release)
+		return release
+	}
+	k, err := kernels.Load(e.dev)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := k.Spin(s, 50*time.Millisecond); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() {}
 }
 
 func (e *env) stream() gpu.Stream {

@@ -26,6 +26,11 @@ func useOp(t *testing.T, e *env, b *buf.Buffer, s gpu.Stream, a buf.Access) sim.
 			op = e.sd.LastOp(s)
 			return nil
 		}
+		defer func() {
+			if e.sd != nil {
+				op = e.sd.LastOp(s)
+			}
+		}()
 		// A read is modelled by a copy to the host; a write by a memset.
 		var err error
 		if a.Writes() {
@@ -33,7 +38,6 @@ func useOp(t *testing.T, e *env, b *buf.Buffer, s gpu.Stream, a buf.Access) sim.
 		} else {
 			err = e.dev.CopyDtoHAsync(make([]byte, b.Size()), b.Ptr(), s)
 		}
-		op = e.sd.LastOp(s)
 		return err
 	}))
 	return op
@@ -45,6 +49,7 @@ func TestTrackingOrders(t *testing.T) {
 	for _, tracked := range []bool{true, false} {
 		t.Run(fmt.Sprintf("tracked=%v", tracked), func(t *testing.T) {
 			e := newEnv(t)
+			e.needSim()
 			s1, s2, s3, s4 := e.stream(), e.stream(), e.stream(), e.stream()
 			var opts []buf.Option
 			if !tracked {
@@ -143,11 +148,11 @@ func TestCloseAfterUsesOnOtherStreams(t *testing.T) {
 	e := newEnv(t)
 	s1, s2, s3, s4 := e.stream(), e.stream(), e.stream(), e.stream()
 	b := e.buffer(1<<16, s1)
-	release2 := e.sd.Hold(s2)
+	release2 := e.hold(s2)
 	want := pattern(1<<16, 5)
 	must(t, b.SetStream(s2))
 	must(t, b.CopyFromHost(want)) // waits behind the hold on s2
-	release3 := e.sd.Hold(s3)
+	release3 := e.hold(s3)
 	got := make([]byte, 1<<16)
 	must(t, b.Use(s3, buf.Read, func() error { return e.dev.CopyDtoHAsync(got, b.Ptr(), s3) }))
 	must(t, b.CloseOn(s4))
@@ -169,6 +174,7 @@ func TestCloseAfterUsesOnOtherStreams(t *testing.T) {
 // the use is still ordered before later uses on other streams.
 func TestFailedRecordKeepsOrder(t *testing.T) {
 	e := newEnv(t)
+	e.needSim()
 	s1, s2 := e.stream(), e.stream()
 	defer e.sd.Hold(s1)()
 	defer e.sd.Hold(s2)()
@@ -186,6 +192,7 @@ func TestFailedRecordKeepsOrder(t *testing.T) {
 // running it.
 func TestFailedWaitRefusesUse(t *testing.T) {
 	e := newEnv(t)
+	e.needSim()
 	s1, s2 := e.stream(), e.stream()
 	b := e.buffer(256, s1)
 	must(t, b.Memset(1))
@@ -211,6 +218,7 @@ func TestFailedWaitRefusesUse(t *testing.T) {
 // open and usable.
 func TestFailedFreeKeepsBuffer(t *testing.T) {
 	e := newEnv(t)
+	e.needSim()
 	s := e.stream()
 	b := e.buffer(256, s)
 	e.sd.FailNext(sim.OpFreeAsync, 1, gpu.ErrLaunchFailed)

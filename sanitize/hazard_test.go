@@ -17,6 +17,7 @@ import (
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/sanitize"
 )
@@ -34,15 +35,15 @@ type hz struct {
 // resource on it and the adaptor over that.
 func newHZ(t *testing.T, opts sanitize.Options) *hz {
 	t.Helper()
-	d, err := sim.New(sim.Config{}).Device(0)
-	must(t, err)
+	d := testdev.Device(t)
 	z := sanitize.New(opts)
 	dev := z.Device(d)
 	async, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
 	must(t, err)
 	k, err := kernels.Load(dev)
 	must(t, err)
-	h := &hz{t: t, z: z, raw: d.(*sim.Device), dev: dev, res: z.Resource(async), k: k}
+	h := &hz{t: t, z: z, dev: dev, res: z.Resource(async), k: k}
+	h.raw, _ = d.(*sim.Device)
 	t.Cleanup(func() {
 		must(t, dev.Synchronize())
 		if n, _ := async.Live(); n != 0 {
@@ -61,8 +62,12 @@ func (h *hz) stream() gpu.Stream {
 }
 
 // hold blocks s until the returned function (or the end of the test)
-// releases it.
+// releases it: the simulator's Hold, or on a GPU a 50 ms spin kernel.
 func (h *hz) hold(s gpu.Stream) func() {
+	if h.raw == nil {
+		must(h.t, h.k.Spin(s, 50*time.Millisecond))
+		return func() {}
+	}
 	release := h.raw.Hold(sanitize.Unwrap(s))
 	h.t.Cleanup(release)
 	return release

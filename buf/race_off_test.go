@@ -1,0 +1,5 @@
+//go:build !race
+
+package buf_test
+
+const raceEnabled = false
