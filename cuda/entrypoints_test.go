@@ -101,6 +101,7 @@ func entryPoints() []entryPoint {
 		{"Context.ModuleLoadData", func() error { return first(ctx.ModuleLoadData(".version 7.0")) }},
 		{"Context.ModuleUnload", func() error { return ctx.ModuleUnload(mod) }},
 		{"Context.ModuleGetFunction", func() error { return first(ctx.ModuleGetFunction(mod, "k")) }},
+		{"Context.FuncParamSizes", func() error { return first(ctx.FuncParamSizes(fn)) }},
 		{"Context.LaunchKernel", func() error {
 			return ctx.LaunchKernel(fn, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, s, &params)
 		}},

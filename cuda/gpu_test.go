@@ -8,6 +8,7 @@ package cuda_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"sync"
@@ -559,6 +560,30 @@ func TestKernels(t *testing.T) {
 	}
 	if err := ctx.StreamSynchronize(s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestFuncParamSizes(t *testing.T) {
+	_, ctx := needGPU(t)
+	k := loadKernels(t, ctx)
+	for _, tt := range []struct {
+		f    cuda.Function
+		want string
+	}{
+		{k.fill, "[8 8 4]"},
+		{k.check, "[8 8 4 8]"},
+		{k.spinFn, "[8]"},
+	} {
+		sizes, err := ctx.FuncParamSizes(tt.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(sizes); got != tt.want {
+			t.Errorf("parameter sizes %s, want %s", got, tt.want)
+		}
+	}
+	if _, err := ctx.FuncParamSizes(0); !errors.Is(err, cuda.ErrInvalidHandle) {
+		t.Errorf("FuncParamSizes(0): %v", err)
 	}
 }
 

@@ -77,6 +77,35 @@ func (c Context) ModuleGetFunction(m Module, name string) (Function, error) {
 	return Function(f), nil
 }
 
+// FuncParamSizes returns the size in bytes of each of f's parameters, in
+// order (cuFuncGetParamInfo, CUDA 12.4 and later). A driver without that
+// entry point gives an *Error matching ErrNotSupported. The driver reads
+// as many arguments as the kernel declares, whatever a launch passes, so
+// callers use this to refuse a launch whose arguments do not match.
+func (c Context) FuncParamSizes(f Function) ([]int, error) {
+	if err := c.ok(); err != nil {
+		return nil, err
+	}
+	if f == 0 {
+		return nil, &Error{Op: "cuFuncGetParamInfo", Code: ErrInvalidHandle}
+	}
+	var sizes []int
+	for i := uint64(0); ; i++ {
+		r, _, size := rawFuncParamInfo(c, f, i)
+		if r == ErrInvalidValue {
+			// Past the last parameter (at once for a kernel without any).
+			return sizes, nil
+		}
+		if r != Success {
+			return nil, &Error{Op: "cuFuncGetParamInfo", Code: r}
+		}
+		if i >= MaxParams {
+			return nil, &Error{Op: "cuFuncGetParamInfo", Code: ErrNotSupported}
+		}
+		sizes = append(sizes, int(size))
+	}
+}
+
 // Params is a kernel's argument list. Append the arguments in the order of
 // the kernel's parameters; the zero Params is empty and ready to use.
 // Appending past MaxParams arguments or MaxParamBytes bytes marks the list

@@ -263,6 +263,11 @@ func rawModuleGetFunction(c Context, m Module, name string) (Result, uint64) {
 	return Result(r.r), uint64(r.v)
 }
 
+func rawFuncParamInfo(c Context, f Function, index uint64) (Result, uint64, uint64) {
+	r := C.sa_func_param_info(C.uintptr_t(c), C.uintptr_t(f), C.uint64_t(index))
+	return Result(r.r), uint64(r.offset), uint64(r.size)
+}
+
 func rawLaunchKernel(c Context, f Function, grid, block [3]uint32, shared uint32, s Stream, p *Params) Result {
 	var vals, offs unsafe.Pointer
 	if p.n > 0 {

@@ -86,6 +86,9 @@ func rawModuleUnload(Context, Module) Result             { return ErrNotInitiali
 func rawModuleGetFunction(Context, Module, string) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
+func rawFuncParamInfo(Context, Function, uint64) (Result, uint64, uint64) {
+	return ErrNotInitialized, 0, 0
+}
 func rawLaunchKernel(Context, Function, [3]uint32, [3]uint32, uint32, Stream, *Params) Result {
 	return ErrNotInitialized
 }

@@ -99,6 +99,7 @@ static CUresult (*p_cuMemPoolTrimTo)(CUmemoryPool, size_t);
 static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
 static CUresult (*p_cuModuleUnload)(CUmodule);
 static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*p_cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
                                     unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void **, void **);
@@ -165,6 +166,7 @@ static const sa_entry entries[] = {
 	E(cuModuleLoadData, "cuModuleLoadData", NULL, 0),
 	E(cuModuleUnload, "cuModuleUnload", NULL, 0),
 	E(cuModuleGetFunction, "cuModuleGetFunction", NULL, 0),
+	E(cuFuncGetParamInfo, "cuFuncGetParamInfo", NULL, 0),
 	E(cuLaunchKernel, "cuLaunchKernel", NULL, 0),
 };
 #undef E
@@ -662,6 +664,16 @@ sa_ret sa_module_get_function(uintptr_t ctx, uintptr_t mod, const char *name) {
 	CUfunction f = NULL;
 	sa_ret out = {p_cuModuleGetFunction(&f, (CUmodule)mod, name), 0};
 	out.v = (uint64_t)(uintptr_t)f;
+	return out;
+}
+
+sa_param sa_func_param_info(uintptr_t ctx, uintptr_t f, uint64_t index) {
+	NEEDR(sa_param, cuFuncGetParamInfo);
+	BINDR(sa_param, ctx);
+	size_t off = 0, size = 0;
+	sa_param out = {p_cuFuncGetParamInfo((CUfunction)f, (size_t)index, &off, &size), 0, 0};
+	out.offset = off;
+	out.size = size;
 	return out;
 }
 

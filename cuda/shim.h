@@ -52,6 +52,11 @@ typedef struct {
 	void *p; // C memory (pinned host memory), never Go's
 } sa_ptr;
 
+typedef struct {
+	int r;
+	uint64_t offset, size;
+} sa_param;
+
 // sa_load dlopens path (normally "libcuda.so.1") and resolves the entry
 // points. It returns
 // 0 on success, 1 when the library cannot be opened, 2 when a required
@@ -120,6 +125,7 @@ int sa_mem_pool_trim_to(uintptr_t ctx, uintptr_t pool, uint64_t keep);
 
 sa_ret sa_module_load_data(uintptr_t ctx, const char *image);
 int sa_module_unload(uintptr_t ctx, uintptr_t mod);
+sa_param sa_func_param_info(uintptr_t ctx, uintptr_t f, uint64_t index);
 sa_ret sa_module_get_function(uintptr_t ctx, uintptr_t mod, const char *name);
 // sa_launch_kernel launches f with n parameters whose values lie packed in
 // vals (nbytes long), parameter i starting at offs[i]. The values are

@@ -455,10 +455,25 @@ func TestLaunchArguments(t *testing.T) {
 		{"negative block", gpu.Dim3{}, gpu.Dim3{Z: -2}, 0, []any{uint64(0)}},
 		{"negative shared memory", gpu.Dim3{}, gpu.Dim3{}, -1, []any{uint64(0)}},
 		{"too many arguments", gpu.Dim3{}, gpu.Dim3{}, 0, make([]any, cuda.MaxParams+1)},
+		{"no argument", gpu.Dim3{}, gpu.Dim3{}, 0, nil},
+		{"two arguments for one", gpu.Dim3{}, gpu.Dim3{}, 0, []any{uint64(0), uint64(0)}},
+		{"4 bytes for 8", gpu.Dim3{}, gpu.Dim3{}, 0, []any{uint32(0)}},
 	}
 	for _, tt := range bad {
 		if err := d.Launch(spin, tt.grid, tt.blk, tt.shared, s, tt.args...); !errors.Is(err, gpu.ErrInvalidValue) {
 			t.Errorf("%s: %v, want ErrInvalidValue", tt.name, err)
+		}
+	}
+	// fill takes (u64, u64, u32): a pointer where the seed goes, or a
+	// missing errcount, is refused before the driver reads past the block.
+	fill := must(mod.Function(kernels.FillEntry))(t)
+	for _, args := range [][]any{
+		{gpu.DevicePtr(0), uint64(1)},
+		{gpu.DevicePtr(0), uint64(1), gpu.DevicePtr(0)},
+		{gpu.DevicePtr(0), uint64(1), uint32(0), uint32(0)},
+	} {
+		if err := d.Launch(fill, gpu.Dim3{}, gpu.Dim3{}, 0, s, args...); !errors.Is(err, gpu.ErrInvalidValue) {
+			t.Errorf("fill%v: %v, want ErrInvalidValue", args, err)
 		}
 	}
 	if _, err := d.LoadModule("not ptx at all"); !errors.Is(err, gpu.ErrInvalidPTX) && !errors.Is(err, cuda.ErrInvalidImage) {

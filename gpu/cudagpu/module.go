@@ -9,6 +9,7 @@
 package cudagpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -26,9 +27,10 @@ type Module struct {
 
 // Function is the CUDA implementation of gpu.Function.
 type Function struct {
-	mod  *Module
-	h    cuda.Function
-	name string
+	mod    *Module
+	h      cuda.Function
+	name   string
+	params []int // parameter sizes in bytes; nil if the driver cannot say
 }
 
 // LoadModule is cuModuleLoadData on PTX text.
@@ -52,7 +54,14 @@ func (m *Module) Function(name string) (gpu.Function, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudagpu: function %q: %w", name, err)
 	}
-	return &Function{mod: m, h: h, name: name}, nil
+	params, err := m.dev.ctx.FuncParamSizes(h)
+	if err != nil && !errors.Is(err, cuda.ErrNotSupported) {
+		return nil, fmt.Errorf("cudagpu: function %q: %w", name, err)
+	}
+	if params == nil && err == nil {
+		params = []int{}
+	}
+	return &Function{mod: m, h: h, name: name, params: params}, nil
 }
 
 // Unload is cuModuleUnload; the module's functions can no longer be
@@ -94,26 +103,37 @@ func (d *Device) Launch(f gpu.Function, grid, block gpu.Dim3, sharedMem int, s g
 	if len(args) > cuda.MaxParams {
 		return fmt.Errorf("cudagpu: Launch %s: %d arguments, at most %d: %w", cf.name, len(args), cuda.MaxParams, gpu.ErrInvalidValue)
 	}
+	if cf.params != nil && len(args) != len(cf.params) {
+		return fmt.Errorf("cudagpu: Launch %s: %d arguments for %d parameters: %w", cf.name, len(args), len(cf.params), gpu.ErrInvalidValue)
+	}
 	var p cuda.Params
 	for i, a := range args {
+		width := 8
 		switch v := a.(type) {
 		case gpu.DevicePtr:
 			p.Ptr(cuda.DevicePtr(v))
 		case int32:
 			p.I32(v)
+			width = 4
 		case uint32:
 			p.U32(v)
+			width = 4
 		case int64:
 			p.I64(v)
 		case uint64:
 			p.U64(v)
 		case float32:
 			p.F32(v)
+			width = 4
 		case float64:
 			p.F64(v)
 		default:
 			return fmt.Errorf("cudagpu: Launch %s: argument %d has type %T, want DevicePtr, int32, uint32, int64, uint64, float32 or float64: %w",
 				cf.name, i, a, gpu.ErrInvalidValue)
+		}
+		if cf.params != nil && cf.params[i] != width {
+			return fmt.Errorf("cudagpu: Launch %s: argument %d is %T (%d bytes), the parameter %d bytes: %w",
+				cf.name, i, a, width, cf.params[i], gpu.ErrInvalidValue)
 		}
 	}
 	if err := d.ctx.LaunchKernel(cf.h, g, b, uint32(sharedMem), cs.h, &p); err != nil {
