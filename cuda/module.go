@@ -160,6 +160,9 @@ func (p *Params) F64(v float64) { p.put(math.Float64bits(v), 8) }
 
 // LaunchKernel enqueues f on s with the given grid and block shapes (each
 // component at least 1), dynamic shared memory in bytes, and arguments.
+// The driver takes as many arguments as f declares, of the sizes it
+// declares; LaunchKernel does not check them (gpu/cudagpu does, with
+// FuncParamSizes). Missing ones read as zeros.
 func (c Context) LaunchKernel(f Function, grid, block [3]uint32, sharedMem uint32, s Stream, args *Params) error {
 	if err := c.ok(); err != nil {
 		return err

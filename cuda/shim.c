@@ -699,7 +699,13 @@ int sa_launch_kernel(uintptr_t ctx, uintptr_t f,
 		}
 		params[i] = block + offs[i];
 	}
-	params[n] = NULL;
+	// The driver reads as many parameters as the kernel declares. Should
+	// a caller pass too few, the rest point at zeros rather than at
+	// whatever the stack holds: a wrong launch, not a wild host read.
+	static const unsigned char zeros[SA_MAX_PARAM_BYTES];
+	for (int i = n; i <= SA_MAX_PARAMS; i++) {
+		params[i] = (void *)zeros;
+	}
 	BIND(ctx);
 	return p_cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, shared,
 	                        (CUstream)s, params, NULL);
