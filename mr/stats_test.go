@@ -3,10 +3,12 @@ package mr_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
@@ -174,8 +176,35 @@ func BenchmarkAdaptors(b *testing.B) {
 	up := newNull()
 	s := newFakeStream(up.dev.(*fakeDevice))
 	for _, ac := range adaptorCases() {
-		b.Run(ac.name, func(b *testing.B) { benchPairs(b, ac.wrap(b, up), s) })
+		r := ac.wrap(b, up)
+		if ac.name == "logging" {
+			// Not the test cases' growing buffer: measure the adaptor.
+			r = mr.NewLogging(up, io.Discard, mr.LoggingOptions{})
+		}
+		b.Run(ac.name, func(b *testing.B) { benchPairs(b, r, s) })
 	}
+}
+
+// BenchmarkStatsOverAsync is the same comparison over the async resource
+// on the simulator, the cost a program sees relative to a real upstream.
+func BenchmarkStatsOverAsync(b *testing.B) {
+	dev, err := sim.New(sim.Config{}).Device(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true, ReleaseThreshold: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	b.Run("bare", func(b *testing.B) { benchPairs(b, a, s) })
+	b.Run("stats", func(b *testing.B) { benchPairs(b, mr.NewStats(a, mr.StatsOptions{}), s) })
+	a.Reap(true)
 }
 
 func ExampleStats() {
