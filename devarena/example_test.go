@@ -14,7 +14,9 @@ import (
 // allocator, as the examples' upstream.
 type driverPool struct{ dev gpu.Device }
 
-func (r driverPool) Allocate(n int, s gpu.Stream) (gpu.DevicePtr, error) { return r.dev.MallocAsync(n, s) }
+func (r driverPool) Allocate(n int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return r.dev.MallocAsync(n, s)
+}
 func (r driverPool) Deallocate(p gpu.DevicePtr, _ int, s gpu.Stream) error {
 	return r.dev.FreeAsync(p, s)
 }

@@ -5,8 +5,8 @@
 // test that launches them means the same thing on both backends. The
 // logical threads of a launch are spread over a few goroutines, in blocks
 // of blockSize, so that their atomic adds really race on the counter.
-// Atomics go through the simulator's relaxed atomics (Launch.AddUint64 and
-// CompareAndSwapUint64), which create no happens-before edges: an arena
+// Atomics go through the simulator's relaxed atomics (Launch.LoadUint64,
+// AddUint64, StoreUint32), which create no happens-before edges: an arena
 // used by two streams without an event between them is still a data race
 // under -race, as it is a bug on the card. Every access to device memory
 // is bounds-checked by the simulator, so a wrong pointer is a failed
@@ -43,7 +43,7 @@ type launchCell struct {
 }
 
 func (c launchCell) loadOffset() (uint64, error) {
-	return c.l.AddUint64(c.hdr+OffOffset, 0)
+	return c.l.LoadUint64(c.hdr + OffOffset)
 }
 
 func (c launchCell) addOffset(n uint64) (uint64, error) {
@@ -51,18 +51,10 @@ func (c launchCell) addOffset(n uint64) (uint64, error) {
 	return v - n, err
 }
 
-// setOverflow sets the flag. The simulator offers no 32-bit store, so the
-// flag is set through the 64-bit word it shares with the alignment: the
-// alignment never changes and within an epoch the flag only goes from 0 to
-// 1, so a compare-and-swap that loses lost to another thread setting it.
+// setOverflow sets the flag: a store, as in the PTX (every failing thread
+// stores the same 1).
 func (c launchCell) setOverflow() error {
-	w := c.hdr + OffOverflow
-	v, err := c.l.AddUint64(w, 0)
-	if err != nil || v&0xffff_ffff != 0 {
-		return err
-	}
-	_, err = c.l.CompareAndSwapUint64(w, v, v|1)
-	return err
+	return c.l.StoreUint32(c.hdr+OffOverflow, 1)
 }
 
 // launchHeader reads the header argument of a launch.
