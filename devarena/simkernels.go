@@ -6,9 +6,10 @@
 // logical threads of a launch are spread over a few goroutines, in blocks
 // of blockSize, so that their atomic adds really race on the counter.
 // Atomics go through the simulator's relaxed atomics (Launch.LoadUint64,
-// AddUint64, StoreUint32), which create no happens-before edges: an arena
-// used by two streams without an event between them is still a data race
-// under -race, as it is a bug on the card. Every access to device memory
+// AddUint64, StoreUint32), which, like the card's, create no
+// happens-before edges: they never hide a missing event between two
+// streams from the race detector (Go's own sync/atomic would). Every
+// access to device memory
 // is bounds-checked by the simulator, so a wrong pointer is a failed
 // launch (an illegal address), never a wild write.
 package devarena
