@@ -25,7 +25,7 @@ func (c *collector) kinds() []sanitize.Kind {
 	return ks
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
