@@ -9,9 +9,8 @@
 // AddUint64, StoreUint32), which, like the card's, create no
 // happens-before edges: they never hide a missing event between two
 // streams from the race detector (Go's own sync/atomic would). Every
-// access to device memory
-// is bounds-checked by the simulator, so a wrong pointer is a failed
-// launch (an illegal address), never a wild write.
+// access to device memory is bounds-checked by the simulator, so a wrong
+// pointer is a failed launch (an illegal address), never a wild write.
 package devarena
 
 import (
