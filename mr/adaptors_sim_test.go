@@ -158,12 +158,14 @@ func TestPendingFreesSimDestroyedStream(t *testing.T) {
 	checkPending(t, &p, 0, 0)
 }
 
-// asyncStack is Stats over Async on a simulated device, with the model of
-// what should be live.
+// asyncStack is Stats over Limit over Tracking over Async on a simulated
+// device, with the model of what should be live.
 type asyncStack struct {
 	t     *testing.T
 	dev   *sim.Device
 	async *mr.Async
+	track *mr.Tracking
+	limit *mr.Limit
 	stats *mr.Stats
 	live  map[gpu.DevicePtr]int
 	freed uint64 // bytes freed and not yet reaped
@@ -176,17 +178,21 @@ func newAsyncStack(t *testing.T, cfg sim.Config, opts mr.AsyncOptions) *asyncSta
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	return &asyncStack{t: t, dev: d, async: a, stats: mr.NewStats(a, mr.StatsOptions{PerStream: true}),
-		live: map[gpu.DevicePtr]int{}}
+	st := &asyncStack{t: t, dev: d, async: a, live: map[gpu.DevicePtr]int{}}
+	st.track = mr.NewTracking(a, mr.TrackingOptions{})
+	st.limit = mr.NewLimit(st.track, mr.NewBudget(1<<40))
+	st.stats = mr.NewStats(st.limit, mr.StatsOptions{PerStream: true})
+	return st
 }
 
 // check compares every counter with the model: nothing lost, nothing
 // counted twice.
 func (st *asyncStack) check(when string) {
 	st.t.Helper()
-	var liveBytes uint64
+	var liveBytes, charged uint64
 	for _, n := range st.live {
 		liveBytes += uint64(n)
+		charged += uint64((n + 255) &^ 255)
 	}
 	pf := st.async.Pending()
 	if err := pf.Check(); err != nil {
@@ -204,6 +210,10 @@ func (st *asyncStack) check(when string) {
 		st.t.Fatalf("%s: stats %+v, model %d bytes in %d", when, snap, liveBytes, len(st.live))
 	case ab != liveBytes || an != len(st.live):
 		st.t.Fatalf("%s: async holds %d bytes in %d, model %d in %d", when, ab, an, liveBytes, len(st.live))
+	case st.limit.Used() != charged || st.limit.Budget().Used() != charged:
+		st.t.Fatalf("%s: limit charged %d (budget %d), model %d", when, st.limit.Used(), st.limit.Budget().Used(), charged)
+	case len(st.track.Live()) != len(st.live):
+		st.t.Fatalf("%s: tracking holds %d allocations, model %d", when, len(st.track.Live()), len(st.live))
 	}
 }
 
