@@ -81,6 +81,12 @@ const maxSpare = 64
 
 // PendingFrees is pending-free accounting for one resource. The zero value
 // is ready to use. It is safe for concurrent use.
+//
+// A resource calls AddLive(n) when it hands out n bytes, Add(s, n) once the
+// free of those bytes is enqueued on s, and RemoveLive(n) for bytes it
+// takes back at once (a synchronous free, an allocation rolled back).
+// Outstanding is then what the resource may still hold, and Reap (or Reap
+// through the resource, as a Reaper) lowers it as frees complete.
 type PendingFrees struct {
 	mu           sync.Mutex
 	streams      map[uint64]*pendingStream
