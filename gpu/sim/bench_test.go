@@ -63,3 +63,24 @@ func BenchmarkMemset(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMallocManyLive is cuMemAlloc+cuMemFree with 20000 other
+// allocations live: the cost of the address index as allocations pile up.
+func BenchmarkMallocManyLive(b *testing.B) {
+	dev, _ := sim.New(sim.Config{}).Device(0)
+	for range 20000 {
+		if _, err := dev.Malloc(4096); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := dev.Malloc(4096)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := dev.Free(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

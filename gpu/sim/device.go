@@ -10,7 +10,6 @@ package sim
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
@@ -25,7 +24,7 @@ type Device struct {
 	capacity uint64
 	props    gpu.Properties
 
-	segs atomic.Pointer[segTable] // replaced under mu
+	segs *segIndex // updated under mu, read by workers without locks
 
 	mu         sync.Mutex
 	va         addrSpace
@@ -68,7 +67,7 @@ func newDevice(b *Backend, ordinal int) *Device {
 	}
 	stride := max(uint64(vaStride), roundUp(4*b.cfg.Capacity, vaStride))
 	d.va = newAddrSpace(vaBase+uint64(ordinal)*stride, stride)
-	d.segs.Store(&segTable{})
+	d.segs = newSegIndex(vaBase+uint64(ordinal)*stride, stride)
 	d.defPool = newMemPool(d, true)
 	d.pools = []*memPool{d.defPool}
 	return d

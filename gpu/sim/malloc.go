@@ -77,13 +77,13 @@ func (d *Device) mapLocked(call string, size, charge uint64) (*segment, error) {
 	}
 	d.committed += charge
 	seg := newSegment(base, size)
-	d.segs.Store(d.segs.Load().with(seg))
+	d.segs.add(seg)
 	return seg, nil
 }
 
 // unmapLocked undoes mapLocked.
 func (d *Device) unmapLocked(seg *segment, charge uint64) {
-	d.segs.Store(d.segs.Load().without(seg))
+	d.segs.remove(seg)
 	d.va.release(seg.base, roundUp(seg.size, align))
 	d.committed -= charge
 }

@@ -14,11 +14,11 @@
 // one word of an 80 GiB allocation costs 2 MiB of host memory. Views handed
 // to kernels are contiguous within one page.
 //
-// Invariants: segments never overlap; the published table (segTable) is
-// immutable and sorted by base; it is replaced, under Device.mu, by the
-// host only. Stream workers read it and create pages without taking locks
-// or creating happens-before edges (see doc.go): lookups are //go:norace
-// and page creation runs with race synchronization disabled.
+// Invariants: segments never overlap; the index (segIndex) publishes
+// immutable granule lists, replaced under Device.mu by the host only.
+// Stream workers read it and create pages without taking locks or creating
+// happens-before edges (see doc.go): lookups are //go:norace and their
+// atomics and page creation run with race synchronization disabled.
 
 package sim
 
@@ -118,49 +118,130 @@ func newSegment(base, size uint64) *segment {
 	return s
 }
 
-// segTable is an immutable sorted list of a device's segments.
-type segTable struct{ segs []*segment }
+// segIndex maps addresses to segments. It is a two-level radix table over
+// the device's address space: one entry per 1 GiB region, each a node of
+// 512 granules of 2 MiB, each granule an immutable list of the segments
+// overlapping it. The host replaces granules (under Device.mu); readers
+// (stream workers) load them atomically, with race synchronization
+// disabled, and never lock: a lookup is two loads and a short scan, and an
+// update costs only the granules the segment covers.
+type segIndex struct {
+	base    uint64
+	regions []atomic.Pointer[segNode]
+}
+
+const (
+	granuleShift = 21 // 2 MiB
+	regionShift  = 30 // 1 GiB
+)
+
+type segNode [1 << (regionShift - granuleShift)]atomic.Pointer[granule]
+
+type granule struct{ segs []*segment } // sorted by base, disjoint
+
+func newSegIndex(base, size uint64) *segIndex {
+	return &segIndex{base: base, regions: make([]atomic.Pointer[segNode], (size+(1<<regionShift)-1)>>regionShift)}
+}
+
+// slot returns the granule slot of address p, or nil outside the space.
+// With create, missing region nodes are made (host only).
+//
+//go:norace
+func (x *segIndex) slot(p uint64, create bool) *atomic.Pointer[granule] {
+	if p < x.base {
+		return nil
+	}
+	off := p - x.base
+	r := off >> regionShift
+	if r >= uint64(len(x.regions)) {
+		return nil
+	}
+	raceDisable()
+	n := x.regions[r].Load()
+	if n == nil && create {
+		n = new(segNode)
+		x.regions[r].Store(n)
+	}
+	raceEnable()
+	if n == nil {
+		return nil
+	}
+	return &n[(off>>granuleShift)&(1<<(regionShift-granuleShift)-1)]
+}
 
 // find returns the segment holding address p, or nil.
 //
 //go:norace
-func (t *segTable) find(p uint64) *segment {
-	segs := t.segs
-	lo, hi := 0, len(segs)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s := segs[m]; s.base+s.size <= p {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+func (x *segIndex) find(p uint64) *segment {
+	sl := x.slot(p, false)
+	if sl == nil {
+		return nil
 	}
-	if lo < len(segs) && segs[lo].base <= p {
-		return segs[lo]
+	raceDisable()
+	g := sl.Load()
+	raceEnable()
+	if g == nil {
+		return nil
+	}
+	for _, s := range g.segs {
+		if s.base <= p && p < s.base+s.size {
+			return s
+		}
 	}
 	return nil
 }
 
-// with returns a table with s added.
-func (t *segTable) with(s *segment) *segTable {
-	i := 0
-	for i < len(t.segs) && t.segs[i].base < s.base {
-		i++
+// granules calls fn with the slot of every granule s overlaps (host only).
+func (x *segIndex) granules(s *segment, fn func(*atomic.Pointer[granule])) {
+	first := s.base &^ (1<<granuleShift - 1)
+	for g := first; g < s.base+s.size; g += 1 << granuleShift {
+		fn(x.slot(g, true))
 	}
-	segs := make([]*segment, 0, len(t.segs)+1)
-	segs = append(append(append(segs, t.segs[:i]...), s), t.segs[i:]...)
-	return &segTable{segs}
 }
 
-// without returns a table with s removed.
-func (t *segTable) without(s *segment) *segTable {
-	segs := make([]*segment, 0, len(t.segs))
-	for _, x := range t.segs {
-		if x != s {
-			segs = append(segs, x)
+// add indexes s (host only, under Device.mu).
+func (x *segIndex) add(s *segment) {
+	x.granules(s, func(sl *atomic.Pointer[granule]) {
+		raceDisable()
+		old := sl.Load()
+		raceEnable()
+		var segs []*segment
+		if old != nil {
+			segs = make([]*segment, 0, len(old.segs)+1)
+			i := 0
+			for i < len(old.segs) && old.segs[i].base < s.base {
+				i++
+			}
+			segs = append(append(append(segs, old.segs[:i]...), s), old.segs[i:]...)
+		} else {
+			segs = []*segment{s}
 		}
-	}
-	return &segTable{segs}
+		raceDisable()
+		sl.Store(&granule{segs})
+		raceEnable()
+	})
+}
+
+// remove unindexes s (host only, under Device.mu).
+func (x *segIndex) remove(s *segment) {
+	x.granules(s, func(sl *atomic.Pointer[granule]) {
+		raceDisable()
+		old := sl.Load()
+		raceEnable()
+		var ng *granule
+		if len(old.segs) > 1 {
+			segs := make([]*segment, 0, len(old.segs)-1)
+			for _, y := range old.segs {
+				if y != s {
+					segs = append(segs, y)
+				}
+			}
+			ng = &granule{segs}
+		}
+		raceDisable()
+		sl.Store(ng)
+		raceEnable()
+	})
 }
 
 // lookup finds the segment holding [p, p+n), n >= 1, without creating
@@ -168,10 +249,7 @@ func (t *segTable) without(s *segment) *segTable {
 //
 //go:norace
 func (d *Device) lookup(p, n uint64) *segment {
-	raceDisable()
-	t := d.segs.Load()
-	raceEnable()
-	s := t.find(p)
+	s := d.segs.find(p)
 	if s == nil || p+n < p || p+n > s.base+s.size {
 		return nil
 	}
