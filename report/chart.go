@@ -27,6 +27,9 @@ import (
 	"github.com/streamalloc/streamalloc/replay"
 )
 
+// yTicks labels the byte axis.
+var yTicks = niceTicks{target: 6}
+
 // maxChartPoints bounds the points of one line; longer series are thinned
 // by maxima. A few thousand steps are already finer than the pixels of a
 // chart.
@@ -101,7 +104,7 @@ func renderChart(live []replay.Sample, lines []chartLine, w, h int) (svg string,
 	p.X.Label.Text = "event"
 	p.Y.Label.Text = "bytes (" + unit.name + ")"
 	p.X.Tick.Marker = niceTicks{target: 8, group: true}
-	p.Y.Tick.Marker = niceTicks{target: 6}
+	p.Y.Tick.Marker = yTicks
 	grid := plotter.NewGrid()
 	grid.Vertical.Color = color.Gray{0xe0}
 	grid.Horizontal.Color = color.Gray{0xe0}
@@ -137,12 +140,15 @@ func renderChart(live []replay.Sample, lines []chartLine, w, h int) (svg string,
 
 	// The axes' ranges, set after Add (which widens them to the data):
 	// x from event 0 (or the first event, were it negative) to the last;
-	// y from 0 to a little over the highest line, so a peak is not drawn
-	// on the frame. A range of one value is widened by a margin relative
+	// y from 0 to the first labelled tick over the highest line plus 5%,
+	// so a peak is never drawn on the frame. A range of one value is widened by a margin relative
 	// to it: at 1e18, gonum's own widening by ±1 would be lost to
 	// rounding.
 	p.X.Min, p.X.Max = widen(min(p.X.Min, 0), p.X.Max)
 	p.Y.Min, p.Y.Max = 0, max(float64(ymax)/unit.size*1.05, 1)
+	if st := yTicks.step(p.Y.Min, p.Y.Max); st > 0 {
+		p.Y.Max = math.Ceil(p.Y.Max/st) * st // end on a labelled tick
+	}
 
 	width, height := vg.Length(w)*0.75, vg.Length(h)*0.75 // CSS px are 3/4 pt
 	c := vgsvg.NewWith(vgsvg.UseWH(width, height))

@@ -23,25 +23,15 @@ type niceTicks struct {
 
 // Ticks implements plot.Ticker.
 func (t niceTicks) Ticks(lo, hi float64) []plot.Tick {
-	if !(hi > lo) || math.IsInf(lo, 0) || math.IsInf(hi, 0) || t.target < 1 {
-		return nil
-	}
-	raw := (hi - lo) / float64(t.target)
-	pow := math.Pow(10, math.Floor(math.Log10(raw)))
-	// Of the steps 1, 2, 5 and 10 times pow, the one whose count of ticks is
-	// closest to target.
-	step := 10 * pow
-	for _, m := range []float64{5, 2, 1} {
-		if s := m * pow; math.Abs((hi-lo)/s-float64(t.target)) <= math.Abs((hi-lo)/step-float64(t.target)) {
-			step = s
-		}
-	}
-	if step == 0 || math.IsInf(step, 0) || math.IsNaN(step) {
+	step := t.step(lo, hi)
+	if step == 0 {
 		return nil
 	}
 	decimals := max(0, -int(math.Floor(math.Log10(step))))
 	first := math.Ceil(lo/step) * step
-	n := min(int(math.Floor((hi-first)/step))+1, 4*t.target) // bounded against rounding
+	// The epsilon keeps a tick at hi that rounding put a hair above it;
+	// the bound keeps rounding from ever making many.
+	n := min(int(math.Floor((hi-first)/step+1e-9))+1, 4*t.target)
 	ticks := make([]plot.Tick, 0, max(n, 0))
 	for i := range max(n, 0) {
 		v := first + float64(i)*step
@@ -72,4 +62,25 @@ func formatTick(v float64, decimals int, group bool) string {
 		}
 	}
 	return sign + groupString(s) + frac
+}
+
+// step returns the distance between labelled ticks on [lo, hi]: of 1, 2,
+// 5 and 10 times a power of ten near (hi-lo)/target, the one giving the
+// count of ticks closest to target; 0 when there is none.
+func (t niceTicks) step(lo, hi float64) float64 {
+	if !(hi > lo) || math.IsInf(lo, 0) || math.IsInf(hi, 0) || t.target < 1 {
+		return 0
+	}
+	raw := (hi - lo) / float64(t.target)
+	pow := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * pow
+	for _, m := range []float64{5, 2, 1} {
+		if s := m * pow; math.Abs((hi-lo)/s-float64(t.target)) <= math.Abs((hi-lo)/step-float64(t.target)) {
+			step = s
+		}
+	}
+	if step == 0 || math.IsInf(step, 0) || math.IsNaN(step) {
+		return 0
+	}
+	return step
 }
