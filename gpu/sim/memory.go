@@ -23,6 +23,8 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/cuda"
@@ -81,10 +83,7 @@ func (as *addrSpace) alloc(size, a uint64) (uint64, bool) {
 
 // release returns [base, base+size), coalescing with its neighbours.
 func (as *addrSpace) release(base, size uint64) {
-	i := 0
-	for i < len(as.free) && as.free[i].base < base {
-		i++
-	}
+	i, _ := slices.BinarySearchFunc(as.free, base, func(f span, b uint64) int { return cmp.Compare(f.base, b) })
 	s := span{base, size}
 	if i > 0 && as.free[i-1].base+as.free[i-1].size == base {
 		i--
