@@ -32,7 +32,6 @@ type guarded struct {
 	mu       sync.Mutex
 	live     map[gpu.DevicePtr]int
 	failFree int // fail this many Deallocates
-	failCopy bool
 }
 
 func newGuarded(dev gpu.Device) *guarded {

@@ -235,12 +235,12 @@ func testBump(t *testing.T, dev gpu.Device) {
 	s := newStream(t, dev)
 	g := newGuarded(dev)
 	for _, tc := range []struct {
-		name            string
-		size, align     int
-		n, bytes        int
-		wantHW          int
-		wantOverflow    bool
-		wantWrittenInts int // threads whose word is in the region
+		name         string
+		size, align  int
+		n, bytes     int
+		wantHW       int
+		wantOverflow bool
+		wantIDs      int // threads whose word is in the region
 	}{
 		{"fits", 4096 * 64, 64, 4096, 64, 4096 * 64, false, 4096},
 		{"rounded", 1000 * 16, 16, 1000, 9, 16000, false, 1000},
@@ -273,8 +273,8 @@ func testBump(t *testing.T, dev gpu.Device) {
 				}
 				seen[id] = true
 			}
-			if len(seen) != tc.wantWrittenInts {
-				t.Errorf("%d threads wrote their id, want %d", len(seen), tc.wantWrittenInts)
+			if len(seen) != tc.wantIDs {
+				t.Errorf("%d threads wrote their id, want %d", len(seen), tc.wantIDs)
 			}
 			g.checkOutside(t, a)
 		})
