@@ -330,3 +330,49 @@ func FuzzWriteHTML(f *testing.F) {
 		}
 	})
 }
+
+// Pages may be written from several goroutines at once (gonum's font
+// cache is shared); run under -race.
+func TestWriteHTMLConcurrent(t *testing.T) {
+	results := []*replay.Result{result("a", "pool", ramp(200, 1<<30, 1<<28)), result("a", "async", ramp(200, 1<<30, 1<<29))}
+	var want bytes.Buffer
+	if err := report.WriteHTML(&want, results, report.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			var buf bytes.Buffer
+			err := report.WriteHTML(&buf, results, report.Options{})
+			if err == nil && !bytes.Equal(buf.Bytes(), want.Bytes()) {
+				err = errors.New("page differs from the one written alone")
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// A page of 3 traces × 5 resources with full 2000-point series, the
+// largest --html page the shared traces make.
+func BenchmarkWriteHTML(b *testing.B) {
+	var results []*replay.Result
+	for _, tr := range []string{"a", "b", "c"} {
+		for i, rs := range []string{"direct", "async", "pool", "arena", "binning"} {
+			results = append(results, result(tr, rs, ramp(2000, 1<<30, uint64(i)<<27)))
+		}
+	}
+	var buf bytes.Buffer
+	b.ReportAllocs()
+	for b.Loop() {
+		buf.Reset()
+		if err := report.WriteHTML(&buf, results, report.Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "page-bytes")
+}
