@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the command with args and returns its output and error.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := newRootCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SetArgs(args)
+	err = cmd.Execute()
+	return out.String(), errb.String(), err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestInfoSim(t *testing.T) {
+	out, _, err := run(t, "info", "--device", "sim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SIMULATED GPU", "devices: 1", "device 0: Simulated", "(simulated)", "stream-ordered memory pools: true", "80.0 GiB total"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+const smallTrace = `Thread,Time,Action,Pointer,Size,Stream
+1,10:00:00.000001,allocate,0x1000,1048576,0x0
+1,10:00:00.000002,allocate,0x2000,4096,0x7
+1,10:00:00.000003,free,0x1000,1048576,0x0
+1,10:00:00.000004,free,0x9999,64,0x0
+1,10:00:00.000005,allocate,0x3000,512,0x0
+`
+
+// The JSON output has exactly the documented fields for every trace and
+// resource, with the counts of the trace.
+func TestReplayJSON(t *testing.T) {
+	p := writeFile(t, "t.csv", smallTrace)
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "direct,pool", "--json", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("got %d rows, want 2", len(rows))
+	}
+	for i, want := range []string{"direct", "pool"} {
+		r := rows[i]
+		for _, f := range []string{"trace", "resource", "device", "events", "allocations", "peak_live_bytes",
+			"peak_reserved_bytes", "fragmentation", "ns_per_event", "failures"} {
+			if _, ok := r[f]; !ok {
+				t.Errorf("row %d lacks field %q", i, f)
+			}
+		}
+		if r["resource"] != want || r["events"] != 5.0 || r["allocations"] != 3.0 ||
+			r["peak_live_bytes"] != float64(1048576+4096) || r["unknown_frees"] != 1.0 || r["failures"] != 0.0 {
+			t.Errorf("row %d = %v", i, r)
+		}
+		if r["fragmentation"].(float64) < 1 {
+			t.Errorf("row %d: fragmentation %v < 1", i, r["fragmentation"])
+		}
+	}
+}
+
+func TestReplayGzipTableAndLog(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(smallTrace))
+	zw.Close()
+	p := writeFile(t, "t.csv.gz", gz.String())
+	logPath := filepath.Join(t.TempDir(), "replay.csv")
+	out, stderr, err := run(t, "replay", "--device", "sim", "--resource", "all", "--log", logPath, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stderr != "" {
+		t.Errorf("stderr is not a terminal, yet got %q", stderr)
+	}
+	for _, name := range resourceNames {
+		if !strings.Contains(out, " "+name+" ") {
+			t.Errorf("table lacks resource %s:\n%s", name, out)
+		}
+	}
+	log, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	// Per resource: 3 allocations, the trace's 1 known free, 2 frees at
+	// the end; one header for the whole file.
+	if lines[0] != "Thread,Time,Action,Pointer,Size,Stream" || len(lines) != 1+6*len(resourceNames) {
+		t.Errorf("log has %d lines, header %q", len(lines), lines[0])
+	}
+	// The log replays.
+	out, _, err = run(t, "replay", "--device", "sim", "--resource", "direct", "--json", logPath)
+	if err != nil {
+		t.Fatalf("replaying the log: %v", err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["allocations"] != float64(3*len(resourceNames)) {
+		t.Errorf("log replay: %v %s", err, out)
+	}
+}
+
+func TestReplayHTML(t *testing.T) {
+	p := writeFile(t, "t.csv", smallTrace)
+	page := filepath.Join(t.TempDir(), "r.html")
+	if _, _, err := run(t, "replay", "--device", "sim", "--resource", "async,pool", "--html", page, p); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "<svg"); n != 1 {
+		t.Errorf("page has %d charts, want 1", n)
+	}
+}
+
+// Bad input: a non-zero exit with one message that names the file and
+// the line.
+func TestReplayBadInput(t *testing.T) {
+	header := "Thread,Time,Action,Pointer,Size,Stream\n"
+	cases := []struct {
+		name, content, want string
+	}{
+		{"columns", header + "1,10:00:00.000001,allocate,0x10,5\n", "bad.csv:2:"},
+		{"size", header + "1,10:00:00.000001,allocate,0x10,five,0x0\n", "bad.csv:2:"},
+		{"negative", header + "1,10:00:00.000001,allocate,0x10,-5,0x0\n", "bad.csv:2:"},
+		{"action", header + "1,10:00:00.000001,allocate,0x10,5,0x0\n1,10:00:00.000002,steal,0x10,5,0x0\n", "bad.csv:3:"},
+		{"header", "Thread,Time,Action,Pointer,Size\n", "bad.csv:1:"},
+		{"gzip", "\x1f\x8b\x08\x00garbage", "bad.csv"},
+		{"pickle", "\x80\x04\x95garbage", "bad.csv"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, "bad.csv", tc.content)
+			_, _, err := run(t, "replay", "--device", "sim", p)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	p := writeFile(t, "t.csv", smallTrace)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "--device", "sim", "--resource", "nope", p}, `unknown resource "nope"`},
+		{[]string{"replay", "--device", "tpu", p}, "unknown kind"},
+		{[]string{"replay", "--device", "sim"}, "requires at least 1 arg"},
+		{[]string{"replay", "--device", "sim", filepath.Join(t.TempDir(), "missing.csv")}, "missing.csv"},
+		{[]string{"info", "extra"}, "unknown command"},
+	}
+	for _, tc := range cases {
+		_, _, err := run(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want it to contain %q", tc.args, err, tc.want)
+		}
+	}
+}
