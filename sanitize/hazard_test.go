@@ -413,3 +413,17 @@ func TestHazardReuseBeforeFree(t *testing.T) {
 		})
 	}
 }
+
+// A buffer finds the sanitizer below other adaptors (through
+// mr.Wrapper), so its declared uses are checked there too.
+func TestObserverBelowAdaptors(t *testing.T) {
+	h := newHZ(t, sanitize.Options{})
+	stats := mr.NewStats(h.res, mr.StatsOptions{})
+	a, b := h.stream(), h.stream()
+	release := h.hold(a)
+	v, err := buf.NewVector[uint32](stats, words, a, buf.Untracked())
+	must(t, err)
+	wantKind(t, v.Use(b, buf.Read, func() error { return nil }), sanitize.UseBeforeAlloc)
+	release()
+	must(t, v.Close())
+}
