@@ -56,7 +56,8 @@
 // InitialSize the first time). Idle chunks (no live block) are cached, but
 // the pool never sets a new high-water mark of reserved memory while it
 // holds any: before a growth that would, it releases idle chunks, largest
-// first, until the growth fits under the old mark (or none is left). So
+// first, until the growth fits under the old mark (or none is left), but
+// it keeps InitialSize reserved. So
 // the peak of reserved memory is reached only with every chunk in use,
 // which is what keeps it close to the peak of live memory. Before it fails
 // with out of memory (from upstream, or MaxSize), it releases every idle
@@ -101,8 +102,10 @@ const (
 // chunks until it would otherwise raise its high-water mark, or Release is
 // called.
 type PoolOptions struct {
-	// InitialSize is the least the first growth reserves (on the stream
-	// of the first request that needs memory). Zero: no minimum.
+	// InitialSize is reserved, as one chunk, by the first request that
+	// needs memory (on its stream), and kept: the pool releases idle
+	// chunks below it only on Release, MaxSize or ReleaseThreshold.
+	// Zero: none.
 	InitialSize int
 	// MaxSize bounds the bytes reserved from upstream. Zero: no bound.
 	MaxSize int

@@ -7,6 +7,7 @@ package mr
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -141,9 +142,12 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 			if (x.t.flMap&(1<<fl) != 0) != (x.t.slMap[fl] != 0) {
 				return fmt.Errorf("tlsf first-level bit %d wrong", fl)
 			}
-			for sl := range tlsfSL {
-				if (x.t.slMap[fl]&(1<<sl) != 0) != (x.t.heads[fl][sl] != nil) {
-					return fmt.Errorf("tlsf bit (%d,%d) wrong", fl, sl)
+			// Only the lists the bitmaps name are walked: a list whose
+			// bit is clear would leave its blocks uncounted below.
+			for m := x.t.slMap[fl]; m != 0; m &= m - 1 {
+				sl := bits.TrailingZeros32(m)
+				if x.t.heads[fl][sl] == nil {
+					return fmt.Errorf("tlsf bit (%d,%d) set on an empty list", fl, sl)
 				}
 				for b := x.t.heads[fl][sl]; b != nil; b = b.lnext {
 					if f, s := tlsfClass(b.size); f != fl || s != sl {
@@ -519,5 +523,67 @@ func TestPtrMap(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Blocks freed on another stream cost their owner one event wait when it
+// takes them back, however many there are; an idle chunk stolen by
+// another stream costs one wait too.
+func TestPoolOneEventPerSteal(t *testing.T) {
+	up := newPFUpstream(1 << 40)
+	p, err := NewPool(up, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, s2, s3 := newPFStream(up.d), newPFStream(up.d), newPFStream(up.d)
+	const n = 4096
+	const count = poolSmallChunk / n // exactly one small chunk
+	var ps []gpu.DevicePtr
+	alloc := func(s *pfStream) {
+		q, err := p.Allocate(n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, q)
+	}
+	for range count {
+		alloc(s1)
+	}
+	for _, q := range ps {
+		if err := p.Deallocate(q, n, s2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps = ps[:0]
+	waits, records, grows := up.d.waits, up.d.records, up.allocs
+	for range count {
+		alloc(s1)
+	}
+	if w, r, g := up.d.waits-waits, up.d.records-records, up.allocs-grows; w != 1 || r != 1 || g != 0 {
+		t.Errorf("S1 reusing %d blocks S2 freed: %d waits, %d records, %d growths; want 1, 1, 0", count, w, r, g)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	// Free them all on S1: the chunk is idle, and S3 steals it whole.
+	for _, q := range ps {
+		if err := p.Deallocate(q, n, s1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps = ps[:0]
+	waits, records, grows = up.d.waits, up.d.records, up.allocs
+	for range count {
+		alloc(s3)
+	}
+	if w, r, g := up.d.waits-waits, up.d.records-records, up.allocs-grows; w != 1 || r != 1 || g != 0 {
+		t.Errorf("S3 taking S1's idle chunk: %d waits, %d records, %d growths; want 1, 1, 0", w, r, g)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	// Events are reused: a handful exist, not one per steal.
+	if up.d.events > 2*poolStreamEvents {
+		t.Errorf("%d events alive", up.d.events)
 	}
 }

@@ -161,18 +161,18 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 		}
 	}
 	// Idle chunks cannot serve this request (a steal would have taken
-	// one). Keep them only as long as the growth stays under the
-	// high-water mark, the threshold and MaxSize.
-	keep := int(p.usage.peakReserved.Load())
+	// one). Keep them only as far as the growth stays under the
+	// high-water mark (but keep InitialSize), the threshold and MaxSize.
+	target := max(int(p.usage.peakReserved.Load())-g, p.opts.InitialSize)
 	if p.opts.ReleaseThreshold > 0 {
-		keep = min(keep, p.opts.ReleaseThreshold)
+		target = min(target, p.opts.ReleaseThreshold-g)
 	}
 	if p.opts.MaxSize > 0 {
-		keep = min(keep, p.opts.MaxSize)
+		target = min(target, p.opts.MaxSize-g)
 	}
 	reserved := int(p.usage.reserved.Load())
-	if reserved+g > keep {
-		if _, err := p.releaseIdle(st, max(keep-g, 0)); err != nil {
+	if reserved > target {
+		if _, err := p.releaseIdle(st, max(target, 0)); err != nil {
 			return 0, err
 		}
 		reserved = int(p.usage.reserved.Load())

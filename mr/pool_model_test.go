@@ -8,9 +8,9 @@ import (
 // TestPoolModelRandom runs the fuzz test's model on random sequences, so
 // that plain `go test` covers more than the seed corpus.
 func TestPoolModelRandom(t *testing.T) {
-	n := 300
+	n := 200
 	if testing.Short() {
-		n = 50
+		n = 40
 	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for range n {
