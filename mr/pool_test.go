@@ -183,7 +183,15 @@ func TestPoolForeignFreeAbsorbedWithWait(t *testing.T) {
 // every use. A missing wait is a data race between S2's write and the
 // next owner's.
 func TestPoolReleaseOrdersUpstreamFree(t *testing.T) {
-	dev := poolSimDevice(t)
+	// The device holds exactly the pool's one chunk, so that the driver's
+	// pool can only serve S3 by reusing it (with an inserted wait on the
+	// pool's free), not by growing.
+	const n = 4 << 20
+	gd, err := sim.New(sim.Config{Capacity: n}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := gd.(*sim.Device)
 	k, err := kernels.Load(dev)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +203,6 @@ func TestPoolReleaseOrdersUpstreamFree(t *testing.T) {
 	defer up.Close()
 	s1, s2, s3 := poolStream(t, dev), poolStream(t, dev), poolStream(t, dev)
 	p := newPool(t, up, mr.PoolOptions{})
-	const n = 4 << 20
 	a := poolAlloc(t, p, n, s1)
 	e, _ := dev.NewEvent(false)
 	defer e.Destroy()
@@ -219,7 +226,10 @@ func TestPoolReleaseOrdersUpstreamFree(t *testing.T) {
 	if err := k.Fill(s3, b, n/4, 2); err != nil {
 		t.Fatal(err)
 	}
-	if b == a && !dev.HappensBefore(used, dev.LastOp(s3)) {
+	if b != a {
+		t.Fatalf("the driver's pool gave S3 %#x, not the chunk (%#x): the test does not exercise reuse", uint64(b), uint64(a))
+	}
+	if !dev.HappensBefore(used, dev.LastOp(s3)) {
 		t.Errorf("the upstream reused the chunk before S2's last write")
 	}
 	release()
