@@ -134,12 +134,16 @@ type Pool struct {
 
 	// mu serializes growth, steals and releases; taken before any
 	// stream's mutex.
-	mu          sync.Mutex
-	grown       bool // the first growth (InitialSize) happened
-	closed      atomic.Bool
-	usage       usageMeter // reserved and its peak; peakUsed of the flushed total
+	mu     sync.Mutex
+	grown  bool // the first growth (InitialSize) happened
+	closed atomic.Bool
+	usage  usageMeter // reserved and its peak; peakUsed of the flushed total
+	// usedSum is written by every allocation while one stream uses the
+	// pool; keep it off the line of the fields the hot path only reads.
+	_           [64]byte
 	usedSum     atomic.Int64
 	usedQuantum atomic.Int64
+	_           [64]byte
 
 	tune poolTune
 }

@@ -27,9 +27,10 @@ import "math/bits"
 const (
 	tlsfSLBits = 5
 	tlsfSL     = 1 << tlsfSLBits
-	// tlsfFL covers every size an int can hold: units < 2^55, so the
-	// first level of a size is at most 55-tlsfSLBits+1.
-	tlsfFL = 56
+	// tlsfFL first levels cover sizes below 2^(tlsfFL+tlsfSLBits+7)
+	// bytes (4 PiB), far beyond any device; larger sizes share the top
+	// class (tlsfClass clamps), where find checks each block's size.
+	tlsfFL = 40
 	// tlsfScan bounds the blocks find examines in the request's own
 	// class before it falls back to the next class.
 	tlsfScan = 8
@@ -51,7 +52,11 @@ func tlsfClass(size int) (fl, sl int) {
 		return 0, int(u)
 	}
 	l := bits.Len64(u) - 1 // >= tlsfSLBits
-	return l - tlsfSLBits + 1, int(u>>(l-tlsfSLBits)) - tlsfSL
+	fl = l - tlsfSLBits + 1
+	if fl >= tlsfFL {
+		return tlsfFL - 1, tlsfSL - 1
+	}
+	return fl, int(u>>(l-tlsfSLBits)) - tlsfSL
 }
 
 // insert files b, which must be free and in no list.
@@ -96,11 +101,12 @@ func (t *tlsf) remove(b *poolBlock) {
 func (t *tlsf) find(size int) *poolBlock {
 	fl, sl := tlsfClass(size)
 	if t.slMap[fl]&(1<<sl) != 0 {
-		// The request's own class: exact for small classes, otherwise
-		// its blocks may be smaller or larger than size.
+		// The request's own class (exact for small classes, otherwise
+		// its blocks may be smaller or larger than size), or the top
+		// class, which holds all the largest sizes.
 		var best *poolBlock
 		i := 0
-		for b := t.heads[fl][sl]; b != nil && i < tlsfScan; b = b.lnext {
+		for b := t.heads[fl][sl]; b != nil && (i < tlsfScan || fl == tlsfFL-1); b = b.lnext {
 			if b.size == size {
 				return b
 			}
