@@ -3,8 +3,9 @@
 // finish steps around a use. See the package comment for the rules.
 //
 // Invariants (all under Buffer.mu):
-//   - lastWrite.s is nil only after release; reads holds at most one mark
-//     per stream (by ID), none on a nil stream.
+//   - lastWrite.s is nil after release, or once the use it stood for is
+//     known complete; reads holds at most one mark per stream (by ID), none
+//     on a nil stream.
 //   - A mark whose event is nil is lazy: it stands for everything its
 //     stream had enqueued when the event is finally recorded, which is
 //     never earlier than the use it stands for. Waiting on a lazy mark
@@ -95,11 +96,22 @@ func (b *Buffer) waitAll(s gpu.Stream) error {
 	if err := b.waitOn(&b.track.lastWrite, s); err != nil {
 		return err
 	}
-	for i := range b.track.reads {
-		if err := b.waitOn(&b.track.reads[i], s); err != nil {
+	reads := b.track.reads
+	for i := range reads {
+		if err := b.waitOn(&reads[i], s); err != nil {
 			return err
 		}
 	}
+	// A mark whose stream was destroyed is emptied by waitOn once the
+	// device is synchronized; drop it so every read names a stream.
+	kept := reads[:0]
+	for _, m := range reads {
+		if m.s != nil {
+			kept = append(kept, m)
+		}
+	}
+	clear(reads[len(kept):])
+	b.track.reads = kept
 	return nil
 }
 

@@ -332,3 +332,24 @@ func TestConcurrentUses(t *testing.T) {
 		must(t, b.Close())
 	}
 }
+
+// TestDestroyedStreamLazyMark: a use whose event could not be recorded
+// leaves a lazy mark; if its stream is then destroyed, a later waiter
+// synchronizes the device instead, and the state stays usable.
+func TestDestroyedStreamLazyMark(t *testing.T) {
+	e := newEnv(t)
+	e.needSim()
+	s1, s3 := e.stream(), e.stream()
+	s2, err := e.dev.NewStream()
+	must(t, err)
+	b := e.buffer(256, s1)
+	must(t, b.Memset(1))
+	e.sd.FailNext(sim.OpEventRecord, 1, gpu.ErrLaunchFailed)
+	useOp(t, e, b, s2, buf.Read) // lazy read mark on s2
+	must(t, s2.Destroy())
+	useOp(t, e, b, s3, buf.Write) // waits on the mark: device sync
+	useOp(t, e, b, s1, buf.Read)
+	useOp(t, e, b, s3, buf.Read)
+	useOp(t, e, b, s1, buf.Write)
+	must(t, b.CloseOn(s3))
+}
