@@ -53,8 +53,13 @@ func TestCorruptionWithoutTracking(t *testing.T) {
 			b, err := buf.NewVector[uint32](e.res, n, s2, opts...)
 			must(t, err)
 			if b.Ptr() != old {
-				t.Fatalf("the pool did not hand the freed memory to the next allocation (%#x, then %#x): the test cannot show reuse",
-					uint64(old), uint64(b.Ptr()))
+				// Only the untracked half needs the reuse to show
+				// anything; the tracked half holds either way.
+				if !tracked {
+					t.Fatalf("the pool did not hand the freed memory to the next allocation (%#x, then %#x): the test cannot show reuse",
+						uint64(old), uint64(b.Ptr()))
+				}
+				t.Logf("no reuse (%#x, then %#x)", uint64(old), uint64(b.Ptr()))
 			}
 			errs, err := buf.NewVector[uint32](e.res, 1, s2)
 			must(t, err)

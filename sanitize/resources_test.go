@@ -2,6 +2,7 @@ package sanitize_test
 
 import (
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/buf"
@@ -154,5 +155,86 @@ func TestResourcesClean(t *testing.T) {
 				must(t, s.Destroy())
 			}
 		})
+	}
+}
+
+// TestConcurrentClean: goroutines on their own streams share a sanitized
+// pool and pass buffers to each other; tracked code gives no report, and
+// the sanitizer's own state is race-free.
+func TestConcurrentClean(t *testing.T) {
+	var mu sync.Mutex
+	var reps []*sanitize.Report
+	z := sanitize.New(sanitize.Options{OnReport: func(r *sanitize.Report) {
+		mu.Lock()
+		reps = append(reps, r)
+		mu.Unlock()
+	}})
+	dev := z.Device(testdev.Device(t))
+	a, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
+	must(t, err)
+	pool, err := mr.NewPool(a, mr.PoolOptions{})
+	must(t, err)
+	res := z.Resource(pool)
+	k, err := kernels.Load(dev)
+	must(t, err)
+	const workers = 4
+	rounds := 40
+	if testing.Short() {
+		rounds = 15
+	}
+	handoff := make(chan *buf.Vector[uint32], workers)
+	var wg sync.WaitGroup
+	streams := make([]gpu.Stream, workers)
+	for w := range workers {
+		streams[w], err = dev.NewStream()
+		must(t, err)
+	}
+	for w := range workers {
+		s := streams[w]
+		wg.Go(func() {
+			for i := range rounds {
+				v, err := buf.NewVector[uint32](res, 256<<(i%4), s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := v.Use(s, buf.Write, func() error { return k.Fill(s, v.Ptr(), v.Len(), uint32(i)) }); err != nil {
+					t.Error(err)
+					return
+				}
+				// Pass it on; close one received from another worker.
+				select {
+				case handoff <- v:
+				default:
+					if err := v.CloseOn(s); err != nil {
+						t.Error(err)
+					}
+				}
+				select {
+				case u := <-handoff:
+					if err := u.Use(s, buf.Read, func() error { return nil }); err != nil {
+						t.Error(err)
+					}
+					if err := u.CloseOn(s); err != nil {
+						t.Error(err)
+					}
+				default:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(handoff)
+	for u := range handoff {
+		must(t, u.Close())
+	}
+	must(t, dev.Synchronize())
+	must(t, pool.Close())
+	must(t, a.Close())
+	for _, s := range streams {
+		must(t, s.Destroy())
+	}
+	if len(reps) > 0 {
+		t.Fatalf("%d reports on correct concurrent code; first: %s", len(reps), reps[0].Detail())
 	}
 }
