@@ -1,0 +1,38 @@
+// Package bench holds streamalloc's benchmark workloads, written once and
+// run two ways: by `go test -bench` (mr/resources_bench_test.go calls
+// them from its Benchmark functions) and by `streamalloc bench`, which
+// runs the same cases through testing.Benchmark and prints a table or
+// JSON.
+//
+// # Workloads
+//
+//	Pair      one Allocate+Deallocate of one size on one stream per op
+//	Streams   N goroutines, each on its own stream, PairsPerRound pairs
+//	          each per op; reports the total pairs/s
+//	Random    RMM-style random allocations: up to MaxLive live blocks of
+//	          random sizes, a random allocate or free per op
+//	Notebook  the seed-001 loop: allocate 4 MiB, fill it with a kernel,
+//	          free, on one stream; per-iteration time including the
+//	          stream synchronizations
+//
+// Each is a function of a *testing.B, a resource and its streams, and
+// uses b.Loop and b.ReportAllocs, so the harness that calls it decides
+// how long it runs. Suite lists the cases (workload, resource,
+// parameters) under names that match the go test benchmarks
+// (Pair/resource=pool/size=4KiB is BenchmarkPair/resource=pool/size=4KiB),
+// and Resources builds the resources they run on.
+//
+// # Invariants
+//
+//   - A workload frees everything it allocated before it returns, on
+//     every path that can return (a failure included, as far as the
+//     resource lets it), so a resource can be closed after it and report
+//     that it holds nothing.
+//   - Only allocation work is timed: setup (streams, resources, warm-up
+//     pairs) runs before the first b.Loop call and teardown after the
+//     last, except Notebook's final stream synchronization, which is part
+//     of what it measures.
+//   - A workload fails its benchmark through fatalf or errorf, which also
+//     record the error for Run: testing.Benchmark discards a benchmark's
+//     log, and a command that benchmarks must still say what went wrong.
+package bench
