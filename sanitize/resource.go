@@ -22,11 +22,35 @@ import (
 type Resource struct {
 	z  *Sanitizer
 	up mr.Resource
+	// ordersReuse: the upstream orders cross-stream reuse itself (see
+	// Options.UpstreamOrdersReuse), set or detected.
+	ordersReuse bool
 }
 
-// Resource returns an adaptor over upstream that reports to z.
+// poolAttributes is implemented by resources over a driver pool
+// (mr.Async): their reuse policies say whether the driver may reuse memory
+// across streams on its own.
+type poolAttributes interface {
+	Attribute(a gpu.PoolAttr) (uint64, error)
+}
+
+// Resource returns an adaptor over upstream that reports to z. If
+// upstream is a driver pool (it reports pool attributes) whose policies
+// let the driver reuse memory across streams by itself (internal
+// dependencies, or opportunistic reuse of completed frees), the adaptor
+// trusts its reuse as if Options.UpstreamOrdersReuse were set: the driver
+// never hands out memory unordered, and what it does to order it is
+// invisible.
 func (z *Sanitizer) Resource(upstream mr.Resource) *Resource {
-	return &Resource{z: z, up: upstream}
+	r := &Resource{z: z, up: upstream, ordersReuse: z.opts.UpstreamOrdersReuse}
+	if pa, ok := upstream.(poolAttributes); ok && !r.ordersReuse {
+		for _, a := range []gpu.PoolAttr{gpu.PoolReuseAllowInternalDependencies, gpu.PoolReuseAllowOpportunistic} {
+			if v, err := pa.Attribute(a); err == nil && v != 0 {
+				r.ordersReuse = true
+			}
+		}
+	}
+	return r
 }
 
 // Wrap returns an adaptor over upstream with a Sanitizer of its own.
@@ -60,7 +84,7 @@ func (r *Resource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	var st stack
 	capture(&st, 1, r.z.depth)
-	if err := r.z.allocated(p, size, s, &st); err != nil {
+	if err := r.z.allocated(p, size, s, &st, r.ordersReuse); err != nil {
 		if ferr := r.up.Deallocate(p, size, s); ferr != nil {
 			return 0, fmt.Errorf("%w (and giving the memory back: %v)", err, ferr)
 		}

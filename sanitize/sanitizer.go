@@ -97,7 +97,8 @@ type Options struct {
 	// driver's pool with internal dependencies allowed does). The
 	// sanitizer then models that wait instead of reporting
 	// ReuseBeforeFree. Without it, such a reuse is still accepted when the
-	// freeing stream has no work left (the free has completed).
+	// freeing stream has no work left (the free has completed). Resource
+	// sets it by itself over a driver pool that allows such reuse.
 	UpstreamOrdersReuse bool
 }
 
@@ -318,7 +319,7 @@ func (z *Sanitizer) use(p gpu.DevicePtr, n int, s gpu.Stream, a buf.Access, st *
 
 // allocated checks and records an allocation the upstream just made. It
 // returns an error only in refusing mode, and then has recorded nothing.
-func (z *Sanitizer) allocated(p gpu.DevicePtr, n int, s gpu.Stream, st *stack) error {
+func (z *Sanitizer) allocated(p gpu.DevicePtr, n int, s gpu.Stream, st *stack, ordersReuse bool) error {
 	if p == 0 {
 		return nil // the null allocation of size 0
 	}
@@ -340,7 +341,7 @@ func (z *Sanitizer) allocated(p gpu.DevicePtr, n int, s gpu.Stream, st *stack) e
 			continue
 		}
 		fs := z.byIdx[r.free.ep.idx]
-		if z.opts.UpstreamOrdersReuse || fs.raw.Query() == nil {
+		if ordersReuse || fs.raw.Query() == nil {
 			// The upstream made s wait on the free, or the free has
 			// already completed: either way s is now after it.
 			ss.clock.join(fs.clock)
