@@ -29,7 +29,7 @@ func SetBenchtime(v string) (restore func(), err error) {
 	}
 	old := f.Value.String()
 	if err := f.Value.Set(v); err != nil {
-		return nil, fmt.Errorf("benchtime %q: %v (want a duration like 1s or a count like 100x)", v, err)
+		return nil, fmt.Errorf("%q is not a duration like 1s or a count like 100x (%v)", v, err)
 	}
 	return func() { f.Value.Set(old) }, nil
 }

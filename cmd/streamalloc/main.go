@@ -31,6 +31,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("device", "auto", "backend: auto, sim or cuda")
-	root.AddCommand(newInfoCmd(), newReplayCmd())
+	root.AddCommand(newInfoCmd(), newReplayCmd(), newBenchCmd())
 	return root
 }
