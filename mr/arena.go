@@ -16,11 +16,14 @@
 //   - A free on another stream s2 of a block in s1's superblock cannot be
 //     reused by s1 until s1 is ordered after s2's free. Arena records an
 //     event on s2 and parks the range on the superblock's deferred list.
-//     The owner reclaims deferred ranges whose events have completed
-//     (Query, never blocking) when it runs short; under memory pressure,
-//     and in Release, it instead makes s1 wait on the events (which blocks
-//     no host thread). No work on s1 needs ordering: s1 only reuses the
-//     range after its own earlier work.
+//     When the owner runs short it first reclaims the deferred ranges
+//     whose events have completed (Query, never blocking), then, before
+//     taking another superblock, makes s1 wait on the remaining events
+//     (which blocks no host thread) and reclaims those too: memory freed
+//     on other streams is reused, not stranded while the arena grows, at
+//     the price of ordering s1 after those frees. Release does the same.
+//     No work on s1 needs ordering: s1 only reuses the range after its own
+//     earlier work.
 //   - A superblock returned to the global arena remembers the stream that
 //     returned it; a different stream that takes it first waits on an
 //     event recorded on that stream.
@@ -185,8 +188,11 @@ func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		r.usage.addUsed(size)
 		return p, nil
 	}
-	if a.deferred.Load() > 0 {
-		r.reclaim(a, false)
+	for _, wait := range []bool{false, true} {
+		if a.deferred.Load() == 0 {
+			break
+		}
+		r.reclaim(a, wait)
 		if p, ok := a.fit(need, size); ok {
 			r.usage.addUsed(size)
 			return p, nil
@@ -194,16 +200,8 @@ func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	sb, err := r.take(s)
 	if errors.Is(err, ErrOutOfMemory) {
-		// Short of memory: make s wait for its deferred ranges, then
-		// gather every arena's empty superblocks into the global one.
-		if a.deferred.Load() > 0 {
-			if rerr := r.reclaim(a, true); rerr == nil {
-				if p, ok := a.fit(need, size); ok {
-					r.usage.addUsed(size)
-					return p, nil
-				}
-			}
-		}
+		// Short of memory: gather every arena's empty superblocks into
+		// the global one.
 		a.mu.Unlock()
 		r.scavenge()
 		a = r.lockArena(s)

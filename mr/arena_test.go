@@ -72,8 +72,8 @@ func TestArenaCoalesces(t *testing.T) {
 }
 
 // TestArenaCrossStreamFree checks that a range freed on another stream is
-// not reused by its owner before the free is complete, and is reused
-// after.
+// reused by its owner only after the owner's stream waits for the free,
+// and is reused rather than left stranded while the arena grows.
 func TestArenaCrossStreamFree(t *testing.T) {
 	dev := resDevice(t, sim.Config{})
 	s1, s2 := resStream(t, dev), resStream(t, dev)
@@ -82,37 +82,46 @@ func TestArenaCrossStreamFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.Allocate(sb, s1)
+	ev, err := dev.NewEvent(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := dev.Hold(s2)
-	if err := dev.MemsetD8Async(p, 1, sb, s2); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Deallocate(p, sb, s2); err != nil {
-		t.Fatal(err)
-	}
-	q, err := r.Allocate(sb, s1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if q == p {
-		t.Fatal("owner reused a range whose cross-stream free has not run")
-	}
-	release()
-	if err := s2.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	p2, err := r.Allocate(sb, s1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p2 != p {
-		t.Errorf("completed cross-stream free not reclaimed: got %#x, want %#x", p2, p)
-	}
-	for _, x := range []gpu.DevicePtr{q, p2} {
-		if err := r.Deallocate(x, sb, s1); err != nil {
+	defer ev.Destroy()
+	for range 3 {
+		p, err := r.Allocate(sb, s1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The caller orders s2's use after the allocation on s1.
+		if err := ev.Record(s1); err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.WaitEvent(ev); err != nil {
+			t.Fatal(err)
+		}
+		release := dev.Hold(s2)
+		if err := dev.MemsetD8Async(p, 1, sb, s2); err != nil {
+			t.Fatal(err)
+		}
+		write := dev.LastOp(s2)
+		if err := r.Deallocate(p, sb, s2); err != nil {
+			t.Fatal(err)
+		}
+		q, err := r.Allocate(sb, s1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q != p || r.Usage().Reserved != sb {
+			t.Errorf("got %#x with %d bytes reserved, want the range freed on s2 (%#x) and no growth", q, r.Usage().Reserved, p)
+		}
+		if err := dev.MemsetD8Async(q, 2, sb, s1); err != nil {
+			t.Fatal(err)
+		}
+		if !dev.HappensBefore(write, dev.LastOp(s1)) {
+			t.Error("owner reused the range before the free on s2")
+		}
+		release()
+		if err := r.Deallocate(q, sb, s1); err != nil {
 			t.Fatal(err)
 		}
 	}

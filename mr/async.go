@@ -10,8 +10,7 @@
 //
 //  1. Event ordering: record an event on s1 and make s2 wait on it before
 //     the free. Nothing blocks the host; the only cost is a record and a
-//     wait, and only on cross-stream frees. The memory stays in the pool
-//     for reuse in stream order.
+//     wait, and only on cross-stream frees.
 //  2. Trimming the pool (cuMemPoolTrimTo) after the free: it returns idle
 //     memory to the OS and so relieves fragmentation, but it orders
 //     nothing; s1 may still use p. Safe only once the memory is known to
@@ -22,9 +21,22 @@
 //     debugging (Direct does it, because a synchronous free has no other
 //     choice).
 //
-// Async uses 1, the only one that is both safe and asynchronous. The
-// events come from a per-resource cache, so a cross-stream free creates no
-// event in the steady state, and a same-stream free costs nothing extra.
+// Async uses 1, the only one that is both safe and asynchronous. Event
+// ordering alone leaves the memory where seed 000 found it: usable by s2,
+// but stranded for s1, which is usually the stream that allocates again
+// (a producer whose buffers a consumer frees). The driver will not hand it
+// to s1 until s1 is ordered after the free, and prefers growing the pool to
+// inserting that order itself, so the pool grows by every buffer in flight.
+// Async therefore also records an event on s2 after the free and makes s1
+// wait on it: the pool's event-dependency rule then lets s1 reuse the
+// memory at once. The cost is that s1's later work waits for s2's work
+// enqueued before the free, a dependency the program did not ask for but
+// that a producer freeing its own buffers would have had anyway. That
+// second wait only helps reuse; if it fails the free stands and the error
+// is dropped.
+//
+// The events come from a per-resource cache, so a cross-stream free creates
+// no event in the steady state, and a same-stream free costs nothing extra.
 //
 // Async remembers every pointer it handed out (a sharded table, one lock
 // per shard chosen by address, never one lock for the resource) so that
@@ -241,8 +253,9 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 
 // Deallocate enqueues cuMemFreeAsync of p on s. If p was allocated on
 // another stream, s first waits on an event recorded on that stream, so
-// the memory is not reused while work enqueued there may still use it. It
-// does not block the host (unless the allocation's stream was destroyed,
+// the memory is not reused while work enqueued there may still use it, and
+// that stream then waits on an event recorded on s after the free, so it
+// can reuse the memory at once. It does not block the host (unless the allocation's stream was destroyed,
 // in which case the device is synchronized: see eventCache.order).
 // Deallocate keeps working after Close.
 func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
@@ -270,6 +283,9 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		r.live.restore(p, e)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
+	// Let the allocation's stream reuse the memory at once (see the file
+	// comment); best effort, the free has been enqueued.
+	r.events.order(e.stream, s)
 	if r.pending != nil {
 		// Cannot fail: this resource alone moves its bytes, each once.
 		r.pending.Add(s, uint64(size))

@@ -242,7 +242,7 @@ func TestAsyncPendingFrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := r.Allocate(3000, s1)
+	q, err := r.Allocate(3000, s2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,8 +63,9 @@ type FixedSizeOptions struct {
 const freedState = -1
 
 // FixedSize is a resource of blocks of one size. Requests of at most
-// BlockSize bytes get a whole block; larger ones fail with ErrInvalidSize.
-// It is safe for concurrent use.
+// BlockSize bytes get a whole block; larger ones are refused with an
+// *OutOfMemoryError whose Limit is the block size. It is safe for
+// concurrent use.
 type FixedSize struct {
 	name      string
 	up        Resource
@@ -155,13 +156,21 @@ func (r *FixedSize) lockStream(s gpu.Stream) *fsStream {
 
 func (b fsBlock) ptr(bs int) gpu.DevicePtr { return b.c.base + gpu.DevicePtr(b.i*bs) }
 
-// Allocate returns a block for a request of at most BlockSize bytes.
+// Allocate returns a block for a request of at most BlockSize bytes; a
+// larger request is out of memory for this resource (Limit: BlockSize).
 func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if err := checkStream(r.name+": allocate", r.dev, s); err != nil {
 		return 0, err
 	}
-	if size < 0 || size > r.blockSize {
-		return 0, fmt.Errorf("%s: allocate %d bytes (block size %d): %w", r.name, size, r.blockSize, ErrInvalidSize)
+	if size < 0 {
+		return 0, fmt.Errorf("%s: allocate %d bytes: %w", r.name, size, ErrInvalidSize)
+	}
+	if size > r.blockSize {
+		// Like RMM's bad_alloc: this resource cannot serve it, whatever
+		// it holds; a fallback or binning layer above may.
+		u := r.usage.snapshot()
+		return 0, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
+			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize)}
 	}
 	if size == 0 {
 		return 0, nil

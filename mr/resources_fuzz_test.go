@@ -100,9 +100,6 @@ func fuzzRun(t *testing.T, name string, dev gpu.Device, r mr.Resource, streams [
 			if errors.Is(err, mr.ErrOutOfMemory) {
 				continue
 			}
-			if errors.Is(err, mr.ErrInvalidSize) && name == "fixedsize" && n > 16<<10 {
-				continue
-			}
 			if err != nil {
 				t.Fatalf("%s: allocate %d: %v", name, n, err)
 			}

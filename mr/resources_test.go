@@ -231,8 +231,9 @@ func TestResourcesBadInput(t *testing.T) {
 				}
 			}
 			if c.maxSize != 0 {
-				if _, err := r.Allocate(c.maxSize+1, s); !errors.Is(err, mr.ErrInvalidSize) {
-					t.Errorf("allocate above max size: err = %v, want ErrInvalidSize", err)
+				var oe *mr.OutOfMemoryError
+				if _, err := r.Allocate(c.maxSize+1, s); !errors.As(err, &oe) || oe.Limit != uint64(c.maxSize) {
+					t.Errorf("allocate above max size: err = %v, want an *OutOfMemoryError with the limit", err)
 				}
 			}
 			// Nothing changed: p is still live and frees cleanly, once.
@@ -431,7 +432,7 @@ func TestResourcesOutOfMemory(t *testing.T) {
 				n = c.maxSize
 			}
 			// One request far beyond the device.
-			if _, err := r.Allocate(1<<40, s); c.maxSize == 0 && !errors.Is(err, mr.ErrOutOfMemory) {
+			if _, err := r.Allocate(1<<40, s); !errors.Is(err, mr.ErrOutOfMemory) {
 				t.Fatalf("Allocate(1 TiB): %v, want ErrOutOfMemory", err)
 			}
 			var live []gpu.DevicePtr
