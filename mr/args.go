@@ -27,6 +27,16 @@ func checkStream(op string, dev gpu.Device, s gpu.Stream) error {
 	return nil
 }
 
+// checkStreamOf is checkStream for a resource whose name is not a
+// constant: the message is only built on error, so the check allocates
+// nothing on the hot path.
+func checkStreamOf(name, op string, dev gpu.Device, s gpu.Stream) error {
+	if s != nil && s.Device() == dev {
+		return nil
+	}
+	return checkStream(name+": "+op, dev, s)
+}
+
 // maxAlignable is the largest size that alignUp can round without
 // overflowing.
 const maxAlignable = math.MaxInt - (Alignment - 1)

@@ -15,7 +15,8 @@
 // (ErrSizeMismatch) from an unknown pointer or a double free.
 //
 // Invariants: bins is sorted by size, sizes distinct and multiples of
-// Alignment; an allocation of n bytes is served by the first bin whose size
+// Alignment; sizes mirrors it; start[k] is the index of the first bin whose
+// size exceeds 1<<(k-1) (len(bins) if none); an allocation of n bytes is served by the first bin whose size
 // is >= n, or by the upstream (recorded in large) if there is none, and
 // freed through the same. Stream order, cross-stream frees and their events
 // are the bins' business (FixedSize: same stream at once, another after an
@@ -61,8 +62,13 @@ type Binning struct {
 	up    Resource
 	dev   gpu.Device
 	bins  []binEntry
+	sizes []int     // bins[i].size, for the search
+	start [65]int32 // start[k]: the first bin above 1<<(k-1), where bin's search begins
 	large liveTable
-	usage usageMeter // Used: every live allocation; Reserved: large + created bins
+	// usage counts every live allocation (Used) and the large allocations
+	// and chunks of the created bins (Reserved); the created bins count
+	// their own operations into it directly.
+	usage usageMeter
 }
 
 type binEntry struct {
@@ -107,10 +113,21 @@ func NewBinning(upstream Resource, opts BinningOptions) (*Binning, error) {
 		if err != nil {
 			return nil, err
 		}
-		f.parent = &r.usage
+		f.meter = &r.usage
 		r.bins = append(r.bins, binEntry{size: size, r: f, fixed: f, owned: true})
 	}
 	slices.SortFunc(r.bins, func(a, b binEntry) int { return a.size - b.size })
+	r.sizes = make([]int, len(r.bins))
+	for i, b := range r.bins {
+		r.sizes[i] = b.size
+	}
+	for k := range r.start {
+		// n with bits.Len(n-1) == k is above 1<<(k-1).
+		r.start[k] = int32(len(r.sizes))
+		if i := slices.IndexFunc(r.sizes, func(size int) bool { return k == 0 || size > 1<<(k-1) }); i >= 0 {
+			r.start[k] = int32(i)
+		}
+	}
 	return r, nil
 }
 
@@ -126,10 +143,16 @@ func (r *Binning) BinSizes() []int {
 	return out
 }
 
-// bin returns the bin serving n bytes, or nil for the upstream.
+// bin returns the bin serving n > 0 bytes, or nil for the upstream.
 func (r *Binning) bin(n int) *binEntry {
-	i, _ := slices.BinarySearchFunc(r.bins, n, func(e binEntry, n int) int { return e.size - n })
-	if i == len(r.bins) {
+	// Start at the first bin larger than the power of two below n; with
+	// power-of-two bins that is the answer, with others a step or two
+	// before it.
+	i := int(r.start[bits.Len(uint(n-1))])
+	for i < len(r.sizes) && r.sizes[i] < n {
+		i++
+	}
+	if i == len(r.sizes) {
 		return nil
 	}
 	return &r.bins[i]
@@ -163,11 +186,14 @@ func (r *Binning) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		}
 		return 0, fmt.Errorf("binning: allocate %d bytes: %w", size, err)
 	}
-	if b == nil {
+	switch {
+	case b == nil:
 		r.large.insert(p, liveEntry{size: size, stream: s})
 		r.usage.addReserved(size)
+		r.usage.addUsed(size)
+	case !b.owned:
+		r.usage.addUsed(size)
 	}
-	r.usage.addUsed(size)
 	return p, nil
 }
 
@@ -199,13 +225,18 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 			return fmt.Errorf("binning: deallocate: %w", err)
 		}
 		r.usage.subReserved(size)
-	} else if err := b.r.Deallocate(p, size, s); err != nil {
+		r.usage.subUsed(size)
+		return nil
+	}
+	if err := b.r.Deallocate(p, size, s); err != nil {
 		if errors.Is(err, ErrUnknownPointer) || errors.Is(err, ErrDoubleFree) {
 			err = r.diagnose(p, size, err)
 		}
 		return fmt.Errorf("binning: deallocate: %w", err)
 	}
-	r.usage.subUsed(size)
+	if !b.owned {
+		r.usage.subUsed(size)
+	}
 	return nil
 }
 

@@ -72,7 +72,7 @@ type syncCore struct {
 }
 
 func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream(c.name+": allocate", c.dev, s); err != nil {
+	if err := checkStreamOf(c.name, "allocate", c.dev, s); err != nil {
 		return 0, err
 	}
 	if size < 0 {
@@ -110,7 +110,7 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 }
 
 func (c *syncCore) deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream(c.name+": deallocate", c.dev, s); err != nil {
+	if err := checkStreamOf(c.name, "deallocate", c.dev, s); err != nil {
 		return err
 	}
 	if size < 0 {

@@ -74,12 +74,14 @@ type FixedSize struct {
 	perChunk  int
 	chunkSize int
 
-	chunks    spanIndex[*fsChunk]
-	streams   streamTable[fsStream]
-	events    eventCache
-	usage     usageMeter
-	parent    *usageMeter // also counts Reserved (a Binning's bins), or nil
-	releaseMu sync.Mutex  // one Release (or Close) at a time
+	chunks  spanIndex[*fsChunk]
+	streams streamTable[fsStream]
+	events  eventCache
+	usage   usageMeter
+	// meter is &usage, or, for the bins of a Binning, the Binning's
+	// meter: one set of counters per operation, whoever reports them.
+	meter     *usageMeter
+	releaseMu sync.Mutex // one Release (or Close) at a time
 }
 
 type fsChunk struct {
@@ -122,11 +124,13 @@ func newFixedSize(name string, upstream Resource, opts FixedSizeOptions) (*Fixed
 	}
 	bs = alignUp(bs)
 	dev := upstream.Device()
-	return &FixedSize{
+	r := &FixedSize{
 		name: name, up: upstream, dev: dev,
 		blockSize: bs, perChunk: n, chunkSize: bs * n,
 		events: eventCache{dev: dev},
-	}, nil
+	}
+	r.meter = &r.usage
+	return r, nil
 }
 
 // BlockSize is the size of every block.
@@ -137,10 +141,10 @@ func (r *FixedSize) Device() gpu.Device { return r.dev }
 
 // Usage reports the chunks held from upstream (Reserved) and the bytes
 // asked for by live allocations (Used).
-func (r *FixedSize) Usage() Usage { return r.usage.snapshot() }
+func (r *FixedSize) Usage() Usage { return r.meter.snapshot() }
 
 // ResetPeaks lowers the peaks of Usage to the current values.
-func (r *FixedSize) ResetPeaks() { r.usage.resetPeaks() }
+func (r *FixedSize) ResetPeaks() { r.meter.resetPeaks() }
 
 // lockStream returns s's state, locked.
 func (r *FixedSize) lockStream(s gpu.Stream) *fsStream {
@@ -159,7 +163,7 @@ func (b fsBlock) ptr(bs int) gpu.DevicePtr { return b.c.base + gpu.DevicePtr(b.i
 // Allocate returns a block for a request of at most BlockSize bytes; a
 // larger request is out of memory for this resource (Limit: BlockSize).
 func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream(r.name+": allocate", r.dev, s); err != nil {
+	if err := checkStreamOf(r.name, "allocate", r.dev, s); err != nil {
 		return 0, err
 	}
 	if size < 0 {
@@ -168,7 +172,7 @@ func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if size > r.blockSize {
 		// Like RMM's bad_alloc: this resource cannot serve it, whatever
 		// it holds; a fallback or binning layer above may.
-		u := r.usage.snapshot()
+		u := r.meter.snapshot()
 		return 0, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
 			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize)}
 	}
@@ -191,7 +195,7 @@ func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	b.c.owner[b.i] = st
 	b.c.state[b.i].Store(int64(size))
-	r.usage.addUsed(size)
+	r.meter.addUsed(size)
 	return b.ptr(r.blockSize), nil
 }
 
@@ -251,7 +255,7 @@ func (r *FixedSize) grow(size int, s gpu.Stream) ([]fsBlock, error) {
 	base, err := r.up.Allocate(r.chunkSize, s)
 	if err != nil {
 		if errors.Is(err, ErrOutOfMemory) {
-			u := r.usage.snapshot()
+			u := r.meter.snapshot()
 			return nil, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
 				Reserved: u.Reserved, Used: u.Used, Err: err}
 		}
@@ -259,10 +263,7 @@ func (r *FixedSize) grow(size int, s gpu.Stream) ([]fsBlock, error) {
 	}
 	c := &fsChunk{base: base, state: make([]atomic.Int64, r.perChunk), owner: make([]*fsStream, r.perChunk)}
 	r.chunks.add(base, r.chunkSize, c)
-	r.usage.addReserved(r.chunkSize)
-	if r.parent != nil {
-		r.parent.addReserved(r.chunkSize)
-	}
+	r.meter.addReserved(r.chunkSize)
 	batch := make([]fsBlock, r.perChunk)
 	for i := range batch {
 		batch[i] = fsBlock{c: c, i: r.perChunk - 1 - i}
@@ -273,7 +274,7 @@ func (r *FixedSize) grow(size int, s gpu.Stream) ([]fsBlock, error) {
 // Deallocate frees p in stream order on s; the block is reusable on s at
 // once and on other streams after an event wait.
 func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream(r.name+": deallocate", r.dev, s); err != nil {
+	if err := checkStreamOf(r.name, "deallocate", r.dev, s); err != nil {
 		return err
 	}
 	if size < 0 {
@@ -314,7 +315,7 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	st := r.lockStream(s)
 	st.free = append(st.free, b)
 	st.mu.Unlock()
-	r.usage.subUsed(size)
+	r.meter.subUsed(size)
 	return nil
 }
 
@@ -419,10 +420,7 @@ func (r *FixedSize) Release() error {
 			errs = append(errs, err)
 			continue
 		}
-		r.usage.subReserved(r.chunkSize)
-		if r.parent != nil {
-			r.parent.subReserved(r.chunkSize)
-		}
+		r.meter.subReserved(r.chunkSize)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s: release: %w", r.name, err)
@@ -452,8 +450,8 @@ func (r *FixedSize) Close() error {
 	if err := r.Release(); err != nil {
 		return err
 	}
-	if u := r.usage.snapshot(); u.Reserved != 0 {
-		return fmt.Errorf("%s: close: %d bytes still allocated", r.name, u.Used)
+	if n := len(r.chunks.all()); n != 0 {
+		return fmt.Errorf("%s: close: %d chunks still hold live blocks", r.name, n)
 	}
 	return r.events.close()
 }
