@@ -550,3 +550,70 @@ func TestResourcesRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestResourcesReleaseWhileBusy calls Release over and over while
+// goroutines allocate, write, check and free on their own streams and
+// across them: Release must only ever take memory nobody uses.
+func TestResourcesReleaseWhileBusy(t *testing.T) {
+	const workers = 4
+	ops := 120
+	if testing.Short() {
+		ops = 40
+	}
+	for _, c := range resCases() {
+		if _, ok := c.make(t, resDevice(t, sim.Config{})).(mr.Releaser); !ok {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dev := resDevice(t, sim.Config{})
+			r := c.make(t, dev)
+			streams := make([]gpu.Stream, workers)
+			for i := range streams {
+				streams[i] = resStream(t, dev)
+			}
+			maxSize := 600 << 10
+			if c.maxSize != 0 {
+				maxSize = c.maxSize
+			}
+			stop := make(chan struct{})
+			released := make(chan error, 1)
+			go func() {
+				var err error
+				for {
+					select {
+					case <-stop:
+						released <- err
+						return
+					default:
+					}
+					if e := r.(mr.Releaser).Release(); e != nil && err == nil {
+						err = e
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			}()
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs <- resWorker(dev, r, streams[w], streams[(w+1)%workers], uint64(w)+100, ops, maxSize)
+				}()
+			}
+			wg.Wait()
+			close(stop)
+			if err := <-released; err != nil {
+				t.Errorf("Release while busy: %v", err)
+			}
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			resReleaseAll(t, dev, r, streams...)
+		})
+	}
+}
