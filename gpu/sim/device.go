@@ -81,6 +81,7 @@ func (d *Device) Ordinal() int { return d.ordinal }
 // Properties describe the device; Simulated is true.
 func (d *Device) Properties() gpu.Properties { return d.props }
 
+// String names the device, for messages.
 func (d *Device) String() string { return fmt.Sprintf("sim device %d", d.ordinal) }
 
 // inject consumes one pending injected failure of op, if any.

@@ -215,9 +215,10 @@ func (l *Launch) CompareAndSwapUint64(p gpu.DevicePtr, old, new uint64) (bool, e
 	return ok, nil
 }
 
-// ReportRead and ReportWrite tell the race detector that the kernel read
-// or wrote b from code it does not instrument (a //go:norace loop, which
-// is much faster under -race than an instrumented one). Without -race
-// they do nothing.
-func (l *Launch) ReportRead(b []byte)  { raceRead(b) }
+// ReportRead tells the race detector that the kernel read b from code it
+// does not instrument (a //go:norace loop, much faster under -race than an
+// instrumented one). Without -race it does nothing.
+func (l *Launch) ReportRead(b []byte) { raceRead(b) }
+
+// ReportWrite is ReportRead for writes.
 func (l *Launch) ReportWrite(b []byte) { raceWrite(b) }

@@ -36,6 +36,7 @@ func (o OpID) Seq() uint64 { return o.seq }
 // IsZero reports whether o is the zero OpID.
 func (o OpID) IsZero() bool { return o.seq == 0 }
 
+// String formats o as "stream<ID>#<seq>".
 func (o OpID) String() string { return fmt.Sprintf("stream%d#%d", o.stream, o.seq) }
 
 // tick is one component of a clock.
