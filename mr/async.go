@@ -44,9 +44,16 @@
 // errors before they reach the driver, where they would be undefined
 // behaviour.
 //
+// Frees are enqueued, so Async keeps pending-free accounting (pending.go):
+// bytes live, and bytes whose free is enqueued but not known complete, per
+// stream; Reap tells which frees completed (Retry uses it to wait for
+// memory in flight). Its one mutex is taken once per operation, next to a
+// driver call that costs a hundred times more.
+//
 // Invariants: a pointer is in live exactly from the MallocAsync that
 // returned it until the FreeAsync that freed it was enqueued successfully;
-// a Deallocate that fails leaves it live. Reserved and Used in Usage are the
+// a Deallocate that fails leaves it live, and only a successful one moves
+// its bytes from live to pending. Reserved and Used in Usage are the
 // pool's own counters (on the default pool they include every other user of
 // that pool in the process).
 package mr
@@ -127,8 +134,8 @@ type Async struct {
 	live   liveTable
 	events eventCache
 
-	// pending, if set, is the pending-free accounting hook: AddLive after
-	// each allocation, Add on the freeing stream after each free has been
+	// pending is the pending-free accounting: AddLive after each
+	// allocation, Add on the freeing stream after each free has been
 	// enqueued (pending.go's ordering rule).
 	pending *PendingFrees
 
@@ -245,9 +252,7 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 			size, uint64(p), gpu.ErrInvalidValue)
 	}
 	r.live.insert(p, liveEntry{size: size, stream: s})
-	if r.pending != nil {
-		r.pending.AddLive(uint64(size))
-	}
+	r.pending.AddLive(uint64(size))
 	return p, nil
 }
 
@@ -286,10 +291,8 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	// Let the allocation's stream reuse the memory at once (see the file
 	// comment); best effort, the free has been enqueued.
 	r.events.order(e.stream, s)
-	if r.pending != nil {
-		// Cannot fail: this resource alone moves its bytes, each once.
-		r.pending.Add(s, uint64(size))
-	}
+	// Cannot fail: this resource alone moves its bytes, each once.
+	r.pending.Add(s, uint64(size))
 	return nil
 }
 
