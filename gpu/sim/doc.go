@@ -26,6 +26,24 @@
 // error. (The card makes the whole context unusable; the simulator confines
 // the error to the stream so a test can go on.)
 //
+// # Decisions
+//
+// Where the driver leaves a choice or the simulator must simplify:
+//
+//   - size 0 is gpu.ErrInvalidValue for every allocation call (as for
+//     cuMemAlloc); freeing an unknown, interior or freed pointer is
+//     gpu.ErrInvalidValue;
+//   - Free (cuMemFree) synchronizes the device before freeing, as the
+//     driver does, and accepts pool memory; FreeAsync accepts cuMemAlloc
+//     memory, unmapped once the free has run;
+//   - sets and copies check their ranges when enqueued (gpu.ErrInvalidValue,
+//     nothing enqueued, as the driver validates pointers) and again when
+//     they run (cuda.ErrIllegalAddress, sticky);
+//   - a pool grows rather than insert a dependency between two streams;
+//     inserted waits are used only when it cannot grow;
+//   - MallocHost is Go memory, page-locked only in the model; managed
+//     memory is device memory.
+//
 // # Races
 //
 // Under `go test -race`, the simulator is built so that the race detector
