@@ -243,16 +243,18 @@ func (x *segIndex) remove(s *segment) {
 	})
 }
 
-// lookup finds the segment holding [p, p+n), n >= 1, without creating
-// happens-before edges.
+// lookup finds the segment holding [p, p+n), n >= 1, and the offset of p
+// in it, without creating happens-before edges and without the race
+// detector seeing its reads of the index (a worker may look up an address
+// the host maps at the same time, after the operation was enqueued).
 //
 //go:norace
-func (d *Device) lookup(p, n uint64) *segment {
+func (d *Device) lookup(p, n uint64) (*segment, uint64) {
 	s := d.segs.find(p)
 	if s == nil || p+n < p || p+n > s.base+s.size {
-		return nil
+		return nil, 0
 	}
-	return s
+	return s, p - s.base
 }
 
 // piece returns the bytes of the segment from offset off, at most n of
@@ -299,11 +301,10 @@ func (d *Device) chunks(call string, p gpu.DevicePtr, n int, fn func(off int, b 
 		}
 		return nil
 	}
-	s := d.lookup(uint64(p), uint64(n))
+	s, off := d.lookup(uint64(p), uint64(n))
 	if s == nil {
 		return driverErrf(call, cuda.ErrIllegalAddress, "[%#x, +%d) is not inside one allocation of device %d", uint64(p), n, d.ordinal)
 	}
-	off := uint64(p) - s.base
 	done := 0
 	for done < n {
 		b := s.piece(off+uint64(done), uint64(n-done))
@@ -317,5 +318,9 @@ func (d *Device) chunks(call string, p gpu.DevicePtr, n int, fn func(off int, b 
 
 // mapped reports whether [p, p+n) lies inside one mapped segment now.
 func (d *Device) mapped(p gpu.DevicePtr, n int) bool {
-	return n > 0 && d.lookup(uint64(p), uint64(n)) != nil
+	if n <= 0 {
+		return false
+	}
+	s, _ := d.lookup(uint64(p), uint64(n))
+	return s != nil
 }
