@@ -457,14 +457,14 @@ func TestStreamsRunAsynchronously(t *testing.T) {
 	f := newFixture(t, sim.Config{})
 	s1, s2 := f.stream(), f.stream()
 	start := time.Now()
-	f.must(f.k.Spin(s1, 100*time.Millisecond))
-	f.must(f.k.Spin(s2, 100*time.Millisecond))
-	if d := time.Since(start); d > 50*time.Millisecond {
+	f.must(f.k.Spin(s1, 200*time.Millisecond))
+	f.must(f.k.Spin(s2, 200*time.Millisecond))
+	if d := time.Since(start); d > 150*time.Millisecond {
 		t.Errorf("enqueuing two spins took %v: the host waited", d)
 	}
 	f.must(f.dev.Synchronize())
-	if d := time.Since(start); d < 100*time.Millisecond || d > 190*time.Millisecond {
-		t.Errorf("two 100ms spins on two streams took %v: want them concurrent", d)
+	if d := time.Since(start); d < 200*time.Millisecond || d > 390*time.Millisecond {
+		t.Errorf("two 200ms spins on two streams took %v: want them concurrent", d)
 	}
 	// A wait holds the stream until the event completes.
 	e := f.event(false)

@@ -39,6 +39,22 @@ func (d *Device) LastOp(gs gpu.Stream) OpID {
 	return OpID{stream: s.id, seq: s.seq}
 }
 
+// Completed reports whether operation op has run. Unlike Stream.Query and
+// Event.Query it does not order the host after the operation, so a test
+// can wait for work to finish and still exercise paths that depend on the
+// host not knowing (opportunistic pool reuse, missing synchronization).
+// Unknown or zero OpIDs are not completed.
+func (d *Device) Completed(op OpID) bool {
+	if op.IsZero() {
+		return false
+	}
+	v, ok := d.b.streams.Load(op.stream)
+	if !ok {
+		return false
+	}
+	return v.(*stream).doneSeq() >= op.seq
+}
+
 // HappensBefore reports whether operation a is ordered before operation b:
 // by stream order, event waits, pool dependencies, or the host having
 // observed a's completion before enqueuing b. It is false if either is

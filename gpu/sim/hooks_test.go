@@ -238,3 +238,25 @@ func TestHappensBefore(t *testing.T) {
 	}
 	f.must(f.dev.Synchronize())
 }
+
+func TestCompleted(t *testing.T) {
+	f := newFixture(t, sim.Config{})
+	if f.sd.Completed(sim.OpID{}) {
+		t.Error("the zero OpID completed")
+	}
+	release := f.sd.Hold(f.s)
+	held := f.sd.LastOp(f.s)
+	f.must(f.dev.MemsetD8Async(f.mallocAsync(64, f.s), 0, 64, f.s))
+	after := f.sd.LastOp(f.s)
+	if f.sd.Completed(held) || f.sd.Completed(after) {
+		t.Error("operations of a held stream completed")
+	}
+	release()
+	for !f.sd.Completed(after) {
+		time.Sleep(time.Millisecond)
+	}
+	if !f.sd.Completed(held) {
+		t.Error("an earlier operation is not completed")
+	}
+	f.must(f.s.Synchronize())
+}

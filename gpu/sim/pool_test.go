@@ -75,7 +75,9 @@ func TestPoolReuseRules(t *testing.T) {
 				f.must(e.Record(s1))
 				f.must(s2.WaitEvent(e))
 			case "completed":
-				time.Sleep(20 * time.Millisecond) // completes; the host does not look
+				for !f.sd.Completed(free) { // completes; the host does not observe it
+					time.Sleep(time.Millisecond)
+				}
 			case "synced":
 				f.must(s1.Synchronize())
 			}

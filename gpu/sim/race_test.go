@@ -149,7 +149,9 @@ var scenarios = []scenario{
 		check(err)
 		check(v.k.Fill(v.s1, q, words, 1))
 		check(v.dev.FreeAsync(q, v.s1))
-		time.Sleep(50 * time.Millisecond) // the free completes; the host does not observe it
+		for free := v.sd.LastOp(v.s1); !v.sd.Completed(free); { // the host does not observe it
+			time.Sleep(time.Millisecond)
+		}
 		r, err := v.dev.MallocAsync(1<<20, v.s2)
 		check(err)
 		if r != q {
