@@ -28,7 +28,9 @@
 //     returned it; a different stream that takes it first waits on an
 //     event recorded on that stream.
 //   - Release frees the global arena's superblocks upstream on the stream
-//     that returned each one, so it is ordered after all their uses.
+//     that returned each one, so it is ordered after all their uses (or,
+//     if that stream was destroyed, on another after synchronizing the
+//     device).
 //
 // Invariants:
 //   - Every superblock in the index has exactly one owner: an arena
@@ -561,8 +563,29 @@ func (r *Arena) releaseGlobal() error {
 	r.index.remove(bases)
 	var errs []error
 	var back []*superblock
+	// The stream to free each superblock on: the one that returned it,
+	// or, if that was destroyed, another (see usableStream).
+	on := make(map[uint64]gpu.Stream)
+	var dones []func()
+	defer func() {
+		for _, done := range dones {
+			done()
+		}
+	}()
 	for _, sb := range free {
-		if err := r.up.Deallocate(sb.base, r.sbSize, sb.last); err != nil {
+		s, ok := on[sb.last.ID()]
+		if !ok {
+			var done func()
+			var err error
+			if s, done, err = usableStream(r.dev, []gpu.Stream{sb.last}); err != nil {
+				errs = append(errs, err)
+				back = append(back, sb)
+				continue
+			}
+			on[sb.last.ID()] = s
+			dones = append(dones, done)
+		}
+		if err := r.up.Deallocate(sb.base, r.sbSize, s); err != nil {
 			errs = append(errs, err)
 			back = append(back, sb)
 			continue
@@ -596,7 +619,12 @@ func (r *Arena) Release() error {
 			continue
 		}
 		if a.deferred.Load() > 0 {
-			if err := r.reclaim(a, true); err != nil {
+			if err := r.reclaim(a, true); errors.Is(err, gpu.ErrDestroyed) {
+				// Nothing will be enqueued on a destroyed stream
+				// again: take back what has completed, leave the
+				// rest for a later Release.
+				r.reclaim(a, false)
+			} else if err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -109,3 +109,25 @@ func (c *eventCache) close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// usableStream returns the first of candidates that can still take work
+// (Query answers ErrDestroyed for a destroyed stream; any other answer
+// means it can), for work that must be enqueued somewhere, like freeing
+// memory upstream. If none can, it synchronizes the device, so the
+// destroyed streams' remaining work is done, and returns a new stream;
+// done destroys it (after its work). Resources call it on rare paths
+// (Release), never per operation.
+func usableStream(dev gpu.Device, candidates []gpu.Stream) (s gpu.Stream, done func(), err error) {
+	for _, c := range candidates {
+		if err := c.Query(); !errors.Is(err, gpu.ErrDestroyed) {
+			return c, func() {}, nil
+		}
+	}
+	if err := dev.Synchronize(); err != nil {
+		return nil, nil, fmt.Errorf("synchronize after destroyed streams: %w", err)
+	}
+	if s, err = dev.NewStream(); err != nil {
+		return nil, nil, fmt.Errorf("new stream: %w", err)
+	}
+	return s, func() { s.Destroy() }, nil
+}

@@ -373,7 +373,6 @@ func (r *FixedSize) Release() error {
 	}
 	// held[i] is how many blocks of released chunks states[i] held.
 	held := make([]int, len(states))
-	x := -1
 	for i, st := range states {
 		if len(release) > 0 {
 			st.free = slices.DeleteFunc(st.free, func(b fsBlock) bool {
@@ -383,9 +382,6 @@ func (r *FixedSize) Release() error {
 				}
 				return false
 			})
-			if x < 0 || held[i] > held[x] {
-				x = i
-			}
 		}
 		if len(st.free) == 0 {
 			st.dead = true
@@ -402,16 +398,24 @@ func (r *FixedSize) Release() error {
 		return nil
 	}
 
-	// Order X after every other stream that held blocks of the chunks,
-	// then free them all on X.
-	xs := states[x].s
+	// Order one stream X after every stream that held blocks of the
+	// chunks, then free them all on X. X is the holder with the most
+	// blocks that was not destroyed (or a new stream if all were).
+	var holders []gpu.Stream
+	for _, i := range heldOrder(held) {
+		holders = append(holders, states[i].s)
+	}
+	xs, done, err := usableStream(r.dev, holders)
+	if err != nil {
+		r.restore(chunks, holders[0])
+		return fmt.Errorf("%s: release: %w", r.name, err)
+	}
+	defer done()
 	var errs []error
-	for i, st := range states {
-		if i != x && held[i] > 0 {
-			if err := r.events.order(xs, st.s); err != nil {
-				r.restore(chunks, xs)
-				return fmt.Errorf("%s: release: %w", r.name, err)
-			}
+	for _, h := range holders {
+		if err := r.events.order(xs, h); err != nil {
+			r.restore(chunks, xs)
+			return fmt.Errorf("%s: release: %w", r.name, err)
 		}
 	}
 	for _, c := range chunks {
@@ -426,6 +430,18 @@ func (r *FixedSize) Release() error {
 		return fmt.Errorf("%s: release: %w", r.name, err)
 	}
 	return nil
+}
+
+// heldOrder returns the indexes i with held[i] > 0, most held first.
+func heldOrder(held []int) []int {
+	var idx []int
+	for i, n := range held {
+		if n > 0 {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return held[b] - held[a] })
+	return idx
 }
 
 // restore puts chunks that could not be released back: indexed again,

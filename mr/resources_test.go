@@ -617,3 +617,46 @@ func TestResourcesReleaseWhileBusy(t *testing.T) {
 		})
 	}
 }
+
+// TestResourcesReleaseAfterStreamsDestroyed frees memory on streams, some
+// of it across them, destroys the streams, and checks Release still gives
+// everything back (on another stream, after synchronizing the device).
+func TestResourcesReleaseAfterStreamsDestroyed(t *testing.T) {
+	for _, c := range resCases() {
+		t.Run(c.name, func(t *testing.T) {
+			dev := resDevice(t, sim.Config{})
+			r := c.make(t, dev)
+			var ss []gpu.Stream
+			for range 3 {
+				s, err := dev.NewStream()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ss = append(ss, s)
+			}
+			for i, n := range c.sizes(300, 5000, 64<<10, 1<<20, 3<<20) {
+				for k := range ss {
+					p, err := r.Allocate(n, ss[k])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := dev.MemsetD8Async(p, byte(i), n, ss[k]); err != nil {
+						t.Fatal(err)
+					}
+					if err := r.Deallocate(p, n, ss[(k+i)%len(ss)]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, s := range ss {
+				if err := s.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := dev.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			resReleaseAll(t, dev, r)
+		})
+	}
+}
