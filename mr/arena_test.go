@@ -250,3 +250,40 @@ func ExampleArena() {
 	// 12582912
 	// 0
 }
+
+func TestArenaClose(t *testing.T) {
+	dev := resDevice(t, sim.Config{})
+	s := resStream(t, dev)
+	r, err := mr.NewArena(mr.NewDirect(dev), mr.ArenaOptions{SuperblockSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := r.Allocate(1000, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := r.Allocate(2<<20, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err == nil {
+		t.Fatal("Close with live allocations succeeded")
+	}
+	for _, a := range []struct {
+		p gpu.DevicePtr
+		n int
+	}{{small, 1000}, {large, 2 << 20}} {
+		if err := r.Deallocate(a.p, a.n, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Deallocate(large, 2<<20, s); !errors.Is(err, mr.ErrDoubleFree) {
+		t.Errorf("double free of a large allocation: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if u := r.Usage(); u.Reserved != 0 {
+		t.Errorf("after Close: %+v", u)
+	}
+}

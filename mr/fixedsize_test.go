@@ -206,3 +206,45 @@ func ExampleFixedSize() {
 	r.Release()
 	// Output: true 262144
 }
+
+// TestFixedSizeReleaseFailure makes the upstream free fail during Release:
+// the chunk stays, usable, and a later Release frees it.
+func TestFixedSizeReleaseFailure(t *testing.T) {
+	dev := resDevice(t, sim.Config{})
+	s := resStream(t, dev)
+	r, err := mr.NewFixedSize(mr.NewDirect(dev), mr.FixedSizeOptions{BlockSize: 1024, BlocksPerChunk: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Allocate(1024, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Deallocate(p, 1024, s); err != nil {
+		t.Fatal(err)
+	}
+	dev.FailNext(sim.OpFree, 1, gpu.ErrLaunchFailed)
+	if err := r.Release(); !errors.Is(err, gpu.ErrLaunchFailed) {
+		t.Fatalf("Release with a failing upstream free: %v", err)
+	}
+	if u := r.Usage(); u.Reserved != 2048 {
+		t.Fatalf("after the failed release: %+v, want the chunk kept", u)
+	}
+	var qs []gpu.DevicePtr
+	for range 2 {
+		q, err := r.Allocate(1, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, q)
+	}
+	if u := r.Usage(); u.Reserved != 2048 {
+		t.Errorf("kept chunk not reused: %+v", u)
+	}
+	for _, q := range qs {
+		if err := r.Deallocate(q, 1, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resReleaseAll(t, dev, r, s)
+}

@@ -660,3 +660,54 @@ func TestResourcesReleaseAfterStreamsDestroyed(t *testing.T) {
 		})
 	}
 }
+
+// TestResourcesUsagePeaks checks Usage's counters and peaks, and that
+// ResetPeaks lowers the peaks to the current values.
+func TestResourcesUsagePeaks(t *testing.T) {
+	for _, c := range resCases() {
+		t.Run(c.name, func(t *testing.T) {
+			dev := resDevice(t, sim.Config{})
+			r := c.make(t, dev)
+			u, ok := r.(mr.UsageReporter)
+			if !ok {
+				t.Skip("not a UsageReporter")
+			}
+			s := resStream(t, dev)
+			const a, b = 3000, 5000
+			pa, err := r.Allocate(a, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb, err := r.Allocate(b, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Deallocate(pb, b, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			got := u.Usage()
+			if got.Used < a || got.Used >= a+b || got.PeakUsed < a+b || got.Reserved < got.Used || got.PeakReserved < got.Reserved {
+				t.Errorf("with %d live after a peak of %d: %+v", a, a+b, got)
+			}
+			switch rp := r.(type) {
+			case interface{ ResetPeaks() }:
+				rp.ResetPeaks()
+			case interface{ ResetPeaks() error }:
+				if err := rp.ResetPeaks(); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				t.Fatalf("%T has no ResetPeaks", r)
+			}
+			if got := u.Usage(); got.PeakUsed != got.Used || got.PeakReserved != got.Reserved {
+				t.Errorf("after ResetPeaks: %+v, want peaks equal to the current values", got)
+			}
+			if err := r.Deallocate(pa, a, s); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
