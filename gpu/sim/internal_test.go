@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"github.com/streamalloc/streamalloc/gpu"
 	"math/rand/v2"
 	"slices"
@@ -140,125 +141,153 @@ func FuzzParsePTX(f *testing.F) {
 }
 
 // TestPoolModel runs random pool operations and checks the pool's
-// accounting and layout after each against a reference: used is the sum
-// of the live blocks (rounded to 256), reserved covers them in whole
-// 2 MiB chunks, live blocks are disjoint and inside the pool's chunks, and
-// the device charge equals what is reserved.
+// accounting and layout after each against a reference (see poolModel).
 func TestPoolModel(t *testing.T) {
 	for seed := range uint64(20) {
-		rnd := rand.New(rand.NewPCG(seed, 1))
-		d := New(Config{Capacity: 64 << 20}).devices[0]
-		var ss []*stream
-		for range 3 {
-			gs, err := d.NewStream()
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(seed, 1))
+			poolModel(t, 300, rnd.IntN)
+		})
+	}
+}
+
+// FuzzPoolModel is TestPoolModel with the choices taken from the input.
+func FuzzPoolModel(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 5, 6, 7, 8, 9, 0, 4, 0})
+	f.Add([]byte{1, 200, 1, 100, 7, 0, 0, 2, 7, 1, 1, 8, 9, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		i := 0
+		next := func(n int) int {
+			if i >= len(data) {
+				return 0
+			}
+			v := int(data[i])
+			i++
+			return v % n
+		}
+		poolModel(t, min(len(data), 200), next)
+	})
+}
+
+// poolModel runs steps pool operations chosen by next(n) (in [0, n)) and
+// checks after each: used is the sum of the live blocks (rounded to 256),
+// reserved covers them in whole 2 MiB chunks, blocks tile their chunks and
+// free neighbours are coalesced, the free list holds exactly the free
+// blocks, live blocks are disjoint, and the device charge equals what is
+// reserved. At the end everything is freed and trimmed back to zero.
+func poolModel(t *testing.T, steps int, next func(int) int) {
+	t.Helper()
+	d := New(Config{Capacity: 64 << 20}).devices[0]
+	var ss []*stream
+	for range 3 {
+		gs, err := d.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, gs.(*stream))
+	}
+	p := d.defPool
+	type live struct {
+		p    uint64
+		size uint64
+	}
+	var lives []live
+	for step := range steps {
+		switch r := next(10); {
+		case r < 5:
+			size := uint64(1 + next(3<<20))
+			ptr, err := d.MallocAsync(int(size), ss[next(len(ss))])
 			if err != nil {
+				continue // out of memory is fine; checked below
+			}
+			lives = append(lives, live{uint64(ptr), size})
+		case r < 8 && len(lives) > 0:
+			k := next(len(lives))
+			if err := d.FreeAsync(gpuPtr(lives[k].p), ss[next(len(ss))]); err != nil {
 				t.Fatal(err)
 			}
-			ss = append(ss, gs.(*stream))
+			lives = slices.Delete(lives, k, k+1)
+		case r == 8:
+			if err := ss[next(len(ss))].Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if err := p.SetAttribute(4, uint64(next(3))<<21); err != nil {
+				t.Fatal(err)
+			}
 		}
-		p := d.defPool
-		type live struct {
-			p    uint64
-			size uint64
-		}
-		var lives []live
-		for step := range 300 {
-			switch r := rnd.IntN(10); {
-			case r < 5:
-				size := uint64(1 + rnd.IntN(3<<20))
-				ptr, err := d.MallocAsync(int(size), ss[rnd.IntN(len(ss))])
-				if err != nil {
-					continue // out of memory is fine; checked below
-				}
-				lives = append(lives, live{uint64(ptr), size})
-			case r < 8 && len(lives) > 0:
-				k := rnd.IntN(len(lives))
-				if err := d.FreeAsync(gpuPtr(lives[k].p), ss[rnd.IntN(len(ss))]); err != nil {
-					t.Fatal(err)
-				}
-				lives = slices.Delete(lives, k, k+1)
-			case r == 8:
-				if err := ss[rnd.IntN(len(ss))].Synchronize(); err != nil {
-					t.Fatal(err)
-				}
-			default:
-				if err := p.SetAttribute(4, uint64(rnd.IntN(3))<<21); err != nil {
-					t.Fatal(err)
-				}
-			}
-			d.mu.Lock()
-			var used uint64
-			for _, l := range lives {
-				used += roundUp(l.size, align)
-			}
-			if p.used != used {
-				t.Fatalf("seed %d step %d: used %d, want %d", seed, step, p.used, used)
-			}
-			var reserved, inChunks uint64
-			listed := map[*block]bool{}
-			for x := p.free; x != nil; x = x.fnext {
-				if !x.free || listed[x] || (x.fnext != nil && x.fnext.fprev != x) {
-					t.Fatalf("seed %d step %d: free list corrupt", seed, step)
-				}
-				listed[x] = true
-			}
-			nfree := 0
-			for _, c := range p.chunks {
-				reserved += c.seg.size
-				if c.seg.size%bigAlign != 0 {
-					t.Fatalf("chunk of %d bytes", c.seg.size)
-				}
-				end := c.seg.base
-				for b := c.first; b != nil; b = b.next {
-					if b.addr != end || (b.next != nil && b.free && b.next.free) {
-						t.Fatalf("seed %d step %d: chunk blocks not contiguous or not coalesced", seed, step)
-					}
-					end += b.size
-					if !b.free {
-						inChunks += b.size
-					} else {
-						nfree++
-						if !listed[b] {
-							t.Fatalf("seed %d step %d: free block not listed", seed, step)
-						}
-					}
-				}
-				if end != c.seg.base+c.seg.size {
-					t.Fatalf("blocks do not cover their chunk")
-				}
-			}
-			if nfree != len(listed) {
-				t.Fatalf("seed %d step %d: %d free blocks, %d listed", seed, step, nfree, len(listed))
-			}
-			if p.reserved != reserved || inChunks != used || d.committed != reserved || reserved > d.capacity {
-				t.Fatalf("seed %d step %d: reserved %d (chunks %d), used in chunks %d of %d, committed %d",
-					seed, step, p.reserved, reserved, inChunks, used, d.committed)
-			}
-			slices.SortFunc(lives, func(a, b live) int { return int(int64(a.p - b.p)) })
-			for i := 1; i < len(lives); i++ {
-				if lives[i-1].p+lives[i-1].size > lives[i].p {
-					t.Fatalf("live blocks overlap")
-				}
-			}
-			d.mu.Unlock()
-		}
+		d.mu.Lock()
+		var used uint64
 		for _, l := range lives {
-			if err := d.FreeAsync(gpuPtr(l.p), ss[0]); err != nil {
-				t.Fatal(err)
+			used += roundUp(l.size, align)
+		}
+		if p.used != used {
+			t.Fatalf("step %d: used %d, want %d", step, p.used, used)
+		}
+		var reserved, inChunks uint64
+		listed := map[*block]bool{}
+		for x := p.free; x != nil; x = x.fnext {
+			if !x.free || listed[x] || (x.fnext != nil && x.fnext.fprev != x) {
+				t.Fatalf("step %d: free list corrupt", step)
+			}
+			listed[x] = true
+		}
+		nfree := 0
+		for _, c := range p.chunks {
+			reserved += c.seg.size
+			if c.seg.size%bigAlign != 0 {
+				t.Fatalf("chunk of %d bytes", c.seg.size)
+			}
+			end := c.seg.base
+			for b := c.first; b != nil; b = b.next {
+				if b.addr != end || (b.next != nil && b.free && b.next.free) {
+					t.Fatalf("step %d: chunk blocks not contiguous or not coalesced", step)
+				}
+				end += b.size
+				if !b.free {
+					inChunks += b.size
+				} else {
+					nfree++
+					if !listed[b] {
+						t.Fatalf("step %d: free block not listed", step)
+					}
+				}
+			}
+			if end != c.seg.base+c.seg.size {
+				t.Fatalf("blocks do not cover their chunk")
 			}
 		}
-		if err := d.Synchronize(); err != nil {
+		if nfree != len(listed) {
+			t.Fatalf("step %d: %d free blocks, %d listed", step, nfree, len(listed))
+		}
+		if p.reserved != reserved || inChunks != used || d.committed != reserved || reserved > d.capacity {
+			t.Fatalf("step %d: reserved %d (chunks %d), used in chunks %d of %d, committed %d",
+				step, p.reserved, reserved, inChunks, used, d.committed)
+		}
+		slices.SortFunc(lives, func(a, b live) int { return int(int64(a.p - b.p)) })
+		for i := 1; i < len(lives); i++ {
+			if lives[i-1].p+lives[i-1].size > lives[i].p {
+				t.Fatalf("live blocks overlap")
+			}
+		}
+		d.mu.Unlock()
+	}
+	for _, l := range lives {
+		if err := d.FreeAsync(gpuPtr(l.p), ss[0]); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.SetAttribute(4, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.TrimTo(0); err != nil {
-			t.Fatal(err)
-		}
-		if p.reserved != 0 || p.used != 0 || d.committed != 0 {
-			t.Fatalf("seed %d: after freeing and trimming everything: reserved %d used %d committed %d", seed, p.reserved, p.used, d.committed)
-		}
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetAttribute(4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.TrimTo(0); err != nil {
+		t.Fatal(err)
+	}
+	if p.reserved != 0 || p.used != 0 || d.committed != 0 {
+		t.Fatalf("after freeing and trimming everything: reserved %d used %d committed %d", p.reserved, p.used, d.committed)
 	}
 }
 
