@@ -8,6 +8,10 @@
 //     inside a Use callback, which runs with mu held).
 //   - The tracking state (track.go) is guarded by mu and owns every event it
 //     holds; closing or resizing hands them all back to the cache.
+//   - The state lives in core, which the handle points to; a cleanup
+//     attached to the handle closes the core if the handle is dropped
+//     while open (the safety net against leaks), and Close cancels it.
+//     Nothing in core points back to the handle.
 //   - A failed operation leaves the buffer as it was: the memory is still
 //     owned, the generation unchanged, no event lost. Waits it enqueued
 //     before failing only add order.
@@ -15,6 +19,7 @@ package buf
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -31,8 +36,20 @@ var ids atomic.Uint64
 
 // Buffer is an owning, stream-ordered handle to size bytes of device
 // memory. It is safe for concurrent use by many goroutines; operations on
-// one buffer are serialized.
+// one buffer are serialized. A Buffer must be made by New.
+//
+// Close it when done. A buffer that becomes unreachable while open is
+// closed by the garbage collector as a safety net, on its stream and after
+// every recorded use, like an explicit Close (errors are then dropped).
 type Buffer struct {
+	*core
+	cleanup runtime.Cleanup
+}
+
+// core is the state of a Buffer, apart from the handle so that the
+// garbage collector's cleanup can close it without keeping the handle
+// alive.
+type core struct {
 	res       mr.Resource
 	dev       gpu.Device
 	obs       Observer
@@ -99,7 +116,7 @@ func New(res mr.Resource, size int, s gpu.Stream, opts ...Option) (*Buffer, erro
 	if err != nil {
 		return nil, fmt.Errorf("buf: new %d bytes: %w", size, err)
 	}
-	b := &Buffer{
+	c := &core{
 		res:       res,
 		dev:       dev,
 		obs:       o.obs,
@@ -107,12 +124,46 @@ func New(res mr.Resource, size int, s gpu.Stream, opts ...Option) (*Buffer, erro
 		id:        ids.Add(1),
 		untracked: o.untracked,
 	}
-	if b.obs == nil {
-		b.obs = findObserver(res)
+	if c.obs == nil {
+		c.obs = findObserver(res)
 	}
-	b.track.allocated(s)
-	b.cur.Store(&snapshot{ptr: p, size: size, gen: generations.Add(1), stream: s})
+	c.track.allocated(s)
+	c.cur.Store(&snapshot{ptr: p, size: size, gen: generations.Add(1), stream: s})
+	b := &Buffer{core: c}
+	b.cleanup = runtime.AddCleanup(b, (*core).collect, c)
 	return b, nil
+}
+
+// collect closes a buffer that was dropped while open. It runs on the
+// garbage collector's cleanup goroutine; there is no caller to give an
+// error to, so a failed free leaves the memory to the resource's own
+// accounting (it stays live there).
+func (c *core) collect() {
+	if sn := c.cur.Load(); sn != nil {
+		c.closeOn(sn.stream)
+	}
+}
+
+// closeOn is CloseOn without the handle.
+func (c *core) closeOn(s gpu.Stream) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sn := c.cur.Load()
+	if sn == nil {
+		return ErrClosed
+	}
+	if err := checkStream(c.dev, s); err != nil {
+		return err
+	}
+	if err := c.waitAll(s); err != nil {
+		return err
+	}
+	if err := c.res.Deallocate(sn.ptr, sn.size, s); err != nil {
+		return err
+	}
+	c.track.release(c.events)
+	c.cur.Store(nil)
+	return nil
 }
 
 func checkStream(dev gpu.Device, s gpu.Stream) error {
@@ -129,7 +180,7 @@ func checkStream(dev gpu.Device, s gpu.Stream) error {
 // closed buffer is ErrClosed); any other gen is a Ref's, which must match
 // the live generation (else ErrUseAfterFree). On error b is not locked.
 func (b *Buffer) lock(gen uint64) (*snapshot, error) {
-	if b == nil {
+	if b == nil || b.core == nil {
 		return nil, ErrNilBuffer
 	}
 	b.mu.Lock()
@@ -145,13 +196,18 @@ func (b *Buffer) lock(gen uint64) (*snapshot, error) {
 	return sn, nil
 }
 
+// snap is the live snapshot, or nil for a nil, zero or closed buffer.
+func (b *Buffer) snap() *snapshot {
+	if b == nil || b.core == nil {
+		return nil
+	}
+	return b.cur.Load()
+}
+
 // Ptr is the device address of the buffer's memory, or 0 once it is
 // closed (or for a size-0 buffer). It changes on Resize.
 func (b *Buffer) Ptr() gpu.DevicePtr {
-	if b == nil {
-		return 0
-	}
-	if sn := b.cur.Load(); sn != nil {
+	if sn := b.snap(); sn != nil {
 		return sn.ptr
 	}
 	return 0
@@ -159,10 +215,7 @@ func (b *Buffer) Ptr() gpu.DevicePtr {
 
 // Size is the buffer's size in bytes, or 0 once it is closed.
 func (b *Buffer) Size() int {
-	if b == nil {
-		return 0
-	}
-	if sn := b.cur.Load(); sn != nil {
+	if sn := b.snap(); sn != nil {
 		return sn.size
 	}
 	return 0
@@ -170,10 +223,7 @@ func (b *Buffer) Size() int {
 
 // Stream is the stream the buffer is ordered on, or nil once it is closed.
 func (b *Buffer) Stream() gpu.Stream {
-	if b == nil {
-		return nil
-	}
-	if sn := b.cur.Load(); sn != nil {
+	if sn := b.snap(); sn != nil {
 		return sn.stream
 	}
 	return nil
@@ -182,10 +232,7 @@ func (b *Buffer) Stream() gpu.Stream {
 // Generation is the generation of the buffer's live allocation, or 0 once
 // it is closed.
 func (b *Buffer) Generation() uint64 {
-	if b == nil {
-		return 0
-	}
-	if sn := b.cur.Load(); sn != nil {
+	if sn := b.snap(); sn != nil {
 		return sn.gen
 	}
 	return 0
@@ -193,7 +240,7 @@ func (b *Buffer) Generation() uint64 {
 
 // Device is the device the memory lives on.
 func (b *Buffer) Device() gpu.Device {
-	if b == nil {
+	if b == nil || b.core == nil {
 		return nil
 	}
 	return b.dev
@@ -201,14 +248,14 @@ func (b *Buffer) Device() gpu.Device {
 
 // Resource is the resource the memory came from.
 func (b *Buffer) Resource() mr.Resource {
-	if b == nil {
+	if b == nil || b.core == nil {
 		return nil
 	}
 	return b.res
 }
 
 // Tracked reports whether block-use tracking is on (see Untracked).
-func (b *Buffer) Tracked() bool { return b != nil && !b.untracked }
+func (b *Buffer) Tracked() bool { return b != nil && b.core != nil && !b.untracked }
 
 // SetStream orders the buffer on s from now on: later copies, sets, Resize
 // and Close are enqueued there. Tracking orders them after the work already
@@ -232,7 +279,7 @@ func (b *Buffer) SetStream(s gpu.Stream) error {
 // Close frees the memory in stream order on the buffer's stream; see
 // CloseOn.
 func (b *Buffer) Close() error {
-	if b == nil {
+	if b == nil || b.core == nil {
 		return fmt.Errorf("buf: close: %w", ErrNilBuffer)
 	}
 	s := b.Stream()
@@ -248,22 +295,13 @@ func (b *Buffer) Close() error {
 // resource only after all work that used it. If the free fails, the buffer
 // stays open and owns its memory.
 func (b *Buffer) CloseOn(s gpu.Stream) error {
-	sn, err := b.lock(0)
-	if err != nil {
+	if b == nil || b.core == nil {
+		return fmt.Errorf("buf: close: %w", ErrNilBuffer)
+	}
+	if err := b.closeOn(s); err != nil {
 		return fmt.Errorf("buf: close: %w", err)
 	}
-	defer b.mu.Unlock()
-	if err := checkStream(b.dev, s); err != nil {
-		return fmt.Errorf("buf: close: %w", err)
-	}
-	if err := b.waitAll(s); err != nil {
-		return fmt.Errorf("buf: close: %w", err)
-	}
-	if err := b.res.Deallocate(sn.ptr, sn.size, s); err != nil {
-		return fmt.Errorf("buf: close: %w", err)
-	}
-	b.track.release(b.events)
-	b.cur.Store(nil)
+	b.cleanup.Stop()
 	return nil
 }
 

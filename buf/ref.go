@@ -41,7 +41,7 @@ func (r Ref) Generation() uint64 { return r.gen }
 // Err is nil while the Ref's allocation is live, ErrUseAfterFree once it
 // is not, and ErrNilBuffer for the zero Ref.
 func (r Ref) Err() error {
-	if r.b == nil {
+	if r.b == nil || r.b.core == nil {
 		return ErrNilBuffer
 	}
 	if sn := r.b.cur.Load(); sn == nil || sn.gen != r.gen {
@@ -53,10 +53,7 @@ func (r Ref) Err() error {
 // Ptr is the allocation's device address, or 0 if the Ref is stale. A
 // pointer read here and used later is not protected: use it inside Use.
 func (r Ref) Ptr() gpu.DevicePtr {
-	if r.b == nil {
-		return 0
-	}
-	if sn := r.b.cur.Load(); sn != nil && sn.gen == r.gen {
+	if sn := r.b.snap(); sn != nil && sn.gen == r.gen {
 		return sn.ptr
 	}
 	return 0
@@ -64,10 +61,7 @@ func (r Ref) Ptr() gpu.DevicePtr {
 
 // Size is the allocation's size, or 0 if the Ref is stale.
 func (r Ref) Size() int {
-	if r.b == nil {
-		return 0
-	}
-	if sn := r.b.cur.Load(); sn != nil && sn.gen == r.gen {
+	if sn := r.b.snap(); sn != nil && sn.gen == r.gen {
 		return sn.size
 	}
 	return 0

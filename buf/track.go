@@ -52,7 +52,7 @@ func (t *tracking) release(c *eventCache) {
 // is recorded first (and keeps its event). If m's stream was destroyed,
 // no event can be recorded on it any more, and the device is synchronized
 // instead: the only way left to be ordered after its work.
-func (b *Buffer) waitOn(m *mark, s gpu.Stream) error {
+func (b *core) waitOn(m *mark, s gpu.Stream) error {
 	if m.s == nil || m.s.ID() == s.ID() {
 		return nil
 	}
@@ -89,7 +89,7 @@ func (b *Buffer) waitOn(m *mark, s gpu.Stream) error {
 
 // waitAll makes s wait on the last write and every read: what a write, or
 // a free, must come after.
-func (b *Buffer) waitAll(s gpu.Stream) error {
+func (b *core) waitAll(s gpu.Stream) error {
 	if b.untracked {
 		return nil
 	}
@@ -117,7 +117,7 @@ func (b *Buffer) waitAll(s gpu.Stream) error {
 
 // prepare orders s for a use with access a of size bytes at p and reports
 // the use to the observer; b.mu is held, s and a are valid.
-func (b *Buffer) prepare(s gpu.Stream, a Access, p gpu.DevicePtr, size int) error {
+func (b *core) prepare(s gpu.Stream, a Access, p gpu.DevicePtr, size int) error {
 	if !b.untracked {
 		var err error
 		if a.Writes() {
@@ -140,7 +140,7 @@ func (b *Buffer) prepare(s gpu.Stream, a Access, p gpu.DevicePtr, size int) erro
 // finish records the use on s with access a; b.mu is held. It cannot
 // fail: if no event can be had or recorded, the slot gets a lazy mark,
 // which orders later waiters at least as strongly.
-func (b *Buffer) finish(s gpu.Stream, a Access) {
+func (b *core) finish(s gpu.Stream, a Access) {
 	if b.untracked {
 		return
 	}
@@ -176,7 +176,7 @@ func (b *Buffer) finish(s gpu.Stream, a Access) {
 
 // record records e (or a cached event if e is nil) on s and returns the
 // mark; on failure the event goes back and the mark is lazy.
-func (b *Buffer) record(s gpu.Stream, e gpu.Event) mark {
+func (b *core) record(s gpu.Stream, e gpu.Event) mark {
 	if e == nil {
 		var err error
 		if e, err = b.events.get(); err != nil {

@@ -1,8 +1,9 @@
 // Resource: the sanitizer as an mr adaptor.
 //
 // Allocate and Deallocate pass through to the upstream and are checked
-// around it: a free is checked before the upstream sees it (so that a
-// refused free is not made) and recorded after it succeeds; an allocation
+// around it: a free is checked and marked before the upstream sees it (so
+// that a refused free is not made, and a concurrent allocation of the same
+// memory sees it freed) and unmarked if the upstream fails; an allocation
 // is checked after the upstream returns the memory (the only time the
 // address is known) and given back if refused. Failed upstream calls are
 // not recorded, so the sanitizer's view never runs ahead of the resource's.
@@ -109,10 +110,13 @@ func (r *Resource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		return r.z.deliver(ps)
 	}
 	if err := r.up.Deallocate(p, size, s); err != nil {
+		if reg != nil {
+			r.z.revertFree(reg)
+		}
 		return err
 	}
 	if reg != nil {
-		r.z.commitFree(reg, &this)
+		r.z.commitFree(reg)
 	}
 	return r.z.deliver(ps)
 }

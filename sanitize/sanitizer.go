@@ -456,23 +456,36 @@ func (z *Sanitizer) checkFree(p gpu.DevicePtr, n int, s gpu.Stream, this *site) 
 		ss.clock.join(r.allocStream.clock)
 	}
 	this.ep = epoch{ss.idx, ss.clock.tick(ss.idx)}
+	// The region is freed from now on, not when the upstream returns:
+	// the upstream may hand the memory to another goroutine's allocation
+	// before this one gets the lock back, and that is no reuse of live
+	// memory.
+	r.live = false
+	r.free = *this
 	return r, ps
 }
 
-// commitFree records a free the upstream made, with the epoch checkFree
-// gave it.
-func (z *Sanitizer) commitFree(r *region, this *site) {
+// commitFree finishes a free the upstream made.
+func (z *Sanitizer) commitFree(r *region) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if !r.live || r.dead {
-		return
-	}
-	r.live = false
-	r.free = *this
 	r.lastWrite = site{}
 	r.reads = nil
-	z.freed = append(z.freed, r) // already indexed
-	z.evict()
+	if !r.dead {
+		z.freed = append(z.freed, r) // already indexed
+		z.evict()
+	}
+}
+
+// revertFree undoes checkFree's marking when the upstream refused the
+// free: the memory is still the caller's.
+func (z *Sanitizer) revertFree(r *region) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if !r.dead {
+		r.live = true
+		r.free = site{}
+	}
 }
 
 // record notes that e (keyed by its raw handle) was recorded on s.
