@@ -132,3 +132,36 @@ func ExampleBinning() {
 	r.Deallocate(p, 3000, s)
 	// Output: 9
 }
+
+// TestBinningMismatchAfterReuse frees a large allocation, lets a bin's
+// chunk take the same address from the upstream, and frees the bin's block
+// there with the large size: a size mismatch, not a double free (a
+// regression found by FuzzResourceOps).
+func TestBinningMismatchAfterReuse(t *testing.T) {
+	dev := resDevice(t, sim.Config{})
+	s := resStream(t, dev)
+	r, err := mr.NewBinning(mr.NewDirect(dev), mr.BinningOptions{MinSize: 4096, MaxSize: 4096, BlocksPerChunk: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := r.Allocate(16<<10, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Deallocate(large, 16<<10, s); err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Allocate(4000, s) // a new 16 KiB chunk
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != large {
+		t.Skipf("the upstream put the chunk at %#x, not at the freed %#x", p, large)
+	}
+	if err := r.Deallocate(p, 16<<10, s); !errors.Is(err, mr.ErrSizeMismatch) {
+		t.Errorf("free of a bin's block with a large size: %v, want ErrSizeMismatch", err)
+	}
+	if err := r.Deallocate(p, 4000, s); err != nil {
+		t.Fatal(err)
+	}
+}
