@@ -149,3 +149,19 @@ func ExampleDirect() {
 	fmt.Println(r.Usage().PeakUsed)
 	// Output: 1048576
 }
+
+func ExampleManaged() {
+	dev, _ := sim.New(sim.Config{}).Device(0)
+	s, _ := dev.NewStream()
+	defer s.Destroy()
+
+	r := mr.NewManaged(dev) // unified memory, addressable from host and device
+	p, err := r.Allocate(4096, s)
+	if err != nil {
+		panic(err)
+	}
+	dev.MemsetD8Async(p, 1, 4096, s)
+	r.Deallocate(p, 4096, s) // waits for the memset, then cuMemFree
+	fmt.Println(r.Usage().Used)
+	// Output: 0
+}
