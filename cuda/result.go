@@ -15,53 +15,55 @@ type Result int32
 // CUresult values used by this package and its callers. The numbers are
 // the driver's (cuda.h); the names drop the CUDA_ERROR_ prefix.
 const (
-	Success           Result = 0
-	ErrInvalidValue   Result = 1
-	ErrOutOfMemory    Result = 2
-	ErrNotInitialized Result = 3
-	ErrDeinitialized  Result = 4
-	ErrNoDevice       Result = 100
-	ErrInvalidDevice  Result = 101
-	ErrInvalidImage   Result = 200
-	ErrInvalidContext Result = 201
-	ErrInvalidPTX     Result = 218
-	ErrNotFound       Result = 500
-	ErrInvalidHandle  Result = 400
-	ErrNotReady       Result = 600
-	ErrIllegalAddress Result = 700
-	ErrLaunchOutOfRes Result = 701
-	ErrLaunchTimeout  Result = 702
-	ErrLaunchFailed   Result = 719
-	ErrNotPermitted   Result = 800
-	ErrNotSupported   Result = 801
-	ErrStreamCapture  Result = 900
-	ErrUnknown        Result = 999
+	Success              Result = 0
+	ErrInvalidValue      Result = 1
+	ErrOutOfMemory       Result = 2
+	ErrNotInitialized    Result = 3
+	ErrDeinitialized     Result = 4
+	ErrNoDevice          Result = 100
+	ErrInvalidDevice     Result = 101
+	ErrInvalidImage      Result = 200
+	ErrInvalidContext    Result = 201
+	ErrInvalidPTX        Result = 218
+	ErrNotFound          Result = 500
+	ErrInvalidHandle     Result = 400
+	ErrNotReady          Result = 600
+	ErrIllegalAddress    Result = 700
+	ErrLaunchOutOfRes    Result = 701
+	ErrMisalignedAddress Result = 716
+	ErrLaunchTimeout     Result = 702
+	ErrLaunchFailed      Result = 719
+	ErrNotPermitted      Result = 800
+	ErrNotSupported      Result = 801
+	ErrStreamCapture     Result = 900
+	ErrUnknown           Result = 999
 )
 
 // resultNames holds the enum names of cuda.h for the codes above, so that
 // errors read the same with or without a loaded driver.
 var resultNames = map[Result]string{
-	Success:           "CUDA_SUCCESS",
-	ErrInvalidValue:   "CUDA_ERROR_INVALID_VALUE",
-	ErrOutOfMemory:    "CUDA_ERROR_OUT_OF_MEMORY",
-	ErrNotInitialized: "CUDA_ERROR_NOT_INITIALIZED",
-	ErrDeinitialized:  "CUDA_ERROR_DEINITIALIZED",
-	ErrNoDevice:       "CUDA_ERROR_NO_DEVICE",
-	ErrInvalidDevice:  "CUDA_ERROR_INVALID_DEVICE",
-	ErrInvalidImage:   "CUDA_ERROR_INVALID_IMAGE",
-	ErrInvalidContext: "CUDA_ERROR_INVALID_CONTEXT",
-	ErrInvalidPTX:     "CUDA_ERROR_INVALID_PTX",
-	ErrNotFound:       "CUDA_ERROR_NOT_FOUND",
-	ErrInvalidHandle:  "CUDA_ERROR_INVALID_HANDLE",
-	ErrNotReady:       "CUDA_ERROR_NOT_READY",
-	ErrIllegalAddress: "CUDA_ERROR_ILLEGAL_ADDRESS",
-	ErrLaunchOutOfRes: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
-	ErrLaunchTimeout:  "CUDA_ERROR_LAUNCH_TIMEOUT",
-	ErrLaunchFailed:   "CUDA_ERROR_LAUNCH_FAILED",
-	ErrNotPermitted:   "CUDA_ERROR_NOT_PERMITTED",
-	ErrNotSupported:   "CUDA_ERROR_NOT_SUPPORTED",
-	ErrStreamCapture:  "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
-	ErrUnknown:        "CUDA_ERROR_UNKNOWN",
+	Success:              "CUDA_SUCCESS",
+	ErrInvalidValue:      "CUDA_ERROR_INVALID_VALUE",
+	ErrOutOfMemory:       "CUDA_ERROR_OUT_OF_MEMORY",
+	ErrNotInitialized:    "CUDA_ERROR_NOT_INITIALIZED",
+	ErrDeinitialized:     "CUDA_ERROR_DEINITIALIZED",
+	ErrNoDevice:          "CUDA_ERROR_NO_DEVICE",
+	ErrInvalidDevice:     "CUDA_ERROR_INVALID_DEVICE",
+	ErrInvalidImage:      "CUDA_ERROR_INVALID_IMAGE",
+	ErrInvalidContext:    "CUDA_ERROR_INVALID_CONTEXT",
+	ErrInvalidPTX:        "CUDA_ERROR_INVALID_PTX",
+	ErrNotFound:          "CUDA_ERROR_NOT_FOUND",
+	ErrInvalidHandle:     "CUDA_ERROR_INVALID_HANDLE",
+	ErrNotReady:          "CUDA_ERROR_NOT_READY",
+	ErrIllegalAddress:    "CUDA_ERROR_ILLEGAL_ADDRESS",
+	ErrLaunchOutOfRes:    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+	ErrMisalignedAddress: "CUDA_ERROR_MISALIGNED_ADDRESS",
+	ErrLaunchTimeout:     "CUDA_ERROR_LAUNCH_TIMEOUT",
+	ErrLaunchFailed:      "CUDA_ERROR_LAUNCH_FAILED",
+	ErrNotPermitted:      "CUDA_ERROR_NOT_PERMITTED",
+	ErrNotSupported:      "CUDA_ERROR_NOT_SUPPORTED",
+	ErrStreamCapture:     "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+	ErrUnknown:           "CUDA_ERROR_UNKNOWN",
 }
 
 // Name returns the cuda.h name of r, or "CUresult(N)" for a code this

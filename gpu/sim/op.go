@@ -100,7 +100,7 @@ func (o Op) String() string {
 
 // ErrMisalignedAddress is CUDA_ERROR_MISALIGNED_ADDRESS, which a kernel
 // gets for a misaligned word access (cuda.Result has no name for it).
-const ErrMisalignedAddress = cuda.Result(716)
+const ErrMisalignedAddress = cuda.ErrMisalignedAddress
 
 // driverErr is the error the driver returns from call name with code.
 func driverErr(name string, code cuda.Result) error {

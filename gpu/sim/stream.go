@@ -31,8 +31,6 @@ import (
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
-var streamIDs atomic.Uint64
-
 type opKind uint8
 
 const (
@@ -105,7 +103,7 @@ type stream struct {
 }
 
 func newStream(d *Device) *stream {
-	s := &stream{dev: d, id: streamIDs.Add(1)}
+	s := &stream{dev: d, id: gpu.NewStreamID()}
 	sentinel := &op{s: s}
 	s.tail, s.head = sentinel, sentinel
 	s.wcond = sync.NewCond(&s.wmu)
