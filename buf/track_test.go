@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -352,4 +353,59 @@ func TestDestroyedStreamLazyMark(t *testing.T) {
 	useOp(t, e, b, s3, buf.Read)
 	useOp(t, e, b, s1, buf.Write)
 	must(t, b.CloseOn(s3))
+}
+
+// TestDroppedBufferCollected: a buffer dropped while open, with a write
+// still held on another stream, is freed by the garbage collector's
+// cleanup, and that free is tracked like Close: the next owner of the
+// memory does not see the late write.
+func TestDroppedBufferCollected(t *testing.T) {
+	e := newEnv(t)
+	s1, s2 := e.stream(), e.stream()
+	release := e.hold(s2)
+	var old gpu.DevicePtr
+	var write sim.OpID
+	func() {
+		b := e.buffer(1<<16, s1)
+		old = b.Ptr()
+		must(t, b.Use(s2, buf.Write, func() error {
+			err := e.dev.MemsetD8Async(b.Ptr(), 0x11, b.Size(), s2)
+			if e.sd != nil {
+				write = e.sd.LastOp(s2)
+			}
+			return err
+		}))
+	}()
+	for i := 0; i < 500; i++ {
+		runtime.GC()
+		if n, _ := e.res.Live(); n == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n, _ := e.res.Live(); n != 0 {
+		t.Fatalf("dropped buffer not collected: %d live", n)
+	}
+	if e.sd != nil {
+		// The free is the last operation on s1.
+		if free := e.sd.LastOp(s1); !e.sd.HappensBefore(write, free) {
+			t.Fatalf("the collected buffer's free (%v) is not ordered after its write (%v)", free, write)
+		}
+	}
+	c := e.buffer(1<<16, s1)
+	if c.Ptr() != old {
+		t.Logf("memory not reused (%#x, then %#x)", uint64(old), uint64(c.Ptr()))
+	}
+	must(t, c.Memset(0xaa))
+	release()
+	must(t, s2.Synchronize()) // the held write is done, wherever it went
+	got := make([]byte, 1<<16)
+	must(t, c.CopyToHost(got))
+	e.sync(s1)
+	for i, v := range got {
+		if v != 0xaa {
+			t.Fatalf("byte %d = %#x: the collected buffer's free did not wait for its use", i, v)
+		}
+	}
+	must(t, c.Close())
 }
