@@ -2,7 +2,6 @@ package buf_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/streamalloc/streamalloc/buf"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
@@ -15,10 +14,10 @@ import (
 // corrupted; tracked, Close makes S2 wait for the kernel and the data is
 // intact.
 //
-// On the GPU (STREAMALLOC_DEVICE=cuda) the kernel is sa_spin holding S1
-// for 50 ms, and both halves run. On the simulator the untracked half is a
-// real data race between two stream workers, so it runs only without
-// -race; the tracked half always runs.
+// On the GPU (STREAMALLOC_DEVICE=cuda) S1 is held by sa_spin for 50 ms,
+// and both halves run. On the simulator S1 is held by sim.Hold; the
+// untracked half is a real data race between two stream workers there, so
+// it runs only without -race; the tracked half always runs.
 func TestCorruptionWithoutTracking(t *testing.T) {
 	const n = 1 << 20 // words
 	for _, tracked := range []bool{false, true} {
@@ -41,12 +40,11 @@ func TestCorruptionWithoutTracking(t *testing.T) {
 			a, err := buf.NewVector[uint32](e.res, n, s2, opts...)
 			must(t, err)
 			must(t, s2.Synchronize()) // the allocation is done: only the free is at issue
-			must(t, a.Use(s1, buf.Write, func() error {
-				if err := k.Spin(s1, 50*time.Millisecond); err != nil {
-					return err
-				}
-				return k.Fill(s1, a.Ptr(), n, 1000)
-			}))
+			// The long kernel: a 50 ms spin on the GPU; on the
+			// simulator a Hold, released below, so that the order of
+			// the two fills does not depend on the host's speed.
+			release := e.hold(s1)
+			must(t, a.Use(s1, buf.Write, func() error { return k.Fill(s1, a.Ptr(), n, 1000) }))
 			old := a.Ptr()
 			must(t, a.Close()) // on S2: tracked, it waits for S1's kernel
 
@@ -65,6 +63,12 @@ func TestCorruptionWithoutTracking(t *testing.T) {
 			must(t, err)
 			must(t, errs.Memset(0))
 			must(t, b.Use(s2, buf.Write, func() error { return k.Fill(s2, b.Ptr(), n, 7) }))
+			if !tracked {
+				// The new owner's fill is done while the kernel still
+				// holds S1. (Tracked, S2 waits for S1: no sync here.)
+				must(t, s2.Synchronize())
+			}
+			release()
 			must(t, s1.Synchronize()) // the late kernel has finished
 			must(t, buf.UseAll(s2, []buf.Operand{{Buf: b.Buffer(), Access: buf.Read}, {Buf: errs.Buffer(), Access: buf.ReadWrite}},
 				func() error { return k.Check(s2, b.Ptr(), n, 7, errs.Ptr()) }))
