@@ -1,5 +1,6 @@
 // Access: how a use touches a buffer's bytes. The tracking rules of
 // track.go depend only on whether the use writes.
+
 package buf
 
 import "strconv"

@@ -15,6 +15,7 @@
 //   - A failed operation leaves the buffer as it was: the memory is still
 //     owned, the generation unchanged, no event lost. Waits it enqueued
 //     before failing only add order.
+
 package buf
 
 import (

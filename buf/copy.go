@@ -3,6 +3,7 @@
 // stream first waits as Prepare would, the operation is enqueued, and the
 // use is recorded as Finish would. Ranges are checked before anything is
 // enqueued, so a bad call writes nothing anywhere.
+
 package buf
 
 import (

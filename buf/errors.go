@@ -1,5 +1,6 @@
 // Errors of package buf. Each is a sentinel matched with errors.Is; the
 // errors returned wrap them with the operation and the values involved.
+
 package buf
 
 import (

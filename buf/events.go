@@ -12,6 +12,7 @@
 // owned by no slot; at most maxFreeEvents are kept, extra ones are
 // destroyed. Caches live as long as the process (one per device ever used
 // with buf), like the driver's primary contexts.
+
 package buf
 
 import (

@@ -6,6 +6,7 @@
 // (each an mr.Wrapper) that does, else the one given with
 // WithObserver. Calls to the observer are made with the buffer's lock held
 // and in stream order: waits first, then the use, then the record.
+
 package buf
 
 import (

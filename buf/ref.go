@@ -6,6 +6,7 @@
 // no longer matches and every operation through the Ref returns
 // ErrUseAfterFree without enqueueing anything. The check is made under the
 // buffer's lock, so it cannot race with Close.
+
 package buf
 
 import "github.com/streamalloc/streamalloc/gpu"

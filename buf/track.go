@@ -12,6 +12,7 @@
 //     records it first and keeps the event in the slot.
 //   - Every non-nil event in the state is owned by exactly one slot and
 //     goes back to the cache when that slot is overwritten or released.
+
 package buf
 
 import (

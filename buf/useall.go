@@ -5,6 +5,7 @@
 // calls over overlapping sets cannot deadlock, and each buffer appears
 // once: operands naming one buffer twice are merged (their accesses
 // joined).
+
 package buf
 
 import (

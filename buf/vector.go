@@ -10,6 +10,7 @@
 //
 // Host slices are copied through an unsafe byte view of their backing
 // array, which is sound exactly because T holds no pointers.
+
 package buf
 
 import (

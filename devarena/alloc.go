@@ -7,6 +7,7 @@
 // card's relaxed atomics, create no happens-before edge that would hide a
 // missing event from the race detector) and the fuzz test can use plain Go
 // memory. The fuzz test checks it against a sequential model.
+
 package devarena
 
 import (

@@ -15,6 +15,7 @@
 //   - a.mu guards closed and the lazily made pinned buffer and event; Stats
 //     holds it across its wait, so the pinned buffer is never the target of
 //     two copies at once and Close never frees it under a copy.
+
 package devarena
 
 import (

@@ -1,6 +1,7 @@
 // Errors of the host side. Each is a sentinel that callers match with
 // errors.Is; the errors returned wrap them with the operation and the
 // offending value.
+
 package devarena
 
 import (

@@ -5,6 +5,7 @@
 // card when the module loads. The simulator runs Go versions of the same
 // entries (simkernels.go), with the same arguments and algorithm, so a
 // test means the same thing on both backends.
+
 package devarena
 
 import (

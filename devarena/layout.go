@@ -23,6 +23,7 @@
 // so one Allocate and one Deallocate cover both, and the region's base is
 // aligned to the arena's alignment even when that exceeds mr.Alignment
 // (p, from the resource, is a multiple of 256, so base <= p + max(256, align)).
+
 package devarena
 
 import (

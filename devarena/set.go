@@ -11,6 +11,7 @@
 // later Close retries. s.mu guards both fields; For holds it while it
 // creates an arena (which only enqueues work), so two goroutines asking for
 // the same stream get the same arena.
+
 package devarena
 
 import (

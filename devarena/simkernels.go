@@ -11,6 +11,7 @@
 // streams from the race detector (Go's own sync/atomic would). Every
 // access to device memory is bounds-checked by the simulator, so a wrong
 // pointer is a failed launch (an illegal address), never a wild write.
+
 package devarena
 
 import (

@@ -13,6 +13,7 @@
 // q+size <= base+upstream size; the block is freed exactly once, when q is.
 // Bad alignments are refused with an *AlignmentError before the upstream
 // is asked.
+
 package mr
 
 import (

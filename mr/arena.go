@@ -49,6 +49,7 @@
 //     goroutine holds at most one arena's mutex.
 //   - Usage: Reserved is superblocks plus large allocations, Used the
 //     requested sizes of live allocations.
+
 package mr
 
 import (

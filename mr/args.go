@@ -5,6 +5,7 @@
 // another device's), then the size (negative, then too large to align).
 // Sizes are rounded up to Alignment only where a resource carves memory
 // itself; the driver-backed resources pass the caller's size through.
+
 package mr
 
 import (

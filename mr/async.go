@@ -56,6 +56,7 @@
 // its bytes from live to pending. Reserved and Used in Usage are the
 // pool's own counters (on the default pool they include every other user of
 // that pool in the process).
+
 package mr
 
 import (

@@ -21,6 +21,7 @@
 // freed through the same. Stream order, cross-stream frees and their events
 // are the bins' business (FixedSize: same stream at once, another after an
 // event wait) and the upstream's.
+
 package mr
 
 import (

@@ -12,6 +12,7 @@
 // Invariant: Chain stops at the first resource that does not wrap another,
 // and after maxChain steps, so a chain that loops (a programming error)
 // cannot hang it.
+
 package mr
 
 import (

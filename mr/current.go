@@ -14,6 +14,7 @@
 // a slot's cur and def only change by atomic stores, so Current never
 // takes a lock and concurrent SetCurrent calls are linearizable (each
 // returns what the one before it installed).
+
 package mr
 
 import (

@@ -18,6 +18,7 @@
 // the pointers in live (Reserved == Used, since nothing is cached). A free
 // that fails (synchronization or cuMemFree) leaves the pointer live and
 // the counters unchanged, so the caller can retry.
+
 package mr
 
 import (

@@ -14,6 +14,7 @@
 // destroyed on put. After close the cache keeps nothing: get creates an
 // event and put destroys it, so a resource's frees keep working after its
 // Close.
+
 package mr
 
 import (

@@ -36,6 +36,7 @@
 //     takes them all in ID order while no other Release runs.
 //   - Usage: Reserved is chunks × chunk size, Used the sizes asked for by
 //     live allocations.
+
 package mr
 
 import (

@@ -17,6 +17,7 @@
 // flight, and never exceeds budget.limit (a charge is a compare-and-swap
 // that fails rather than overshoot). A Limit's own used bytes are the sum
 // of its live allocations' charges.
+
 package mr
 
 import (

@@ -16,6 +16,7 @@
 // seen (ErrUnknownPointer); when that memory is full an arbitrary old entry
 // is forgotten, so an old double free may be reported as an unknown
 // pointer, never the reverse.
+
 package mr
 
 import (

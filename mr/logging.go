@@ -29,6 +29,7 @@
 //     already handed out or freed); the first write error is kept and
 //     returned by Err and Flush, and later lines are not written (the
 //     trace writer's errors are sticky).
+
 package mr
 
 import (

@@ -7,6 +7,7 @@
 // invariants: a Deallocate on s blocks until the work enqueued so far on s,
 // and on the allocation's stream if another, has completed, and only then
 // frees; a failed free leaves the pointer allocated.
+
 package mr
 
 import "github.com/streamalloc/streamalloc/gpu"

@@ -45,6 +45,7 @@
 // does not allocate in steady state. An entry that several reaps in a row
 // found empty is removed (and recycled), so destroyed streams do not
 // accumulate.
+
 package mr
 
 import (

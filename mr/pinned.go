@@ -17,6 +17,7 @@
 // freed to its length, and its lengths sum to Usage().Used (== Reserved:
 // nothing is cached); up to maxFreedPinned freed addresses are remembered
 // to report double frees; a failed free leaves the buffer live.
+
 package mr
 
 import (

@@ -24,6 +24,7 @@
 //     (ErrUnknownPointer). An older double free reads as an unknown
 //     pointer, never the reverse; a pointer handed out again is live and
 //     the ring is not consulted for it.
+
 package mr
 
 import (

@@ -25,6 +25,7 @@
 // nothing twice: a retried request that succeeds is one allocation. Like
 // every adaptor it keeps a pointer table, so bad frees never reach the
 // upstream.
+
 package mr
 
 import (

@@ -9,6 +9,7 @@
 //
 // Invariants: the published slice is sorted by base and its spans do not
 // overlap; a published slice is never modified.
+
 package mr
 
 import (

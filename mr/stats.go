@@ -22,6 +22,7 @@
 //   - peak >= current at every instant a reader can observe through
 //     Snapshot (the snapshot clamps a peak read a moment before the current
 //     value).
+
 package mr
 
 import (

@@ -9,6 +9,7 @@
 //
 // Invariants: a published map is never modified; at most one state per
 // stream ID is published at any time.
+
 package mr
 
 import (

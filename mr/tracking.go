@@ -23,6 +23,7 @@
 // Frames of package mr at the innermost end of a stack (other adaptors
 // stacked above this one) are dropped when symbolizing, so the innermost
 // frame is the code that asked for the memory.
+
 package mr
 
 import (

@@ -5,6 +5,7 @@
 // reader can observe (a peak is raised before the add that caused it
 // returns). Adds and subtracts are single atomic operations, so a resource
 // can keep them on its hot path without a lock.
+
 package mr
 
 import "sync/atomic"

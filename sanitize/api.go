@@ -3,6 +3,7 @@
 // Each performs the operation and, if it succeeded, records it; handles
 // made by an instrumented Device record themselves, so passing them here
 // is harmless and counts once.
+
 package sanitize
 
 import (

@@ -8,6 +8,7 @@
 // point exactly when the point's clock has reached its epoch (the
 // FastTrack representation: one epoch per operation, full clocks only for
 // streams, events and the host).
+
 package sanitize
 
 type clock []uint64

@@ -13,6 +13,7 @@
 // here and through buf.Observer counts once. The real handles are for the
 // simulator's test hooks (Hold, HappensBefore), which want the real stream:
 // see Unwrap.
+
 package sanitize
 
 import (

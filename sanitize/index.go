@@ -9,6 +9,7 @@
 // rebalancing bookkeeping beyond a random priority per node; the priority
 // comes from a xorshift generator owned by the index (callers hold the
 // sanitizer's lock), so the index allocates nothing of its own.
+
 package sanitize
 
 import "github.com/streamalloc/streamalloc/gpu"

@@ -3,6 +3,7 @@
 // Stacks are captured as program counters when an operation is observed
 // (cheap: no symbolization) and turned into frames only when a report is
 // made, which is the rare path.
+
 package sanitize
 
 import (

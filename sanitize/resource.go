@@ -7,6 +7,7 @@
 // is checked after the upstream returns the memory (the only time the
 // address is known) and given back if refused. Failed upstream calls are
 // not recorded, so the sanitizer's view never runs ahead of the resource's.
+
 package sanitize
 
 import (
