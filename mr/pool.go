@@ -49,7 +49,12 @@
 // stream: it waits on one event recorded on the old home (and one per
 // stream with pending blocks in the chunk), then the chunk is its own.
 // Chunks with live blocks never move, which is what keeps the live blocks
-// of a chunk in its home's live map.
+// of a chunk in its home's live map. A stream's working chunks (those its
+// last small and large allocations came from) are taken only when memory
+// is short (MaxSize or the upstream refused a growth): a busy stream's
+// chunk is idle between its pairs, and taking it would only make that
+// stream take another, so streams would pass chunks around instead of
+// each growing to its own.
 //
 // Growth and release. When neither its lists nor a steal serve a request,
 // the stream grows the pool by a chunk (see the size classes; at least
@@ -60,8 +65,9 @@
 // it keeps InitialSize reserved. So
 // the peak of reserved memory is reached only with every chunk in use,
 // which is what keeps it close to the peak of live memory. Before it fails
-// with out of memory (from upstream, or MaxSize), it releases every idle
-// chunk and tries once more. Release gives every idle chunk back;
+// with out of memory (from upstream, or MaxSize), it steals even working
+// chunks, then releases every idle chunk and tries once more. (Growth
+// keeps other streams' working chunks too.) Release gives every idle chunk back;
 // ReleaseThreshold does the same whenever a free leaves a chunk idle while
 // the pool reserves more than the threshold, and caps growth like the
 // high-water mark does. An upstream free is enqueued on the chunk's home,
@@ -293,7 +299,7 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 			idle := c.idle()
 			st.mu.Unlock()
 			if idle && p.opts.ReleaseThreshold > 0 && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
-				return p.trim()
+				return p.trim(st)
 			}
 			return nil
 		}
@@ -343,7 +349,7 @@ func (p *Pool) ResetPeaks() {
 func (p *Pool) Release() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, err := p.releaseIdle(nil, 0)
+	_, err := p.releaseIdle(nil, 0, true)
 	return err
 }
 
@@ -354,7 +360,7 @@ func (p *Pool) Close() error {
 	p.closed.Store(true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, err := p.releaseIdle(nil, 0)
+	_, err := p.releaseIdle(nil, 0, true)
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)

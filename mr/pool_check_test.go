@@ -531,7 +531,8 @@ func TestPtrMap(t *testing.T) {
 // another stream costs one wait too.
 func TestPoolOneEventPerSteal(t *testing.T) {
 	up := newPFUpstream(1 << 40)
-	p, err := NewPool(up, PoolOptions{})
+	// One small chunk is all the pool may hold: S3 must take S1's.
+	p, err := NewPool(up, PoolOptions{MaxSize: poolSmallChunk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,5 +586,48 @@ func TestPoolOneEventPerSteal(t *testing.T) {
 	// Events are reused: a handful exist, not one per steal.
 	if up.d.events > 2*poolStreamEvents {
 		t.Errorf("%d events alive", up.d.events)
+	}
+}
+
+// A stream's working chunk (the one it last allocated from) is not taken
+// by another stream while memory is plentiful: the other stream grows, so
+// that busy streams do not pass chunks around.
+func TestPoolWorkingChunkKept(t *testing.T) {
+	up := newPFUpstream(1 << 40)
+	p, err := NewPool(up, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, s2 := newPFStream(up.d), newPFStream(up.d)
+	pair := func(s *pfStream, n int) {
+		q, err := p.Allocate(n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Deallocate(q, n, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair(s1, 4096)
+	pair(s1, 1<<20)
+	waits, grows := up.d.waits, up.allocs
+	pair(s2, 4096)
+	pair(s2, 1<<20)
+	if w, g := up.d.waits-waits, up.allocs-grows; w != 0 || g != 2 {
+		t.Errorf("S2 while S1 works from its chunks: %d waits, %d growths; want 0, 2", w, g)
+	}
+	// An idle chunk that is not S1's working chunk is taken.
+	q, _ := p.Allocate(1<<20, s1)
+	r, _ := p.Allocate(8<<20, s1) // does not fit: S1 grows another chunk, its working one
+	p.Deallocate(q, 1<<20, s1)    // the first large chunk is idle, not working
+	waits, grows = up.d.waits, up.allocs
+	s3 := newPFStream(up.d)
+	pair(s3, 1<<20)
+	if w, g := up.d.waits-waits, up.allocs-grows; w != 1 || g != 0 {
+		t.Errorf("S3 with an idle chunk of S1 that S1 does not work from: %d waits, %d growths; want 1, 0", w, g)
+	}
+	p.Deallocate(r, 8<<20, s1)
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -72,6 +72,14 @@ type poolChunk struct {
 // one free block (free neighbours always coalesce). Caller holds home.mu.
 func (c *poolChunk) idle() bool { return c.live == 0 && c.pending == 0 }
 
+// class is 0 for a small chunk, 1 for a large one.
+func (c *poolChunk) class() int {
+	if c.small {
+		return 0
+	}
+	return 1
+}
+
 func (c *poolChunk) contains(p gpu.DevicePtr) bool {
 	return p >= c.base && p < c.base+gpu.DevicePtr(c.size)
 }

@@ -9,11 +9,12 @@
 //
 // Order of resort for a request the calling stream's lists cannot serve:
 // absorb the blocks other streams freed into this stream's chunks; steal
-// the smallest idle chunk of another stream that fits; grow (first
+// the smallest idle chunk of another stream that fits and is not that
+// stream's working chunk; grow (first
 // releasing idle chunks, largest first, as far as needed for the growth
 // not to raise the high-water mark of reserved memory, nor cross MaxSize
-// or ReleaseThreshold); and on out of memory, release every idle chunk
-// and go through it all once more.
+// or ReleaseThreshold); and on out of memory, steal even a working
+// chunk, else release every idle chunk and go through it all once more.
 package mr
 
 import (
@@ -48,7 +49,7 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 		if err != nil {
 			errs = append(errs, err)
 		}
-		stole, err := p.steal(st, rounded, small)
+		stole, err := p.steal(st, rounded, small, false)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -70,8 +71,19 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 		if attempt > 0 {
 			break
 		}
-		// Out of memory: give back every idle chunk and try once more.
-		released, err := p.releaseIdle(st, 0)
+		// Out of memory: take even a chunk another stream is working
+		// from; failing that, give back every idle chunk and try once
+		// more.
+		stole, err = p.steal(st, rounded, small, true)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if stole {
+			if ptr, ok, _ := p.tryOwn(st, size, rounded, small); ok {
+				return ptr, nil
+			}
+		}
+		released, err := p.releaseIdle(st, 0, true)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -116,8 +128,12 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int, small bool) (gpu.Device
 // steal moves to st the smallest chunk of its class without live blocks
 // that another stream homes and that can hold rounded bytes, and absorbs
 // it: st waits on one event on the old home (and one per stream that
-// freed a pending block of the chunk). Caller holds p.mu.
-func (p *Pool) steal(st *poolStream, rounded int, small bool) (bool, error) {
+// freed a pending block of the chunk). Unless force is set, it leaves
+// alone the chunk each stream last allocated from (its working chunk):
+// taking it from a stream that is busy with it would only make that stream
+// take one back, and streams would pass chunks around instead of growing
+// to one each. Caller holds p.mu.
+func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, error) {
 	for _, o := range p.table.Load().list {
 		if o == st {
 			continue
@@ -126,7 +142,7 @@ func (p *Pool) steal(st *poolStream, rounded int, small bool) (bool, error) {
 		var best *poolChunk
 		for _, c := range o.homed {
 			if c.live == 0 && c.small == small && c.size >= rounded && c.size-rounded <= p.slack(rounded) &&
-				(best == nil || c.size < best.size) {
+				(force || !o.isWorking(c)) && (best == nil || c.size < best.size) {
 				best = c
 			}
 		}
@@ -172,7 +188,7 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	}
 	reserved := int(p.usage.reserved.Load())
 	if reserved > target {
-		if _, err := p.releaseIdle(st, max(target, 0)); err != nil {
+		if _, err := p.releaseIdle(st, max(target, 0), false); err != nil {
 			return 0, err
 		}
 		reserved = int(p.usage.reserved.Load())
@@ -237,11 +253,12 @@ func indexRef(x poolChunkIndex) *poolChunkIndex { return &x }
 
 // releaseIdle gives idle chunks back to the upstream, largest first,
 // until the pool reserves at most keep bytes (keep <= 0: every idle
-// chunk). It returns the bytes released. The free of a chunk is enqueued
+// chunk). Unless force is set, it keeps the working chunks of streams
+// other than requester (see steal). It returns the bytes released. The free of a chunk is enqueued
 // on its home, after the home waits on every other stream that freed a
 // block of it; if the home was destroyed, on requester (or another stream)
 // after a device synchronization. Caller holds p.mu.
-func (p *Pool) releaseIdle(requester *poolStream, keep int) (int, error) {
+func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, error) {
 	type cand struct {
 		c    *poolChunk
 		home *poolStream
@@ -250,7 +267,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int) (int, error) {
 	for _, o := range p.table.Load().list {
 		o.mu.Lock()
 		for _, c := range o.homed {
-			if c.live == 0 {
+			if c.live == 0 && (force || o == requester || !o.isWorking(c)) {
 				cands = append(cands, cand{c, o})
 			}
 		}
@@ -343,11 +360,12 @@ func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 }
 
 // trim releases idle chunks until the pool reserves at most
-// ReleaseThreshold bytes.
-func (p *Pool) trim() error {
+// ReleaseThreshold bytes, keeping the working chunks of streams other
+// than st.
+func (p *Pool) trim(st *poolStream) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, err := p.releaseIdle(nil, p.opts.ReleaseThreshold)
+	_, err := p.releaseIdle(st, p.opts.ReleaseThreshold, false)
 	return err
 }
 
@@ -394,7 +412,7 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		idle := c.idle()
 		h.mu.Unlock()
 		if idle && p.opts.ReleaseThreshold > 0 && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
-			return p.trim()
+			return p.trim(h)
 		}
 		return nil
 	}

@@ -61,6 +61,9 @@ type poolStream struct {
 	pendingBytes int
 	homed        []*poolChunk
 	events       []gpu.Event
+	// working holds the chunks the last small and large allocations came
+	// from; other streams leave them alone unless memory is short.
+	working [2]*poolChunk
 	// freed remembers the last pointers freed from this stream's chunks,
 	// to tell a double free from an unknown pointer (diagnose).
 	freed    [poolFreedRing]gpu.DevicePtr
@@ -142,6 +145,7 @@ func (st *poolStream) markLive(b *poolBlock, req int) {
 	b.state = blockLive
 	b.handed = true
 	b.req = req
+	st.working[b.c.class()] = b.c
 	st.live.put(b.ptr, b)
 	b.c.live++
 	st.addUsed(req)
@@ -332,6 +336,9 @@ func (st *poolStream) addUsed(d int) {
 	}
 }
 
+// isWorking reports whether c is one of the stream's working chunks.
+func (st *poolStream) isWorking(c *poolChunk) bool { return st.working[c.class()] == c }
+
 // addHomed makes this stream the home of c, whose blocks the caller files.
 func (st *poolStream) addHomed(c *poolChunk) {
 	c.homeIdx = len(st.homed)
@@ -341,6 +348,9 @@ func (st *poolStream) addHomed(c *poolChunk) {
 
 // removeHomed forgets c, which stays with home set to next.
 func (st *poolStream) removeHomed(c *poolChunk, next *poolStream) {
+	if st.working[c.class()] == c {
+		st.working[c.class()] = nil
+	}
 	last := st.homed[len(st.homed)-1]
 	st.homed[c.homeIdx] = last
 	last.homeIdx = c.homeIdx

@@ -103,10 +103,13 @@ func TestPoolCrossStreamReuseIsOrdered(t *testing.T) {
 		{"freed-on-taker", s2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{})
+			// One chunk is all the pool may hold, so S2 must take S1's
+			// (which S1 just worked from, so it would grow otherwise).
+			p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{MaxSize: mr.DefaultPoolChunkSize})
 			const n = 1 << 20
 			a := poolAlloc(t, p, n, s1)
 			release := dev.Hold(s1) // S1's write runs late, after S2's
+			defer release()
 			if err := k.Fill(s1, a, n/4, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -155,6 +158,7 @@ func TestPoolForeignFreeAbsorbedWithWait(t *testing.T) {
 	e.Record(s1)
 	s2.WaitEvent(e)
 	release := dev.Hold(s2)
+	defer release()
 	if err := k.Fill(s2, a, n/4, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +213,7 @@ func TestPoolReleaseOrdersUpstreamFree(t *testing.T) {
 	e.Record(s1)
 	s2.WaitEvent(e)
 	release := dev.Hold(s2)
+	defer release()
 	if err := k.Fill(s2, a, n/4, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -388,8 +393,9 @@ func TestPoolGrowthAndThreshold(t *testing.T) {
 }
 
 // A stream that is destroyed with idle memory in the pool: another stream
-// can still take it (after a device synchronization, since no event can be
-// recorded on the destroyed stream), and Release frees it upstream.
+// can still take it when it needs it (after a device synchronization,
+// since no event can be recorded on the destroyed stream), and Release
+// frees it upstream.
 func TestPoolDestroyedStream(t *testing.T) {
 	dev := testdev.Device(t)
 	s1, err := dev.NewStream()
@@ -397,7 +403,8 @@ func TestPoolDestroyedStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2 := poolStream(t, dev)
-	p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{})
+	// Room for S1's two chunks only: S2 has to take S1's.
+	p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{MaxSize: 10 << 20})
 	a := poolAlloc(t, p, 8<<20, s1)
 	x := poolAlloc(t, p, 4096, s1)
 	poolFree(t, p, a, 8<<20, s1)
