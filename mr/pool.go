@@ -5,7 +5,7 @@
 // stream's own free memory can serve costs no driver call, no Go
 // allocation and no lock that another stream takes on its own hot path.
 //
-// Streams. Every stream that uses the pool gets a streamState, found by
+// Streams. Every stream that uses the pool gets a poolStream, found by
 // Stream.ID in an immutable table that is replaced copy-on-write when a new
 // stream appears (pool_stream.go). Every chunk has one home stream; its
 // blocks, free, live or pending, are guarded by the home's mutex alone, so
@@ -61,18 +61,19 @@
 // InitialSize the first time). Idle chunks (no live block) are cached, but
 // the pool never sets a new high-water mark of reserved memory while it
 // holds any: before a growth that would, it releases idle chunks, largest
-// first, until the growth fits under the old mark (or none is left), but
-// it keeps InitialSize reserved. So
-// the peak of reserved memory is reached only with every chunk in use,
-// which is what keeps it close to the peak of live memory. Before it fails
-// with out of memory (from upstream, or MaxSize), it steals even working
-// chunks, then releases every idle chunk and tries once more. (Growth
-// keeps other streams' working chunks too.) Release gives every idle chunk back;
-// ReleaseThreshold does the same whenever a free leaves a chunk idle while
-// the pool reserves more than the threshold, and caps growth like the
-// high-water mark does. An upstream free is enqueued on the chunk's home,
-// after the home waits on every stream that freed one of its pending
-// blocks, so it runs after all the chunk's frees; Release never blocks.
+// first, until the growth fits under the old mark or none is left (it
+// keeps InitialSize, and other streams' working chunks). So the peak of
+// reserved memory is reached only with every chunk in use, which is what
+// keeps it close to the peak of live memory. Before it fails with out of
+// memory (from upstream, or MaxSize), it steals even working chunks, then
+// releases every idle chunk and tries once more. Release gives every idle
+// chunk back; ReleaseThreshold does the same whenever a free leaves a
+// chunk idle while the pool reserves more than the threshold, and caps
+// growth like the high-water mark does. An upstream free is enqueued on
+// the chunk's home, after the home waits on every stream that freed one of
+// its pending blocks, so it runs after all the chunk's frees; the pool
+// itself never waits for the device there (an upstream whose free is
+// synchronous, like Direct, does).
 //
 // Locks: Pool.mu serializes the slow paths (growth, steal, release) and is
 // taken before any stream's mutex; a goroutine never holds two streams'
