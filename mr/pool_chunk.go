@@ -36,7 +36,7 @@ const (
 )
 
 // block is a piece of a chunk. Descriptors are recycled through the spare
-// list of a streamState, so the hot path allocates no Go memory.
+// list of a poolStream, so the hot path allocates no Go memory.
 type poolBlock struct {
 	ptr  gpu.DevicePtr
 	size int // a multiple of Alignment

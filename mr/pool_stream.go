@@ -1,6 +1,6 @@
 // The per-stream state of a Pool: everything the hot path touches.
 //
-// A streamState owns the chunks whose home it is, and with them their
+// A poolStream owns the chunks whose home it is, and with them their
 // blocks: two tlsf indexes of free blocks (one for small chunks, one for
 // large ones), a map of live blocks by address, and, per other stream, a
 // list of pending blocks that the other stream freed. Its mutex guards all

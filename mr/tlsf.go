@@ -19,7 +19,7 @@
 // Invariants: a block is in a tlsf iff its state is blockFree; it is in the
 // list of class mapping(b.size); bit (fl, sl) of the bitmaps is set iff
 // heads[fl][sl] != nil; bytes and n are the sums over the listed blocks.
-// A tlsf belongs to one streamState and is only touched under its mutex.
+// A tlsf belongs to one poolStream and is only touched under its mutex.
 package mr
 
 import "math/bits"
