@@ -78,6 +78,7 @@
 // Locks: Pool.mu serializes the slow paths (growth, steal, release) and is
 // taken before any stream's mutex; a goroutine never holds two streams'
 // mutexes at once.
+
 package mr
 
 import (

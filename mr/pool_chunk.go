@@ -19,6 +19,7 @@
 // copy-on-write under Pool.mu when the pool grows or releases; Deallocate
 // reads it without a lock to find the chunk of a pointer that is not live
 // on the calling stream.
+
 package mr
 
 import (

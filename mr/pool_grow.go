@@ -15,6 +15,7 @@
 // not to raise the high-water mark of reserved memory, nor cross MaxSize
 // or ReleaseThreshold); and on out of memory, steal even a working
 // chunk, else release every idle chunk and go through it all once more.
+
 package mr
 
 import (

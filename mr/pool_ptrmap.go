@@ -12,6 +12,7 @@
 // key is reachable from its home slot without crossing an empty slot; the
 // table is at most 3/4 full, and grows (the only time it allocates) by
 // doubling.
+
 package mr
 
 import "github.com/streamalloc/streamalloc/gpu"

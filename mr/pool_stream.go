@@ -19,6 +19,7 @@
 //
 // Block descriptors and events are recycled through per-stream free lists
 // (spare, events), so that in steady state no operation allocates.
+
 package mr
 
 import (

@@ -20,6 +20,7 @@
 // list of class mapping(b.size); bit (fl, sl) of the bitmaps is set iff
 // heads[fl][sl] != nil; bytes and n are the sums over the listed blocks.
 // A tlsf belongs to one poolStream and is only touched under its mutex.
+
 package mr
 
 import "math/bits"
