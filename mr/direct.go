@@ -85,6 +85,15 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	var p gpu.DevicePtr
 	var err error
 	if c.managed {
+		// The driver oversubscribes managed memory: on an H100,
+		// cuMemAllocManaged(64 TiB) succeeds, and touching such an
+		// allocation can hang the GPU. One request is therefore
+		// limited to the device's memory.
+		if total := c.dev.Properties().TotalMemory; uint64(size) > total {
+			u := c.usage.snapshot()
+			return 0, &OutOfMemoryError{Resource: c.name, Requested: size, Stream: s.ID(),
+				Reserved: u.Reserved, Used: u.Used, Limit: total}
+		}
 		p, err = c.dev.MallocManaged(size)
 	} else {
 		p, err = c.dev.Malloc(size)

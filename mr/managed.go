@@ -7,6 +7,13 @@
 // invariants: a Deallocate on s blocks until the work enqueued so far on s,
 // and on the allocation's stream if another, has completed, and only then
 // frees; a failed free leaves the pointer allocated.
+//
+// The driver lets managed memory exceed the device's (it is paged in on
+// demand), so it would not report out of memory even for 64 TiB, and
+// touching far more than the device holds can hang it. Managed refuses a
+// single request larger than the device's total memory with an
+// *OutOfMemoryError whose Limit is that total; oversubscription by many
+// smaller requests is left to the driver.
 
 package mr
 
