@@ -118,12 +118,17 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	if r.r.Device == "" {
 		r.r.Device = dev.Properties().Name
 	}
+	// Adaptors (logging, the sanitizer) seldom report usage themselves:
+	// the first resource of the chain that does speaks for the stack.
 	fresh := false
-	if rep, ok := res.(mr.UsageReporter); ok {
-		r.rep = rep
-		u := rep.Usage()
-		fresh = u.PeakReserved == 0
-		r.peakRes = u.Reserved
+	for _, c := range mr.Chain(res) {
+		if rep, ok := c.(mr.UsageReporter); ok {
+			r.rep = rep
+			u := rep.Usage()
+			fresh = u.PeakReserved == 0
+			r.peakRes = u.Reserved
+			break
+		}
 	}
 	if opts.SeriesPoints > 0 {
 		r.series = newSeries(opts.SeriesPoints)

@@ -75,9 +75,10 @@ type Result struct {
 	// live until the trace frees it.
 	PeakLiveBytes uint64 `json:"peak_live_bytes"`
 	// PeakReservedBytes is the largest Reserved the resource reported
-	// (mr.UsageReporter) after any event, or its own high-water mark if
-	// it was fresh when the replay began. For a resource that does not
-	// report usage it is the peak of bytes the replay held.
+	// (mr.UsageReporter: the first resource of its adaptor chain, mr.Chain,
+	// that reports usage) after any event, or its own high-water mark if
+	// it was fresh when the replay began. For a stack where nothing
+	// reports usage it is the peak of bytes the replay held.
 	PeakReservedBytes uint64 `json:"peak_reserved_bytes"`
 	// Fragmentation is PeakReservedBytes / PeakLiveBytes (0 if nothing
 	// was live).

@@ -144,3 +144,22 @@ func (r *Resource) ObserveWait(s gpu.Stream, e gpu.Event) {
 	}
 	r.z.wait(s, e)
 }
+
+// Release forwards to the upstream if it caches memory (mr.Releaser), so
+// that a sanitized stack is released like the bare one. The memory it
+// returns was freed through the adaptor already.
+func (r *Resource) Release() error {
+	if rl, ok := r.up.(mr.Releaser); ok {
+		return rl.Release()
+	}
+	return nil
+}
+
+// Reap forwards to the upstream if it keeps pending-free accounting
+// (mr.Reaper).
+func (r *Resource) Reap(wait bool) (uint64, error) {
+	if rp, ok := r.up.(mr.Reaper); ok {
+		return rp.Reap(wait)
+	}
+	return 0, nil
+}

@@ -187,3 +187,35 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// --sanitize runs the replay under the sanitizer: the JSON gains
+// sanitizer_reports (0 for a correct resource), the table a hazards
+// column, and the peak reserved bytes stay those of the resource.
+func TestReplaySanitize(t *testing.T) {
+	p := writeFile(t, "t.csv", smallTrace)
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "pool,async", "--sanitize", "--json", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, r := range rows {
+		if r["sanitizer_reports"] != 0.0 {
+			t.Errorf("%s: sanitizer_reports = %v, want 0", r["resource"], r["sanitizer_reports"])
+		}
+		if r["peak_reserved_bytes"].(float64) <= r["peak_live_bytes"].(float64) {
+			t.Errorf("%s: peak reserved %v not above peak live %v: usage not read through the sanitizer",
+				r["resource"], r["peak_reserved_bytes"], r["peak_live_bytes"])
+		}
+	}
+	out, _, err = run(t, "replay", "--device", "sim", "--resource", "pool", "--sanitize", p)
+	if err != nil || !strings.Contains(out, "hazards") {
+		t.Errorf("table without a hazards column (%v):\n%s", err, out)
+	}
+	out, _, err = run(t, "replay", "--device", "sim", "--resource", "pool", "--json", p)
+	if err != nil || strings.Contains(out, "sanitizer_reports") {
+		t.Errorf("JSON without --sanitize mentions the sanitizer (%v):\n%s", err, out)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/backend"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/replay"
+	"github.com/streamalloc/streamalloc/sanitize"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -24,7 +25,19 @@ type replayFlags struct {
 	json      bool
 	html      string
 	log       string
+	sanitize  bool
 }
+
+// replayRow is one line of output: a replay's result and, with
+// --sanitize, the number of hazards the sanitizer reported.
+type replayRow struct {
+	*replay.Result
+	SanitizerReports *int `json:"sanitizer_reports,omitempty"`
+}
+
+// maxShownReports bounds the sanitizer reports printed in full on
+// standard error per replay; the rest are counted.
+const maxShownReports = 3
 
 func newReplayCmd() *cobra.Command {
 	var f replayFlags
@@ -48,6 +61,7 @@ are counted, not fatal.`,
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the results as a JSON array")
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
+	cmd.Flags().BoolVar(&f.sanitize, "sanitize", false, "run each replay under the stream-order sanitizer and count the hazards it reports")
 	return cmd
 }
 
@@ -74,13 +88,15 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 		logw = trace.NewCSVWriter(logOut)
 	}
 	var results []*replay.Result
+	var rows []replayRow
 	for _, path := range traces {
 		for _, name := range names {
-			r, err := replayOne(ctx, stderr, dev, path, name, logw, f.html != "")
+			row, err := replayOne(ctx, stderr, dev, path, name, logw, f)
 			if err != nil {
 				return err
 			}
-			results = append(results, r)
+			results = append(results, row.Result)
+			rows = append(rows, row)
 		}
 	}
 	if logw != nil {
@@ -99,21 +115,35 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	if f.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(results)
+		return enc.Encode(rows)
 	}
-	return writeReplayTable(stdout, results)
+	return writeReplayTable(stdout, rows)
 }
 
-// replayOne replays one trace against a fresh resource.
-func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name string, logw *trace.CSVWriter, series bool) (_ *replay.Result, err error) {
+// replayOne replays one trace against a fresh resource. With --sanitize
+// the device and the resource are wrapped by one sanitizer, so that it sees
+// every allocation and free of the replay and every event the resource
+// records or waits on; its reports are counted and the first few printed.
+func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name string, logw *trace.CSVWriter, f replayFlags) (_ replayRow, err error) {
 	tf, err := trace.Open(path, nil)
 	if err != nil {
-		return nil, err
+		return replayRow{}, err
 	}
 	defer tf.Close()
+	var z *sanitize.Sanitizer
+	reports := 0
+	if f.sanitize {
+		z = sanitize.New(sanitize.Options{OnReport: func(r *sanitize.Report) {
+			reports++
+			if reports <= maxShownReports {
+				fmt.Fprintf(stderr, "sanitizer: %s on %s: %s\n", path, name, r.Detail())
+			}
+		}})
+		dev = z.Device(dev)
+	}
 	res, err := newResource(name, dev)
 	if err != nil {
-		return nil, err
+		return replayRow{}, err
 	}
 	defer func() {
 		if cerr := closeResource(res); cerr != nil && err == nil {
@@ -121,11 +151,14 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name
 		}
 	}()
 	var top mr.Resource = res
+	if z != nil {
+		top = z.Resource(top)
+	}
 	if logw != nil {
 		top = mr.NewLoggingTo(res, logw, mr.LoggingOptions{})
 	}
 	opts := replay.Options{Resource: name}
-	if series {
+	if f.html != "" {
 		opts.SeriesPoints = 2000
 	}
 	bar := newProgressBar(stderr, fmt.Sprintf("%s [%s]", path, name))
@@ -141,9 +174,13 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name
 	}
 	r, err := replay.Run(ctx, tf, dev, top, opts)
 	if err != nil {
-		return nil, fmt.Errorf("replay %s on %s: %w", path, name, err)
+		return replayRow{}, fmt.Errorf("replay %s on %s: %w", path, name, err)
 	}
-	return r, nil
+	row := replayRow{Result: r}
+	if z != nil {
+		row.SanitizerReports = &reports
+	}
+	return row, nil
 }
 
 // newProgressBar returns a bar on stderr when it is a terminal, and nil
@@ -161,14 +198,24 @@ func newProgressBar(stderr io.Writer, desc string) *progressbar.ProgressBar {
 	)
 }
 
-func writeReplayTable(w io.Writer, results []*replay.Result) error {
+func writeReplayTable(w io.Writer, rows []replayRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "trace\tresource\tdevice\tevents\tallocations\tpeak live\tpeak reserved\tfragmentation\tns/event\tfailures\t")
-	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%.0f\t%d\t\n",
+	sanitized := len(rows) > 0 && rows[0].SanitizerReports != nil
+	head := "trace\tresource\tdevice\tevents\tallocations\tpeak live\tpeak reserved\tfragmentation\tns/event\tfailures\t"
+	if sanitized {
+		head += "hazards\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, row := range rows {
+		r := row.Result
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%.0f\t%d\t",
 			r.Trace, r.Resource, r.Device, r.Events, r.Allocations,
 			formatBytes(r.PeakLiveBytes), formatBytes(r.PeakReservedBytes),
 			r.Fragmentation, r.NsPerEvent, r.Failures)
+		if sanitized {
+			fmt.Fprintf(tw, "%d\t", *row.SanitizerReports)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
