@@ -338,6 +338,14 @@ func (p *Pool) Usage() Usage {
 func (p *Pool) ResetPeaks() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Flush every stream first, so that the total is not above the new
+	// peak (addUsed relies on the peak covering every value of the total).
+	for _, st := range p.table.Load().list {
+		st.mu.Lock()
+		p.usedSum.Add(st.unflushed)
+		st.unflushed = 0
+		st.mu.Unlock()
+	}
 	u := p.Usage()
 	p.usage.peakReserved.Store(p.usage.reserved.Load())
 	p.usage.peakUsed.Store(u.Used)

@@ -49,6 +49,7 @@ type poolBlock struct {
 
 	state   poolBlockState
 	handed  bool        // ptr was handed out by Allocate (for diagnose)
+	fl, sl  uint8       // free: the tlsf class it is filed in (set by insert)
 	freedBy *poolStream // pending: the stream the free was enqueued on
 }
 

@@ -8,8 +8,14 @@
 // alloc/free churn. A Go map costs two to three times as much here (a
 // delete that empties it even draws a random number to reseed).
 //
-// Invariants: keys are non-zero addresses (0 marks an empty slot); every
-// key is reachable from its home slot without crossing an empty slot; the
+// The most recently put entry is kept in a front slot outside the table,
+// and moves into the table only when the next put needs the front slot: a
+// block freed right after it was allocated (the common case of a pool's
+// alloc/free pair) is put and deleted without hashing or probing.
+//
+// Invariants: keys are non-zero addresses (0 marks an empty slot); a key
+// is in the front slot or in the table, never both; every key in the table
+// is reachable from its home slot without crossing an empty slot; the
 // table is at most 3/4 full, and grows (the only time it allocates) by
 // doubling.
 
@@ -23,9 +29,18 @@ type ptrMapSlot struct {
 }
 
 type ptrMap struct {
+	front ptrMapSlot // the last entry put, unless deleted since
 	slots []ptrMapSlot
-	n     int
+	n     int  // entries in slots
 	shift uint // 64 - log2(len(slots))
+}
+
+// len returns the number of entries.
+func (m *ptrMap) len() int {
+	if m.front.key != 0 {
+		return m.n + 1
+	}
+	return m.n
 }
 
 const ptrMapMinSlots = 64
@@ -35,6 +50,12 @@ func (m *ptrMap) home(k gpu.DevicePtr) int {
 }
 
 func (m *ptrMap) get(k gpu.DevicePtr) *poolBlock {
+	if k == 0 {
+		return nil
+	}
+	if m.front.key == k {
+		return m.front.val
+	}
 	if m.n == 0 {
 		return nil
 	}
@@ -52,6 +73,15 @@ func (m *ptrMap) get(k gpu.DevicePtr) *poolBlock {
 
 // put sets k's value; k must not be in the map.
 func (m *ptrMap) put(k gpu.DevicePtr, v *poolBlock) {
+	if m.front.key != 0 {
+		m.putTable(m.front.key, m.front.val)
+	}
+	m.front = ptrMapSlot{k, v}
+}
+
+// putTable files k, which is in neither the front slot nor the table, in
+// the table.
+func (m *ptrMap) putTable(k gpu.DevicePtr, v *poolBlock) {
 	if (m.n+1)*4 > len(m.slots)*3 {
 		m.grow()
 	}
@@ -66,6 +96,10 @@ func (m *ptrMap) put(k gpu.DevicePtr, v *poolBlock) {
 
 // del removes k, which must be in the map.
 func (m *ptrMap) del(k gpu.DevicePtr) {
+	if m.front.key == k {
+		m.front = ptrMapSlot{}
+		return
+	}
 	mask := len(m.slots) - 1
 	i := m.home(k)
 	for m.slots[i].key != k {
@@ -97,7 +131,7 @@ func (m *ptrMap) grow() {
 	m.n = 0
 	for _, s := range old {
 		if s.key != 0 {
-			m.put(s.key, s.val)
+			m.putTable(s.key, s.val)
 		}
 	}
 }

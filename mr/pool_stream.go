@@ -326,12 +326,16 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 // once the change since the last flush reaches the pool's quantum. With a
 // quantum of 0 (one stream), an allocation flushes whenever the total
 // could reach a new peak, and a free never does: the total is exact
-// whenever it matters for the peak, at one atomic add per pair.
+// whenever it matters for the peak. An allocation that leaves unflushed at
+// or below 0 does not flush: the stream's used bytes are then at most what
+// the total already counts, and every value the total took was raised
+// into the peak (ResetPeaks flushes first), so no new peak is possible.
+// A pair of the same size so costs no atomic add at all.
 func (st *poolStream) addUsed(d int) {
 	st.used += int64(d)
 	st.unflushed += int64(d)
 	q := st.pool.usedQuantum.Load()
-	if (d > 0 && st.unflushed >= q) || (q > 0 && st.unflushed <= -q) {
+	if (d > 0 && st.unflushed > 0 && st.unflushed >= q) || (q > 0 && st.unflushed <= -q) {
 		st.pool.flushUsed(st.unflushed)
 		st.unflushed = 0
 	}

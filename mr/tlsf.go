@@ -17,7 +17,8 @@
 // bounded best fit, O(1) per call.
 //
 // Invariants: a block is in a tlsf iff its state is blockFree; it is in the
-// list of class mapping(b.size); bit (fl, sl) of the bitmaps is set iff
+// list of class mapping(b.size), which insert records in b.fl, b.sl so that
+// remove need not compute it again; bit (fl, sl) of the bitmaps is set iff
 // heads[fl][sl] != nil; bytes and n are the sums over the listed blocks.
 // A tlsf belongs to one poolStream and is only touched under its mutex.
 
@@ -63,6 +64,7 @@ func tlsfClass(size int) (fl, sl int) {
 // insert files b, which must be free and in no list.
 func (t *tlsf) insert(b *poolBlock) {
 	fl, sl := tlsfClass(b.size)
+	b.fl, b.sl = uint8(fl), uint8(sl)
 	h := t.heads[fl][sl]
 	b.lprev, b.lnext = nil, h
 	if h != nil {
@@ -77,7 +79,7 @@ func (t *tlsf) insert(b *poolBlock) {
 
 // remove takes b, which must be filed in t, out of its list.
 func (t *tlsf) remove(b *poolBlock) {
-	fl, sl := tlsfClass(b.size)
+	fl, sl := int(b.fl), int(b.sl)
 	if b.lprev != nil {
 		b.lprev.lnext = b.lnext
 	} else {
