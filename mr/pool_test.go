@@ -384,6 +384,13 @@ func TestPoolGrowthAndThreshold(t *testing.T) {
 	if u := p.Usage(); u.PeakReserved != u.Reserved || u.PeakUsed != 0 {
 		t.Errorf("after ResetPeaks: %+v", u)
 	}
+	// A pair after the reset sets the new peak, though it leaves no
+	// change of used bytes for the stream to add to the pool-wide total.
+	e := poolAlloc(t, p, 4096, s)
+	poolFree(t, p, e, 4096, s)
+	if u := p.Usage(); u.PeakUsed != 4096 || u.Used != 0 {
+		t.Errorf("pair after ResetPeaks: %+v, want PeakUsed 4096", u)
+	}
 	if err := p.Release(); err != nil {
 		t.Fatal(err)
 	}
