@@ -333,7 +333,9 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 
 // upstreamFree gives chunk c, detached from its home o, back to the
 // upstream on o's stream. If o's stream was destroyed, it synchronizes the
-// device (o's last work may still be running) and frees on another stream.
+// device (o's last work may still be running) and frees on another stream;
+// if every stream the pool knows was destroyed (a program that closes its
+// resources after its streams), on a stream made for the purpose.
 func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 	err := p.upstream.Deallocate(c.base, c.size, o.s)
 	if err == nil || !errors.Is(err, gpu.ErrDestroyed) {
@@ -354,6 +356,18 @@ func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 			continue
 		}
 		if err = p.upstream.Deallocate(c.base, c.size, x.s); err == nil {
+			return nil
+		}
+	}
+	if err == nil || errors.Is(err, gpu.ErrDestroyed) {
+		s, serr := p.dev.NewStream()
+		if serr != nil {
+			return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: no stream left: %w", uint64(c.base), o.id, serr)
+		}
+		err = p.upstream.Deallocate(c.base, c.size, s)
+		// Destroy lets the enqueued free run first.
+		err = errors.Join(err, s.Destroy())
+		if err == nil {
 			return nil
 		}
 	}

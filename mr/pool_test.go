@@ -432,6 +432,44 @@ func TestPoolDestroyedStream(t *testing.T) {
 	}
 }
 
+// A program that destroys every stream before it releases the pool: the
+// pool frees its chunks on a stream of its own, and nothing is left on
+// the device.
+func TestPoolReleaseAfterAllStreamsDestroyed(t *testing.T) {
+	dev := testdev.Device(t)
+	free0, _, err := dev.MemGetInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{})
+	for _, size := range []int{8 << 20, 4096} {
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := poolAlloc(t, p, size, s)
+		poolFree(t, p, a, size, s)
+		if err := s.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.Usage().Reserved == 0 {
+		t.Fatal("the pool holds nothing; the test would prove nothing")
+	}
+	if err := p.Release(); err != nil {
+		t.Fatalf("Release after every stream was destroyed: %v", err)
+	}
+	if u := p.Usage(); u.Reserved != 0 {
+		t.Errorf("after Release: %+v", u)
+	}
+	if err := dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if free, _, err := dev.MemGetInfo(); err != nil || free != free0 {
+		t.Errorf("device free memory %d after Release, %d before the pool (%v)", free, free0, err)
+	}
+}
+
 func TestPoolClose(t *testing.T) {
 	dev := testdev.Device(t)
 	s := poolStream(t, dev)
