@@ -20,11 +20,12 @@
 // enqueued by the host and run asynchronously. Events complete when their
 // stream reaches them; a stream that waits on an event does not run past
 // the wait until the event completes. A failing operation (an access
-// outside mapped memory, a kernel returning an error or panicking) leaves
-// a sticky error on its stream: later memory work on that stream is
-// skipped, and Synchronize, Query and events recorded after it return the
-// error. (The card makes the whole context unusable; the simulator confines
-// the error to the stream so a test can go on.)
+// outside mapped memory, a kernel returning an error, panicking or ending
+// its goroutine with runtime.Goexit) leaves a sticky error on its stream:
+// later memory work on that stream is skipped, and Synchronize, Query and
+// events recorded after it return the error. (The card makes the whole
+// context unusable; the simulator confines the error to the stream so a
+// test can go on.)
 //
 // # Decisions
 //

@@ -3,11 +3,29 @@
 // The host appends operations to a singly linked list (tail, guarded by
 // stream.mu and touched by host goroutines only). A worker goroutine,
 // started when work arrives on an idle stream and gone when the queue is
-// empty, follows the list from head (touched by the worker only) and
-// publishes progress in done. The link pointers, the running flag, done
-// and the sticky error are atomics accessed with race synchronization
-// disabled, so the queue creates no happens-before edge; the edges the
-// driver guarantees are explicit:
+// empty, follows the list and publishes progress in done.
+//
+// Hand-off invariant: a stream has at most one worker, and never work
+// without one. running says whether a worker exists; it and the links
+// are changed only under wmu. The worker publishes each completion, reads
+// the next link and, finding none, clears running, all in one critical
+// section, and exits right after; enqueue links the operation and starts a
+// worker exactly when it finds running clear, in one critical section, so
+// an operation is either seen by the current worker or given to a new one.
+// A new worker starts at the operation it was created for; it needs no
+// shared "current head", and the worker before it has run every operation
+// and will touch none again. The decisions are made under a mutex rather
+// than by atomics alone on purpose: a "store my flag, then load yours"
+// handshake needs sequentially consistent atomics, and inside
+// runtime.RaceDisable (below) the race runtime's atomics are only
+// acquire/release, so such a handshake loses wake-ups under -race.
+// (It did: work linked as the worker gave up was left with no worker, and
+// Synchronize waited forever.)
+//
+// The link pointers, running, done, waiters and the sticky error are
+// atomics accessed with race synchronization disabled, and wmu is taken
+// with race synchronization disabled, so the queue creates no
+// happens-before edge; the edges the driver guarantees are explicit:
 //
 //   - the host releases each operation when enqueuing it, and the worker
 //     acquires it before running it (host order -> device);
@@ -28,6 +46,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -91,21 +110,21 @@ type stream struct {
 	hostGen   uint64
 	hist      []histEntry
 
-	head     *op // worker side: last operation run
-	running  atomic.Bool
 	tailSync byte // race-detector address chaining the stream's workers
 
-	done    atomic.Uint64
-	sticky  atomic.Pointer[stickyError]
-	waiters atomic.Int32
+	// wmu guards the hand-off (running, the links) and completion (done
+	// changes, waiters), always with race synchronization disabled.
 	wmu     sync.Mutex
-	wcond   *sync.Cond
+	wcond   *sync.Cond // on wmu: done changed
+	running atomic.Bool
+	done    atomic.Uint64 // written under wmu, read anywhere
+	waiters atomic.Int32
+	sticky  atomic.Pointer[stickyError]
 }
 
 func newStream(d *Device) *stream {
 	s := &stream{dev: d, id: gpu.NewStreamID()}
-	sentinel := &op{s: s}
-	s.tail, s.head = sentinel, sentinel
+	s.tail = &op{s: s} // sentinel: seq 0, never run
 	s.wcond = sync.NewCond(&s.wmu)
 	return s
 }
@@ -167,59 +186,87 @@ func (s *stream) nextDepsLocked() vclock {
 	return s.deps
 }
 
-// enqueueLocked appends o and makes sure a worker runs. s.mu is held.
+// enqueueLocked appends o and makes sure a worker runs it. s.mu is held.
 func (s *stream) enqueueLocked(o *op) {
 	o.deps = s.nextDepsLocked()
 	s.seq++
 	o.s, o.seq = s, s.seq
 	raceRelease(unsafe.Pointer(o))
 	raceDisable()
-	s.tail.next.Store(o)
-	start := s.running.CompareAndSwap(false, true)
+	s.wmu.Lock()
+	start := !s.running.Load()
+	if start {
+		// The stream is idle: the last worker ran the tail and exited; o
+		// goes to a new worker and the tail needs no link.
+		s.running.Store(true)
+	} else {
+		s.tail.next.Store(o) // the worker has not exited: it will see this
+	}
+	s.wmu.Unlock()
 	raceEnable()
 	s.tail = o
 	if start {
-		go s.work()
+		go s.work(o)
 	}
 }
 
-// work runs queued operations until the queue is empty.
-func (s *stream) work() {
+// work runs o and the operations linked after it, in order, until it
+// finds none. It is the stream's only worker while it runs.
+func (s *stream) work(o *op) {
 	raceAcquire(unsafe.Pointer(&s.tailSync))
-	head := s.head
-	for {
-		raceDisable()
-		o := head.next.Load()
-		if o == nil {
-			s.running.Store(false)
-			if head.next.Load() == nil || !s.running.CompareAndSwap(false, true) {
-				raceEnable()
-				return
-			}
-			o = head.next.Load()
+	inExec := false
+	defer func() {
+		if !inExec {
+			return
 		}
-		head.next.Store(nil) // head is not the tail any more: unlink it, so that
-		// an event's record operation does not keep the rest of the queue alive
-		raceEnable()
-		raceAcquire(unsafe.Pointer(o))
-		s.exec(o)
-		head = o
-		s.head = o
+		// exec did not return. Kernel panics are recovered in runKernel,
+		// so this is runtime.Goexit in a kernel (t.FailNow, say), or a
+		// simulator panic that is about to crash the process anyway. Fail
+		// the stream and hand the rest of the queue to a new worker, so
+		// that Synchronize reports the failure instead of waiting forever.
+		what := o.name
+		if o.launch != nil {
+			what = "kernel " + o.launch.Entry
+		}
+		s.setSticky(driverErrf(o.name, cuda.ErrLaunchFailed, "%s: the stream's goroutine exited inside it (runtime.Goexit)", what))
 		raceRelease(unsafe.Pointer(o))
 		raceRelease(unsafe.Pointer(&s.tailSync))
-		s.complete(o.seq)
+		if next := s.complete(o); next != nil {
+			go s.work(next) // running stays set: ownership passes on
+		}
+	}()
+	for o != nil {
+		raceAcquire(unsafe.Pointer(o))
+		inExec = true
+		s.exec(o)
+		inExec = false
+		raceRelease(unsafe.Pointer(o))
+		raceRelease(unsafe.Pointer(&s.tailSync))
+		o = s.complete(o)
 	}
 }
 
-func (s *stream) complete(seq uint64) {
+// complete publishes the completion of o, wakes waiters, and returns the
+// next operation, or nil after giving up the stream (running cleared, in
+// the same critical section as the check: see the file comment).
+func (s *stream) complete(o *op) (next *op) {
 	raceDisable()
-	s.done.Store(seq)
+	s.wmu.Lock()
+	s.done.Store(o.seq)
 	if s.waiters.Load() > 0 {
-		s.wmu.Lock()
 		s.wcond.Broadcast()
-		s.wmu.Unlock()
 	}
+	next = o.next.Load()
+	if next == nil {
+		s.running.Store(false)
+	} else {
+		// o is not the tail: unlink it, so that an event's record
+		// operation does not keep the rest of the queue alive.
+		o.next.Store(nil)
+	}
+	s.wmu.Unlock()
 	raceEnable()
+	return next
 }
 
 // waitSeq blocks until operation seq has completed, creating no
@@ -227,6 +274,8 @@ func (s *stream) complete(seq uint64) {
 func (s *stream) waitSeq(seq uint64) {
 	raceDisable()
 	if s.done.Load() < seq {
+		// done changes only under wmu, so checking it under wmu cannot
+		// miss the Broadcast of the completion waited for.
 		s.wmu.Lock()
 		s.waiters.Add(1)
 		for s.done.Load() < seq {
