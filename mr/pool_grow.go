@@ -333,9 +333,10 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 
 // upstreamFree gives chunk c, detached from its home o, back to the
 // upstream on o's stream. If o's stream was destroyed, it synchronizes the
-// device (o's last work may still be running) and frees on another stream;
-// if every stream the pool knows was destroyed (a program that closes its
-// resources after its streams), on a stream made for the purpose.
+// device (o's last work may still be running, and no event can be
+// recorded on o any more) and frees on another stream the pool knows, or,
+// if every one was destroyed (a program that releases its resources after
+// its streams), on a stream made for the purpose (usableStream).
 func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 	err := p.upstream.Deallocate(c.base, c.size, o.s)
 	if err == nil || !errors.Is(err, gpu.ErrDestroyed) {
@@ -347,31 +348,24 @@ func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 	if err := p.dev.Synchronize(); err != nil {
 		return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
 	}
-	candidates := p.table.Load().list
-	if requester != nil {
-		candidates = append([]*poolStream{requester}, candidates...)
+	var candidates []gpu.Stream
+	if requester != nil && requester != o {
+		candidates = append(candidates, requester.s)
 	}
-	for _, x := range candidates {
-		if x == o {
-			continue
-		}
-		if err = p.upstream.Deallocate(c.base, c.size, x.s); err == nil {
-			return nil
+	for _, x := range p.table.Load().list {
+		if x != o {
+			candidates = append(candidates, x.s)
 		}
 	}
-	if err == nil || errors.Is(err, gpu.ErrDestroyed) {
-		s, serr := p.dev.NewStream()
-		if serr != nil {
-			return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: no stream left: %w", uint64(c.base), o.id, serr)
-		}
-		err = p.upstream.Deallocate(c.base, c.size, s)
-		// Destroy lets the enqueued free run first.
-		err = errors.Join(err, s.Destroy())
-		if err == nil {
-			return nil
-		}
+	s, done, err := usableStream(p.dev, candidates)
+	if err != nil {
+		return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
 	}
-	return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
+	defer done()
+	if err := p.upstream.Deallocate(c.base, c.size, s); err != nil {
+		return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
+	}
+	return nil
 }
 
 // trim releases idle chunks until the pool reserves at most
