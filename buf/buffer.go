@@ -54,7 +54,7 @@ type core struct {
 	res       mr.Resource
 	dev       gpu.Device
 	obs       Observer
-	events    *eventCache
+	events    *gpu.EventCache
 	id        uint64
 	untracked bool
 

@@ -39,11 +39,11 @@ func (t *tracking) allocated(s gpu.Stream) {
 }
 
 // release hands every event back and empties the state.
-func (t *tracking) release(c *eventCache) {
-	c.put(t.lastWrite.e)
+func (t *tracking) release(c *gpu.EventCache) {
+	c.Put(t.lastWrite.e)
 	t.lastWrite = mark{}
 	for i := range t.reads {
-		c.put(t.reads[i].e)
+		c.Put(t.reads[i].e)
 		t.reads[i] = mark{}
 	}
 	t.reads = t.reads[:0]
@@ -58,12 +58,12 @@ func (b *core) waitOn(m *mark, s gpu.Stream) error {
 		return nil
 	}
 	if m.e == nil {
-		e, err := b.events.get()
+		e, err := b.events.Get()
 		if err != nil {
 			return fmt.Errorf("order stream %d after stream %d: %w", s.ID(), m.s.ID(), err)
 		}
 		if err := e.Record(m.s); err != nil {
-			b.events.put(e)
+			b.events.Put(e)
 			if errors.Is(err, gpu.ErrDestroyed) {
 				if err := b.dev.Synchronize(); err != nil {
 					return fmt.Errorf("synchronize after destroyed stream %d: %w", m.s.ID(), err)
@@ -157,12 +157,12 @@ func (b *core) finish(s gpu.Stream, a Access) {
 			if e == nil && t.reads[i].s.ID() == s.ID() {
 				e = t.reads[i].e
 			} else {
-				b.events.put(t.reads[i].e)
+				b.events.Put(t.reads[i].e)
 			}
 			t.reads[i] = mark{}
 		}
 		t.reads = t.reads[:0]
-		b.events.put(t.lastWrite.e)
+		b.events.Put(t.lastWrite.e)
 		t.lastWrite = b.record(s, e)
 		return
 	}
@@ -180,7 +180,7 @@ func (b *core) finish(s gpu.Stream, a Access) {
 func (b *core) record(s gpu.Stream, e gpu.Event) mark {
 	if e == nil {
 		var err error
-		if e, err = b.events.get(); err != nil {
+		if e, err = b.events.Get(); err != nil {
 			return mark{s: s}
 		}
 	}

@@ -144,7 +144,7 @@ func NewArena(upstream Resource, opts ArenaOptions) (*Arena, error) {
 		large = sb / 2
 	}
 	dev := upstream.Device()
-	return &Arena{up: upstream, dev: dev, sbSize: sb, largeSize: large, events: eventCache{dev: dev}}, nil
+	return &Arena{up: upstream, dev: dev, sbSize: sb, largeSize: large, events: newEventCache(dev)}, nil
 }
 
 // Device is the upstream's device.
@@ -352,7 +352,7 @@ func (r *Arena) reclaim(a *arenaStream, wait bool) error {
 			}
 			sb.insert(d.off, d.n)
 			a.deferred.Add(-1)
-			r.events.put(d.e)
+			r.events.Put(d.e)
 		}
 		clear(sb.deferred[len(kept):])
 		sb.deferred = kept
@@ -468,10 +468,10 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	// ordered after this free.
 	sb.starts[off/Alignment] = freedMark
 	sb.mu.Unlock()
-	e, err := r.events.get()
+	e, err := r.events.Get()
 	if err == nil {
 		if err = e.Record(s); err != nil {
-			r.events.put(e)
+			r.events.Put(e)
 		}
 	}
 	sb.mu.Lock()
@@ -654,5 +654,5 @@ func (r *Arena) Close() error {
 	if u := r.usage.snapshot(); u.Reserved != 0 {
 		return fmt.Errorf("arena: close: %d bytes still allocated", u.Used)
 	}
-	return r.events.close()
+	return r.events.Close()
 }

@@ -158,7 +158,7 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	if opts.InitialPoolSize < 0 {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
-	r := &Async{dev: dev, own: opts.OwnPool, events: eventCache{dev: dev}, pending: opts.Pending}
+	r := &Async{dev: dev, own: opts.OwnPool, events: newEventCache(dev), pending: opts.Pending}
 	if r.pending == nil {
 		r.pending = new(PendingFrees)
 	}
@@ -399,7 +399,7 @@ func (r *Async) Close() error {
 		}
 		r.poolDestroyed = true
 	}
-	if err := r.events.close(); err != nil {
+	if err := r.events.Close(); err != nil {
 		return fmt.Errorf("async: close: %w", err)
 	}
 	return nil

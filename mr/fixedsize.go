@@ -128,7 +128,7 @@ func newFixedSize(name string, upstream Resource, opts FixedSizeOptions) (*Fixed
 	r := &FixedSize{
 		name: name, up: upstream, dev: dev,
 		blockSize: bs, perChunk: n, chunkSize: bs * n,
-		events: eventCache{dev: dev},
+		events: newEventCache(dev),
 	}
 	r.meter = &r.usage
 	return r, nil
@@ -470,5 +470,5 @@ func (r *FixedSize) Close() error {
 	if n := len(r.chunks.all()); n != 0 {
 		return fmt.Errorf("%s: close: %d chunks still hold live blocks", r.name, n)
 	}
-	return r.events.close()
+	return r.events.Close()
 }
