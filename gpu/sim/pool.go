@@ -379,17 +379,10 @@ func (p *memPool) checkLive(call string) error {
 // Attribute reads a pool attribute.
 func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 	const call = "cuMemPoolGetAttribute"
-	if p == nil {
-		return 0, p.checkLive(call)
+	if err := p.enter(call, OpMemPoolGetAttribute); err != nil {
+		return 0, err
 	}
-	p.dev.mu.Lock()
 	defer p.dev.mu.Unlock()
-	if err := p.checkLive(call); err != nil {
-		return 0, err
-	}
-	if err := p.dev.inject(OpMemPoolGetAttribute); err != nil {
-		return 0, err
-	}
 	b2u := func(b bool) uint64 {
 		if b {
 			return 1
@@ -417,22 +410,35 @@ func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 	return 0, driverErrf(call, cuda.ErrInvalidValue, "unknown pool attribute %d", int(a))
 }
 
+// enter begins a pool call that may be failed by injection: it takes the
+// device lock and checks that the pool is usable and that no failure is
+// injected for op. On success the caller holds p.dev.mu and must unlock
+// it; on failure nothing is held and nothing has changed.
+func (p *memPool) enter(call string, op Op) error {
+	if p == nil {
+		return p.checkLive(call)
+	}
+	p.dev.mu.Lock()
+	if err := p.checkLive(call); err != nil {
+		p.dev.mu.Unlock()
+		return err
+	}
+	if err := p.dev.inject(op); err != nil {
+		p.dev.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
 // SetAttribute writes a pool attribute. The current reserved and used
 // amounts are read-only; the high-water marks may only be set to 0, which
 // resets them to the current amounts.
 func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 	const call = "cuMemPoolSetAttribute"
-	if p == nil {
-		return p.checkLive(call)
+	if err := p.enter(call, OpMemPoolSetAttribute); err != nil {
+		return err
 	}
-	p.dev.mu.Lock()
 	defer p.dev.mu.Unlock()
-	if err := p.checkLive(call); err != nil {
-		return err
-	}
-	if err := p.dev.inject(OpMemPoolSetAttribute); err != nil {
-		return err
-	}
 	switch a {
 	case gpu.PoolReuseFollowEventDependencies:
 		p.followEvents = v != 0
@@ -461,17 +467,10 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 // stay reserved.
 func (p *memPool) TrimTo(minBytesToKeep uint64) error {
 	const call = "cuMemPoolTrimTo"
-	if p == nil {
-		return p.checkLive(call)
+	if err := p.enter(call, OpMemPoolTrimTo); err != nil {
+		return err
 	}
-	p.dev.mu.Lock()
 	defer p.dev.mu.Unlock()
-	if err := p.checkLive(call); err != nil {
-		return err
-	}
-	if err := p.dev.inject(OpMemPoolTrimTo); err != nil {
-		return err
-	}
 	p.releaseLocked(minBytesToKeep)
 	return nil
 }
