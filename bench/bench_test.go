@@ -340,7 +340,9 @@ func TestStreams(t *testing.T) {
 
 // Notebook's time includes the work still running on the stream when the
 // loop ends: a 50 ms kernel enqueued by the one timed iteration shows in
-// ns/op.
+// ns/op. The kernel runs on while the timer is stopped between b.Loop's
+// last call and the final StartTimer, so a loaded machine may see a little
+// less than 50 ms; without the final sync the time would be microseconds.
 func TestNotebookTimesTheFinalSync(t *testing.T) {
 	withBenchtime(t, "1x")
 	dev := simDevice(t)
@@ -363,8 +365,8 @@ func TestNotebookTimesTheFinalSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.N != 1 || res.T < spin {
-		t.Errorf("N = %d, T = %v; want 1 iteration taking at least %v", res.N, res.T, spin)
+	if res.N != 1 || res.T < spin*4/5 {
+		t.Errorf("N = %d, T = %v; want 1 iteration taking at least %v", res.N, res.T, spin*4/5)
 	}
 	if c.allocs != 2 || c.minSize != NotebookBytes || len(c.live) != 0 {
 		t.Errorf("%d allocations of %d bytes, %d live", c.allocs, c.minSize, len(c.live))
