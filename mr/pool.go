@@ -75,6 +75,11 @@
 // itself never waits for the device there (an upstream whose free is
 // synchronous, like Direct, does).
 //
+// Quick cache. A block freed on its home is not coalesced at once: it is
+// kept whole in the stream's quick cache for the next request of its size,
+// so that an alloc/free pair touches no tlsf (pool_quick.go). The cache is
+// flushed into the tlsf before the pool steals, grows, releases or fails.
+//
 // Locks: Pool.mu serializes the slow paths (growth, steal, release) and is
 // taken before any stream's mutex; a goroutine never holds two streams'
 // mutexes at once.
@@ -244,18 +249,9 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		st = p.streamOf(s)
 	}
 	st.mu.Lock()
-	t := &st.large
-	if rounded <= p.tune.smallMax {
-		t = &st.small
-	}
-	b := st.take(t, rounded)
-	if b == nil && st.pendingBytes > 0 {
-		// Blocks other streams freed: one event per freeing stream.
-		// An error leaves them pending; the slow path reports it if it
-		// cannot serve the request some other way.
-		st.absorb()
-		b = st.take(t, rounded)
-	}
+	// An error from absorb leaves blocks pending; the slow path reports
+	// it if it cannot serve the request some other way.
+	b, _ := st.serve(rounded)
 	if b != nil {
 		st.markLive(b, size)
 		st.mu.Unlock()
@@ -297,10 +293,19 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 				return poolSizeMismatch(ptr, req, size)
 			}
 			c := b.c
-			st.freeOwn(b)
+			st.unlive(b)
+			if p.opts.ReleaseThreshold == 0 || c.live > 0 {
+				st.quickPut(b)
+				st.mu.Unlock()
+				return nil
+			}
+			// The chunk's last live block: it may be idle now, and the
+			// threshold decides whether it stays.
+			st.quickFlush()
+			st.putFree(b)
 			idle := c.idle()
 			st.mu.Unlock()
-			if idle && p.opts.ReleaseThreshold > 0 && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
+			if idle && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
 				return p.trim(st)
 			}
 			return nil

@@ -58,6 +58,16 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 	liveSeen := 0
 	pendingBytes := 0
 	freeSmall, freeLarge := map[*poolBlock]bool{}, map[*poolBlock]bool{}
+	cachedSeen := 0
+	quick := map[*poolBlock]bool{}
+	for i, b := range st.quick {
+		if (i < st.nquick) != (b != nil) {
+			return fmt.Errorf("quick cache holds %d blocks, slot %d is %v", st.nquick, i, b)
+		}
+		if b != nil {
+			quick[b] = true
+		}
+	}
 	for i, c := range st.homed {
 		if c.homeIdx != i || c.home.Load() != st {
 			return fmt.Errorf("chunk %#x: homeIdx %d at %d, home %p", c.base, c.homeIdx, i, c.home.Load())
@@ -66,7 +76,7 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 			return fmt.Errorf("chunk %#x not indexed", c.base)
 		}
 		at := c.base
-		live, pending := 0, 0
+		live, pending, cached := 0, 0, 0
 		var prev *poolBlock
 		for b := c.first; b != nil; b = b.next {
 			if b.c != c || b.prev != prev || b.ptr != at || b.size <= 0 || b.size%Alignment != 0 {
@@ -92,6 +102,12 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 				if b.freedBy == nil || b.freedBy == st {
 					return fmt.Errorf("pending block %#x freed by %v", b.ptr, b.freedBy)
 				}
+			case blockCached:
+				cached++
+				cachedSeen++
+				if !quick[b] {
+					return fmt.Errorf("cached block %#x not in the quick cache", b.ptr)
+				}
 			case blockFree:
 				if c.small {
 					freeSmall[b] = true
@@ -105,9 +121,13 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 		if at != c.base+gpu.DevicePtr(c.size) {
 			return fmt.Errorf("chunk %#x: blocks end at %#x, chunk at %#x", c.base, at, c.base+gpu.DevicePtr(c.size))
 		}
-		if live != c.live || pending != c.pending {
-			return fmt.Errorf("chunk %#x: counts live %d pending %d, blocks live %d pending %d", c.base, c.live, c.pending, live, pending)
+		if live != c.live || pending != c.pending || cached != c.cached {
+			return fmt.Errorf("chunk %#x: counts live %d pending %d cached %d, blocks live %d pending %d cached %d",
+				c.base, c.live, c.pending, c.cached, live, pending, cached)
 		}
+	}
+	if cachedSeen != st.nquick {
+		return fmt.Errorf("quick cache holds %d blocks, chunks %d cached ones", st.nquick, cachedSeen)
 	}
 	if liveSeen != st.live.len() {
 		return fmt.Errorf("live map has %d entries, chunks %d live blocks", st.live.len(), liveSeen)

@@ -3,15 +3,17 @@
 // A chunk is one allocation from the pool's upstream. It is cut into
 // blocks that tile it exactly: first, then each block's next, in address
 // order, with no gap and no overlap. A block is live (handed out), free
-// (filed in its home stream's tlsf, reusable by that stream at once) or
-// pending (freed on another stream than the chunk's home, filed in the
+// (filed in its home stream's tlsf, reusable by that stream at once),
+// cached (freed on its home and kept whole in the home's quick cache for a
+// request of its size, pool_quick.go) or pending (freed on another stream than the chunk's home, filed in the
 // home's pending list for that stream, reusable only after the home waits
 // on an event recorded on the freeing stream).
 //
 // Every chunk has one home stream at a time (chunk.home). All of its
 // blocks, and its counters, are guarded by the home's mutex; that is what
 // lets a stream split and coalesce without any lock but its own. The home
-// changes only while the chunk has no live block (a steal or a release),
+// changes only while the chunk has no live or cached block (a steal or a
+// release),
 // under the old home's mutex, so the live blocks of a chunk are always in
 // its home's live map. home is nil while a chunk is being released.
 //
@@ -34,6 +36,7 @@ const (
 	blockFree poolBlockState = iota
 	blockLive
 	blockPending
+	blockCached // in the home's quick cache (pool_quick.go)
 )
 
 // block is a piece of a chunk. Descriptors are recycled through the spare
@@ -67,12 +70,18 @@ type poolChunk struct {
 	first   *poolBlock
 	live    int // live blocks
 	pending int // pending blocks
+	cached  int // blocks in the home's quick cache
 	homeIdx int // index in home.homed
 }
 
-// idle reports whether no block of c is live or pending, which means c is
-// one free block (free neighbours always coalesce). Caller holds home.mu.
-func (c *poolChunk) idle() bool { return c.live == 0 && c.pending == 0 }
+// idle reports whether no block of c is live, pending or cached, which
+// means c is one free block (free neighbours always coalesce). Caller
+// holds home.mu.
+func (c *poolChunk) idle() bool { return c.live == 0 && c.pending == 0 && c.cached == 0 }
+
+// inUse reports whether a block of c is live or cached: such a chunk
+// cannot change home or be released. Caller holds home.mu.
+func (c *poolChunk) inUse() bool { return c.live != 0 || c.cached != 0 }
 
 // class is 0 for a small chunk, 1 for a large one.
 func (c *poolChunk) class() int {

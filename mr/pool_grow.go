@@ -43,7 +43,7 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 	}
 	for attempt := 0; ; attempt++ {
 		// Another goroutine on this stream may have freed or grown.
-		ptr, ok, err := p.tryOwn(st, size, rounded, small)
+		ptr, ok, err := p.tryOwn(st, size, rounded)
 		if ok {
 			return ptr, nil
 		}
@@ -55,7 +55,7 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 			errs = append(errs, err)
 		}
 		if stole {
-			if ptr, ok, _ := p.tryOwn(st, size, rounded, small); ok {
+			if ptr, ok, _ := p.tryOwn(st, size, rounded); ok {
 				return ptr, nil
 			}
 		}
@@ -80,7 +80,7 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 			errs = append(errs, err)
 		}
 		if stole {
-			if ptr, ok, _ := p.tryOwn(st, size, rounded, small); ok {
+			if ptr, ok, _ := p.tryOwn(st, size, rounded); ok {
 				return ptr, nil
 			}
 		}
@@ -106,19 +106,10 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 var errPoolLimit = fmt.Errorf("pool: MaxSize reached: %w", ErrOutOfMemory)
 
 // tryOwn serves the request from st's lists, absorbing pending blocks.
-func (p *Pool) tryOwn(st *poolStream, size, rounded int, small bool) (gpu.DevicePtr, bool, error) {
+func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	t := &st.large
-	if small {
-		t = &st.small
-	}
-	b := st.take(t, rounded)
-	var err error
-	if b == nil && st.pendingBytes > 0 {
-		err = st.absorb()
-		b = st.take(t, rounded)
-	}
+	b, err := st.serve(rounded)
 	if b == nil {
 		return 0, false, err
 	}
@@ -140,9 +131,10 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 			continue
 		}
 		o.mu.Lock()
+		o.quickFlush()
 		var best *poolChunk
 		for _, c := range o.homed {
-			if c.live == 0 && c.small == small && c.size >= rounded && c.size-rounded <= p.slack(rounded) &&
+			if !c.inUse() && c.small == small && c.size >= rounded && c.size-rounded <= p.slack(rounded) &&
 				(force || !o.isWorking(c)) && (best == nil || c.size < best.size) {
 				best = c
 			}
@@ -267,8 +259,9 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 	var cands []cand
 	for _, o := range p.table.Load().list {
 		o.mu.Lock()
+		o.quickFlush()
 		for _, c := range o.homed {
-			if c.live == 0 && (force || o == requester || !o.isWorking(c)) {
+			if !c.inUse() && (force || o == requester || !o.isWorking(c)) {
 				cands = append(cands, cand{c, o})
 			}
 		}
@@ -283,7 +276,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		}
 		c, o := x.c, x.home
 		o.mu.Lock()
-		if c.home.Load() != o || c.live != 0 {
+		if c.home.Load() != o || c.inUse() {
 			// o's own allocations (which take no p.mu) used it since
 			// the candidates were listed.
 			o.mu.Unlock()

@@ -10,9 +10,10 @@
 //
 // Invariants, under mu:
 //   - a block of a chunk homed here is in exactly one of: small or large
-//     (free), live (live), pendingLists[i] with from == freedBy (pending);
+//     (free), live (live), quick[:nquick] (cached), pendingLists[i] with
+//     from == freedBy (pending);
 //   - no two neighbouring blocks of a chunk are both free (free blocks
-//     coalesce as soon as they become free);
+//     coalesce as soon as they become free; a cached block is not free);
 //   - used is the sum of req over the live blocks; pendingBytes the sum of
 //     size over the pending ones;
 //   - homed[c.homeIdx] == c for every chunk homed here.
@@ -57,6 +58,8 @@ type poolStream struct {
 
 	small, large tlsf
 	live         ptrMap
+	quick        [poolQuick]*poolBlock // pool_quick.go
+	nquick       int
 	spare        *poolBlock
 	pendingLists []poolPending
 	pendingBytes int
@@ -108,6 +111,37 @@ func (st *poolStream) newBlock() *poolBlock {
 func (st *poolStream) putSpare(b *poolBlock) {
 	*b = poolBlock{lnext: st.spare}
 	st.spare = b
+}
+
+// serve takes a block for a request of rounded bytes from the stream's
+// own memory, in order of cost: the quick cache; the tlsf; the tlsf after
+// the cache is flushed into it (coalescing may make a block large enough);
+// the tlsf after the blocks other streams freed are absorbed (one event
+// per freeing stream). The block is not yet marked live. It returns nil if
+// none serves, and absorb's error, which leaves the blocks of the streams
+// it could not wait on pending.
+func (st *poolStream) serve(rounded int) (*poolBlock, error) {
+	if b := st.quickTake(rounded); b != nil {
+		return b, nil
+	}
+	t := &st.large
+	if rounded <= st.pool.tune.smallMax {
+		t = &st.small
+	}
+	if b := st.take(t, rounded); b != nil {
+		return b, nil
+	}
+	if st.nquick > 0 {
+		st.quickFlush()
+		if b := st.take(t, rounded); b != nil {
+			return b, nil
+		}
+	}
+	if st.pendingBytes == 0 {
+		return nil, nil
+	}
+	err := st.absorb()
+	return st.take(t, rounded), err
 }
 
 // take removes from bins a free block of at least rounded bytes, splits off
