@@ -45,8 +45,13 @@ func (st *poolStream) quickTake(rounded int) *poolBlock {
 		if b.size != rounded && (rounded < st.pool.tune.bigMin || b.size < rounded || b.size-rounded > st.pool.slack(rounded)) {
 			continue
 		}
+		// Close the gap by hand: copy would go through the runtime's
+		// typed copy for a slice of pointers, which costs more than the
+		// few moves (none for the newest block, the common case).
 		n := st.nquick - 1
-		copy(st.quick[i:n], st.quick[i+1:st.nquick])
+		for j := i; j < n; j++ {
+			st.quick[j] = st.quick[j+1]
+		}
 		st.quick[n] = nil
 		st.nquick = n
 		b.c.cached--
@@ -60,7 +65,9 @@ func (st *poolStream) quickTake(rounded int) *poolBlock {
 func (st *poolStream) quickPut(b *poolBlock) {
 	if st.nquick == poolQuick {
 		old := st.quick[0]
-		copy(st.quick[:], st.quick[1:])
+		for j := range poolQuick - 1 {
+			st.quick[j] = st.quick[j+1]
+		}
 		st.nquick--
 		st.quick[st.nquick] = nil
 		old.c.cached--
