@@ -14,8 +14,11 @@ import (
 )
 
 // PairsPerRound is how many pairs each goroutine of Streams makes per op:
-// enough that starting the goroutines is a small part of an op.
-const PairsPerRound = 256
+// enough that starting the goroutines, and waking the OS threads that run
+// them (tens of microseconds each), is a small part of an op. With 256
+// pairs, a round of a fast resource lasted about as long as those
+// wake-ups, and 4 or 8 goroutines measured fewer pairs per second than 1.
+const PairsPerRound = 4096
 
 // Streams benchmarks len(streams) goroutines, each making PairsPerRound
 // Allocate(size)+Deallocate pairs on its own stream per op, and reports
