@@ -16,13 +16,16 @@
 // map, its state is blockCached, and its chunk counts it in cached. So
 // free blocks may neighbour a cached block (they coalesce when it is
 // flushed), and a chunk holding one is not idle: steals and releases pass
-// it by. To keep that from costing memory, every path that looks for
-// memory beyond a stream's own lists flushes caches first: a request the
-// cache and the tlsf cannot serve flushes its own stream's cache and
-// tries the tlsf again before anything else; steal and releaseIdle flush
-// the cache of each stream they examine. So the pool never grows, steals
-// or fails while a cached block could have served the request, and
-// Release gives back every chunk whose blocks are all free or cached.
+// it by. To keep that from costing memory, the cache lives only as long as
+// requests keep matching it: the first request it cannot serve flushes it
+// whole into the tlsf before the tlsf is searched, so when the sizes a
+// program asks for change, its blocks are placed as the tlsf alone would
+// place them (replaying the PyTorch traces with a cache that outlived
+// misses raised the pool's peak reserved memory by up to 6%). And steal
+// and releaseIdle flush the cache of each stream they examine. So the
+// pool never grows, steals or fails while a cached block could have served
+// the request, and Release gives back every chunk whose blocks are all
+// free or cached.
 //
 // Invariants, under the stream's mutex: quick[:nquick] are exactly the
 // blocks of state blockCached homed at the stream, oldest first, and

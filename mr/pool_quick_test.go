@@ -43,18 +43,20 @@ func mustCheck(t *testing.T, p *Pool) {
 }
 
 // A block freed on its home is cached whole and handed back to the next
-// request it serves, without touching the tlsf.
+// request it serves, without touching the tlsf; a request it cannot serve
+// flushes the cache, so that the tlsf holds all the free memory.
 func TestPoolQuickReuse(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		size, req int // first request, then the one that should reuse it
-		reused    bool
+		size, req int // first request, then the next one
+		hit       bool
 	}{
 		{"same size", 4096, 4096, true},
 		{"same rounded size", 4000, 4096, true},
 		{"smaller small", 8192, 4096, false},
 		{"larger small", 4096, 8192, false},
 		{"mid same", 1 << 20, 1 << 20, true},
+		{"mid smaller", 1 << 20, 1<<20 - 4096, false},
 		{"big within slack", 16 << 20, 16<<20 - 1<<20, true},
 		{"big beyond slack", 16 << 20, 8 << 20, false},
 	} {
@@ -66,14 +68,20 @@ func TestPoolQuickReuse(t *testing.T) {
 			if st.nquick != 1 {
 				t.Fatalf("after a free on the home, %d blocks cached, want 1", st.nquick)
 			}
-			free := st.small.n + st.large.n
+			n, bytes := st.small.n+st.large.n, st.small.bytes+st.large.bytes
 			r := mustAlloc(t, p, tc.req, s)
-			if got := r == q && st.nquick == 0; got != tc.reused {
-				t.Errorf("request of %d after freeing %d: reused %v (%#x, then %#x, %d cached), want %v",
-					tc.req, tc.size, got, q, r, st.nquick, tc.reused)
+			if st.nquick != 0 {
+				t.Errorf("%d blocks cached after the request, want 0", st.nquick)
 			}
-			if tc.reused && st.small.n+st.large.n != free {
-				t.Errorf("free blocks %d, want %d: the tlsf was touched", st.small.n+st.large.n, free)
+			freeBytes := st.small.bytes + st.large.bytes
+			if tc.hit {
+				if r != q || st.small.n+st.large.n != n || freeBytes != bytes {
+					t.Errorf("request of %d after freeing %d: got %#x (want %#x), free blocks %d of %d bytes (want %d of %d): not served by the cache",
+						tc.req, tc.size, r, q, st.small.n+st.large.n, freeBytes, n, bytes)
+				}
+			} else if want := int(p.Usage().Reserved) - alignUp(tc.req); freeBytes != want {
+				t.Errorf("request of %d after freeing %d: the tlsf holds %d free bytes, want %d: the cache was not flushed",
+					tc.req, tc.size, freeBytes, want)
 			}
 			mustCheck(t, p)
 			mustFree(t, p, r, tc.req, s)

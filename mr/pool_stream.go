@@ -114,10 +114,10 @@ func (st *poolStream) putSpare(b *poolBlock) {
 }
 
 // serve takes a block for a request of rounded bytes from the stream's
-// own memory, in order of cost: the quick cache; the tlsf; the tlsf after
-// the cache is flushed into it (coalescing may make a block large enough);
-// the tlsf after the blocks other streams freed are absorbed (one event
-// per freeing stream). The block is not yet marked live. It returns nil if
+// own memory, in order of cost: the quick cache; the tlsf, after the cache
+// is flushed into it (a miss means the run of repeated sizes ended); the
+// tlsf after the blocks other streams freed are absorbed (one event per
+// freeing stream). The block is not yet marked live. It returns nil if
 // none serves, and absorb's error, which leaves the blocks of the streams
 // it could not wait on pending.
 func (st *poolStream) serve(rounded int) (*poolBlock, error) {
@@ -128,14 +128,9 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	if rounded <= st.pool.tune.smallMax {
 		t = &st.small
 	}
+	st.quickFlush()
 	if b := st.take(t, rounded); b != nil {
 		return b, nil
-	}
-	if st.nquick > 0 {
-		st.quickFlush()
-		if b := st.take(t, rounded); b != nil {
-			return b, nil
-		}
 	}
 	if st.pendingBytes == 0 {
 		return nil, nil
