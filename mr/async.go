@@ -28,12 +28,16 @@
 // to s1 until s1 is ordered after the free, and prefers growing the pool to
 // inserting that order itself, so the pool grows by every buffer in flight.
 // Async therefore also records an event on s2 after the free and makes s1
-// wait on it: the pool's event-dependency rule then lets s1 reuse the
-// memory at once. The cost is that s1's later work waits for s2's work
-// enqueued before the free, a dependency the program did not ask for but
-// that a producer freeing its own buffers would have had anyway. That
-// second wait only helps reuse; if it fails the free stands and the error
-// is dropped.
+// wait on it (the return wait): the pool's event-dependency rule then lets
+// s1 reuse the memory at once. The cost is that s1's later work waits for
+// s2's work enqueued before the free, a dependency the program did not ask
+// for: a producer can no longer run ahead of its consumer, and a pipeline
+// whose stages overlapped runs them one after the other. Measured on a
+// producer/consumer pipeline (bench.Pipeline, BENCHMARKS.md), the return
+// wait keeps the pool at a buffer or two where it would hold every buffer
+// in flight, and costs the overlap. AsyncOptions.NoReturnWait chooses the
+// other side. The return wait only helps reuse; if it fails the free
+// stands and the error is dropped.
 //
 // The events come from a per-resource cache, so a cross-stream free creates
 // no event in the steady state, and a same-stream free costs nothing extra.
@@ -116,6 +120,16 @@ type AsyncOptions struct {
 	// DisableReuse turns the given reuse policies off (on the default pool
 	// too, for the whole process).
 	DisableReuse ReusePolicy
+	// NoReturnWait drops the return wait of a cross-stream free: a free on
+	// s2 of memory allocated on s1 still waits for s1's work, but s1 is
+	// not then made to wait for s2. s1 keeps running ahead of s2 (a
+	// producer is not held back by the consumer that frees its buffers);
+	// in exchange the driver does not hand the memory back to s1 until it
+	// knows the free has completed, so the pool grows by every buffer in
+	// flight between synchronizations. Without it (the default), memory
+	// stays minimal and s1's later work follows s2's work enqueued before
+	// each free.
+	NoReturnWait bool
 	// Pending, if not nil, receives the resource's pending-free
 	// accounting: each allocation is counted live (AddLive), and each free
 	// moves its bytes to the freeing stream's pending tally (Add) once the
@@ -129,11 +143,14 @@ type AsyncOptions struct {
 // Async is a resource over the driver's stream-ordered allocator. It is
 // safe for concurrent use.
 type Async struct {
-	dev    gpu.Device
-	pool   gpu.MemPool
-	own    bool
-	live   liveTable
-	events eventCache
+	dev  gpu.Device
+	pool gpu.MemPool
+	own  bool
+	// returnWait: a cross-stream free makes the allocating stream wait on
+	// the freeing one (not AsyncOptions.NoReturnWait).
+	returnWait bool
+	live       liveTable
+	events     eventCache
 
 	// pending is the pending-free accounting: AddLive after each
 	// allocation, Add on the freeing stream after each free has been
@@ -158,7 +175,7 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	if opts.InitialPoolSize < 0 {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
-	r := &Async{dev: dev, own: opts.OwnPool, events: newEventCache(dev), pending: opts.Pending}
+	r := &Async{dev: dev, own: opts.OwnPool, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
 	if r.pending == nil {
 		r.pending = new(PendingFrees)
 	}
@@ -260,9 +277,10 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate enqueues cuMemFreeAsync of p on s. If p was allocated on
 // another stream, s first waits on an event recorded on that stream, so
 // the memory is not reused while work enqueued there may still use it, and
-// that stream then waits on an event recorded on s after the free, so it
-// can reuse the memory at once. It does not block the host (unless the allocation's stream was destroyed,
-// in which case the device is synchronized: see eventCache.order).
+// (unless NoReturnWait) that stream then waits on an event recorded on s
+// after the free, so it can reuse the memory at once. It does not block
+// the host (unless the allocation's stream was destroyed, in which case
+// the device is synchronized: see eventCache.order).
 // Deallocate keeps working after Close.
 func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if err := checkStream("async: deallocate", r.dev, s); err != nil {
@@ -289,9 +307,11 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		r.live.restore(p, e)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
-	// Let the allocation's stream reuse the memory at once (see the file
-	// comment); best effort, the free has been enqueued.
-	r.events.order(e.stream, s)
+	if r.returnWait {
+		// Let the allocation's stream reuse the memory at once (see the
+		// file comment); best effort, the free has been enqueued.
+		r.events.order(e.stream, s)
+	}
 	// Cannot fail: this resource alone moves its bytes, each once.
 	r.pending.Add(s, uint64(size))
 	return nil

@@ -294,3 +294,66 @@ func ExampleAsync() {
 	fmt.Println(r.Usage().Used)
 	// Output: 0
 }
+
+// TestAsyncReturnWait frees on a consumer stream s2, still busy, a buffer
+// allocated on the producer stream s1. With the return wait, s1's next
+// work follows s2's work enqueued before the free, and s1 gets the buffer
+// back at once; without it, s1 runs independently of s2 and the pool
+// grows instead. Either way the free follows s1's use of the buffer.
+func TestAsyncReturnWait(t *testing.T) {
+	const n = 1 << 20
+	for _, tc := range []struct {
+		name         string
+		noReturnWait bool
+	}{
+		{"default", false},
+		{"NoReturnWait", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := resDevice(t, sim.Config{})
+			s1, s2 := resStream(t, dev), resStream(t, dev)
+			r, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true, NoReturnWait: tc.noReturnWait})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			p, err := r.Allocate(n, s1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.MemsetD8Async(p, 1, n, s1); err != nil {
+				t.Fatal(err)
+			}
+			produce := dev.LastOp(s1)
+			release := dev.Hold(s2) // the consumer's work, still running
+			defer release()
+			consume := dev.LastOp(s2)
+			if err := r.Deallocate(p, n, s2); err != nil {
+				t.Fatal(err)
+			}
+			free := dev.LastOp(s2)
+			q, err := r.Allocate(n, s1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.MemsetD8Async(q, 2, n, s1); err != nil {
+				t.Fatal(err)
+			}
+			next := dev.LastOp(s1)
+			if !dev.HappensBefore(produce, free) {
+				t.Error("the free on s2 is not ordered after s1's use of the buffer")
+			}
+			want := !tc.noReturnWait
+			if got := dev.HappensBefore(consume, next); got != want {
+				t.Errorf("s1's next work ordered after s2's work before the free: %v, want %v", got, want)
+			}
+			if got := q == p; got != want {
+				t.Errorf("s1 got the freed buffer back at once: %v (%#x, then %#x), want %v", got, p, q, want)
+			}
+			release()
+			if err := r.Deallocate(q, n, s1); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
