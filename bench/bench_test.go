@@ -125,7 +125,7 @@ func newTestStream(t *testing.T, dev gpu.Device) gpu.Stream {
 
 func TestSuiteNames(t *testing.T) {
 	cs := Suite()
-	re := regexp.MustCompile(`^(Pair/resource=\w+/size=\d+(B|KiB|MiB)|Streams/resource=\w+/goroutines=\d+|Random/resource=\w+|Notebook/resource=\w+)$`)
+	re := regexp.MustCompile(`^(Pair/resource=\w+/size=\d+(B|KiB|MiB)|Streams/resource=\w+/goroutines=\d+|(Random|Notebook|Pipeline)/resource=\w+)$`)
 	seen := map[string]bool{}
 	per := map[Workload][]string{}
 	for _, c := range cs {
@@ -148,7 +148,7 @@ func TestSuiteNames(t *testing.T) {
 	nr := len(Resources)
 	want := map[Workload]int{
 		WorkloadPair: len(PairSizes) * nr, WorkloadStreams: len(StreamGoroutines) * nr,
-		WorkloadRandom: nr, WorkloadNotebook: len(NotebookResources),
+		WorkloadRandom: nr, WorkloadNotebook: len(NotebookResources), WorkloadPipeline: len(PipelineResources),
 	}
 	for w, n := range want {
 		if len(per[w]) != n {
@@ -157,6 +157,14 @@ func TestSuiteNames(t *testing.T) {
 	}
 	if !slices.Equal(per[WorkloadNotebook], NotebookResources) {
 		t.Errorf("notebook resources %v", per[WorkloadNotebook])
+	}
+	if !slices.Equal(per[WorkloadPipeline], PipelineResources) {
+		t.Errorf("pipeline resources %v", per[WorkloadPipeline])
+	}
+	for _, v := range Variants {
+		if slices.Contains(per[WorkloadPair], v.Name) {
+			t.Errorf("variant %s runs in every workload", v.Name)
+		}
 	}
 	for _, tc := range []struct {
 		c          Case
@@ -169,6 +177,7 @@ func TestSuiteNames(t *testing.T) {
 		{Case{Workload: WorkloadRandom, Resource: "binning"}, "Random", "Random/resource=binning", 4 << 20},
 		{Case{Workload: WorkloadRandom, Resource: "binning", Random: RandomOptions{MaxSize: 1 << 20}}, "Random", "Random/resource=binning", 1 << 20},
 		{Case{Workload: WorkloadNotebook, Resource: "direct"}, "Notebook", "Notebook/resource=direct", NotebookBytes},
+		{Case{Workload: WorkloadPipeline, Resource: "async_noreturnwait"}, "Pipeline", "Pipeline/resource=async_noreturnwait", PipelineBytes},
 	} {
 		if tc.c.Name() != tc.name || tc.c.FullName() != tc.full || tc.c.MaxBlock() != tc.maxBlock {
 			t.Errorf("%+v: %q %q %d, want %q %q %d", tc.c, tc.c.Name(), tc.c.FullName(), tc.c.MaxBlock(), tc.name, tc.full, tc.maxBlock)
@@ -414,5 +423,48 @@ func TestNotebookFills(t *testing.T) {
 	}
 	if out != [4]byte{} {
 		t.Errorf("mismatched words: %v", out)
+	}
+}
+
+// Pipeline allocates every buffer on the producer and frees it on the
+// consumer, and the peak it reports shows the return wait at work: with
+// it, the driver's pool hands each buffer back to the producer, so one
+// 2 MiB granule serves the whole run.
+func TestPipeline(t *testing.T) {
+	withBenchtime(t, "40x")
+	dev := simDevice(t)
+	k, err := kernels.Load(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer, consumer := newTestStream(t, dev), newTestStream(t, dev)
+	c := newCounting(newPool(t, dev))
+	res, err := benchmark(func(b *testing.B) { Pipeline(b, c, producer, consumer, k) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.N != 40 || c.allocs != 41 || c.frees != 41 || len(c.live) != 0 || c.perStream[producer.ID()] != 41 {
+		t.Errorf("N = %d: %d allocations (%d on the producer), %d frees, %d live; want 40, 41 (41), 41, 0",
+			res.N, c.allocs, c.perStream[producer.ID()], c.frees, len(c.live))
+	}
+	if c.minSize != PipelineBytes || c.maxSize != PipelineBytes {
+		t.Errorf("sizes %d..%d, want %d", c.minSize, c.maxSize, PipelineBytes)
+	}
+	for _, tc := range []struct {
+		resource string
+		maxPeak  float64 // MiB; 0: only reported
+	}{
+		{"async", 2},
+		{"async_noreturnwait", 0},
+		{"pool", 0},
+	} {
+		res, err := Run(Case{Workload: WorkloadPipeline, Resource: tc.resource}, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peak, ok := res.Extra["peak-MiB"]
+		if !ok || peak < PipelineBytes>>20 || tc.maxPeak > 0 && peak > tc.maxPeak {
+			t.Errorf("%s: peak-MiB = %v (reported %v), want %d..%v", tc.resource, peak, ok, PipelineBytes>>20, tc.maxPeak)
+		}
 	}
 }

@@ -14,6 +14,9 @@
 //	Notebook  the seed-001 loop: allocate 4 MiB, fill it with a kernel,
 //	          free, on one stream; per-iteration time including the
 //	          stream synchronizations
+//	Pipeline  a producer stream fills each buffer, a consumer stream uses
+//	          and frees it: every free crosses streams; time per buffer
+//	          and the peak reserved memory
 //
 // Each is a function of a *testing.B, a resource and its streams, and
 // uses b.Loop and b.ReportAllocs, so the harness that calls it decides
@@ -30,8 +33,8 @@
 //     that it holds nothing.
 //   - Only allocation work is timed: setup (streams, resources, warm-up
 //     pairs) runs before the first b.Loop call and teardown after the
-//     last, except Notebook's final stream synchronization, which is part
-//     of what it measures.
+//     last, except the final stream synchronizations of Notebook and
+//     Pipeline, which are part of what they measure.
 //   - A workload fails its benchmark through fatalf or errorf, which also
 //     record the error for Run: testing.Benchmark discards a benchmark's
 //     log, and a command that benchmarks must still say what went wrong.

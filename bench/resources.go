@@ -64,22 +64,38 @@ var Resources = []Resource{
 	}},
 }
 
-// ResourceNames are the names of Resources, in order.
+// Variants are resources that only some workloads compare (they differ
+// from one of Resources in a way the others do not exercise), listed by
+// name in those workloads' resource lists (PipelineResources).
+var Variants = []Resource{
+	{"async_noreturnwait", func(dev gpu.Device, _ int) (mr.Resource, func() error, error) {
+		r, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true, ReleaseThreshold: 1 << 62, NoReturnWait: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, r.Close, nil
+	}},
+}
+
+// ResourceNames are the names of Resources, in order, then those of
+// Variants.
 func ResourceNames() []string {
-	names := make([]string, len(Resources))
-	for i, r := range Resources {
-		names[i] = r.Name
+	var names []string
+	for _, r := range slices.Concat(Resources, Variants) {
+		names = append(names, r.Name)
 	}
 	return names
 }
 
-// LookupResource returns the resource called name.
+// LookupResource returns the resource called name, among Resources and
+// Variants.
 func LookupResource(name string) (Resource, bool) {
-	i := slices.IndexFunc(Resources, func(r Resource) bool { return r.Name == name })
+	all := slices.Concat(Resources, Variants)
+	i := slices.IndexFunc(all, func(r Resource) bool { return r.Name == name })
 	if i < 0 {
 		return Resource{}, false
 	}
-	return Resources[i], true
+	return all[i], true
 }
 
 // NewResource builds the resource called name on dev for the benchmark

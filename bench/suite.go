@@ -27,6 +27,7 @@ const (
 	WorkloadStreams  Workload = "Streams"
 	WorkloadRandom   Workload = "Random"
 	WorkloadNotebook Workload = "Notebook"
+	WorkloadPipeline Workload = "Pipeline"
 )
 
 // Parameters of the suite.
@@ -39,6 +40,9 @@ var (
 	// NotebookResources are the resources the notebook compares:
 	// cuMemAlloc against the driver's stream-ordered pool and ours.
 	NotebookResources = []string{"direct", "async", "pool"}
+	// PipelineResources are the resources the pipeline compares: the
+	// driver's pool with and without Async's return wait, and ours.
+	PipelineResources = []string{"async", "async_noreturnwait", "pool"}
 )
 
 // StreamsSize is the request size of the Streams cases.
@@ -55,8 +59,8 @@ type Case struct {
 }
 
 // Suite returns every case of the suite: Pair by size, Streams by
-// goroutines, Random on every resource, and Notebook on
-// NotebookResources.
+// goroutines, Random on every resource, Notebook on NotebookResources and
+// Pipeline on PipelineResources.
 func Suite() []Case {
 	var cs []Case
 	for _, size := range PairSizes {
@@ -74,6 +78,9 @@ func Suite() []Case {
 	}
 	for _, name := range NotebookResources {
 		cs = append(cs, Case{Workload: WorkloadNotebook, Resource: name})
+	}
+	for _, name := range PipelineResources {
+		cs = append(cs, Case{Workload: WorkloadPipeline, Resource: name})
 	}
 	return cs
 }
@@ -120,6 +127,8 @@ func (c Case) MaxBlock() int {
 		return c.Random.withDefaults().MaxSize
 	case WorkloadNotebook:
 		return NotebookBytes
+	case WorkloadPipeline:
+		return PipelineBytes
 	}
 	return c.Size
 }
@@ -133,14 +142,17 @@ func (c Case) Run(b *testing.B, dev gpu.Device) {
 	// resource may enqueue its releases on them.
 	var streams []gpu.Stream
 	n := 1
-	if c.Workload == WorkloadStreams {
+	switch c.Workload {
+	case WorkloadStreams:
 		n = c.Streams
+	case WorkloadPipeline:
+		n = 2 // producer, consumer
 	}
 	for range n {
 		streams = append(streams, newStream(b, dev))
 	}
 	var k *kernels.Kernels
-	if c.Workload == WorkloadNotebook {
+	if c.Workload == WorkloadNotebook || c.Workload == WorkloadPipeline {
 		var err error
 		if k, err = kernels.Load(dev); err != nil {
 			fatalf(b, "bench: load kernels: %w", err)
@@ -156,6 +168,8 @@ func (c Case) Run(b *testing.B, dev gpu.Device) {
 		Random(b, r, streams[0], c.Random)
 	case WorkloadNotebook:
 		Notebook(b, r, streams[0], k)
+	case WorkloadPipeline:
+		Pipeline(b, r, streams[0], streams[1], k)
 	default:
 		fatalf(b, "bench: unknown workload %q", c.Workload)
 	}

@@ -12,6 +12,9 @@ package mr_test
 //	BenchmarkNotebook/resource=R              the seed-001 loop: allocate 4 MiB,
 //	                                          fill it with a kernel, free; time per
 //	                                          iteration with the stream syncs
+//	BenchmarkPipeline/resource=R              a producer stream fills 1 MiB buffers,
+//	                                          a consumer uses and frees them; time
+//	                                          per buffer, peak reserved MiB
 //
 // The workloads, the cases and the resources they run on (the pool
 // included) live in package bench, which `streamalloc bench` runs too, so
@@ -32,6 +35,7 @@ func BenchmarkPair(b *testing.B)     { benchSuite(b, bench.WorkloadPair) }
 func BenchmarkStreams(b *testing.B)  { benchSuite(b, bench.WorkloadStreams) }
 func BenchmarkRandom(b *testing.B)   { benchSuite(b, bench.WorkloadRandom) }
 func BenchmarkNotebook(b *testing.B) { benchSuite(b, bench.WorkloadNotebook) }
+func BenchmarkPipeline(b *testing.B) { benchSuite(b, bench.WorkloadPipeline) }
 
 // benchSuite runs the suite's cases of workload w as sub-benchmarks named
 // resource=R[/param], each on a device of its own.

@@ -31,7 +31,7 @@ func TestBenchTable(t *testing.T) {
 	if len(lines) < 4+len(suite) {
 		t.Fatalf("%d lines for %d cases:\n%s", len(lines), len(suite), out)
 	}
-	if !strings.Contains(lines[0], "SIMULATED GPU") || !strings.HasPrefix(lines[1], "benchtime: 2x per case, 73 cases") {
+	if !strings.Contains(lines[0], "SIMULATED GPU") || !strings.HasPrefix(lines[1], "benchtime: 2x per case, 76 cases") {
 		t.Errorf("header:\n%s\n%s", lines[0], lines[1])
 	}
 	if got := strings.Fields(lines[3]); !slices.Equal(got, []string{"case", "resource", "iterations", "ns/op", "B/op", "allocs/op", "metrics"}) {
@@ -130,7 +130,7 @@ func TestBenchBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--resource", "pool,nope"}, `--resource: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, or all)`},
+		{[]string{"--resource", "pool,nope"}, `--resource: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, async_noreturnwait, or all)`},
 		{[]string{"--resource", ""}, `--resource: unknown resource ""`},
 		{[]string{"--filter", "Pair/(size"}, "--filter: error parsing regexp: missing closing )"},
 		{[]string{"--filter", "NoSuchCase"}, `no benchmark case matches --filter "NoSuchCase" on --resource `},
