@@ -21,7 +21,7 @@ const (
 	PipelineBytes = 1 << 20
 	// PipelineBatch is how many buffers the host enqueues between
 	// synchronizations of the two streams.
-	PipelineBatch = 32
+	PipelineBatch = 128
 	// PipelineWork is how long each stage's kernel runs per buffer.
 	PipelineWork = 20 * time.Microsecond
 )
