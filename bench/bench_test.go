@@ -429,7 +429,7 @@ func TestNotebookFills(t *testing.T) {
 // Pipeline allocates every buffer on the producer and frees it on the
 // consumer, and the peak it reports shows the return wait at work: with
 // it, the driver's pool hands each buffer back to the producer, so one
-// 2 MiB granule serves the whole run.
+// 32 MiB growth serves the whole run.
 func TestPipeline(t *testing.T) {
 	withBenchtime(t, "40x")
 	dev := simDevice(t)
@@ -454,7 +454,7 @@ func TestPipeline(t *testing.T) {
 		resource string
 		maxPeak  float64 // MiB; 0: only reported
 	}{
-		{"async", 2},
+		{"async", 32},
 		{"async_noreturnwait", 0},
 		{"pool", 0},
 	} {

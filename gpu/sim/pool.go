@@ -1,10 +1,25 @@
 // The driver's stream-ordered memory pools (cuMemAllocAsync and friends).
 //
-// A pool reserves chunks of device memory in whole 2 MiB units (one chunk
-// per growth, rounded up from the request; the card's granularity) and
-// carves blocks from them, 256-byte aligned, best fit. A freed block
-// remembers the free operations it depends on (at most one per stream, the
-// latest); neighbouring free blocks coalesce and merge their dependencies.
+// A pool reserves chunks of device memory in whole 32 MiB units (one chunk
+// per growth, rounded up from the request) and carves blocks from them,
+// 256-byte aligned, best fit. A freed block remembers the free operations
+// it depends on (at most one per stream, the latest). Neighbouring free
+// blocks coalesce when all their frees have completed, or when their frees
+// are all still running on the same streams (at the free, or later in
+// settleLocked); a block whose free is still running stays apart from
+// free neighbours whose frees completed, so it does not make them wait
+// for that free too.
+//
+// Both rules are the driver's, measured on an H100 (driver 580): a request
+// of up to 32 MiB grows a pool by 32 MiB and one of 33 MiB by 64 MiB;
+// thirty-two 1 MiB allocations fit in one growth; a 1 MiB block freed on a
+// stream still busy leaves the rest of its 32 MiB usable at once by
+// another stream's allocations, at the next addresses; and eight 4 MiB
+// blocks freed in scrambled order on a busy stream serve a 32 MiB request
+// on that stream from their own chunk. (Not modelled: the
+// driver maps growths contiguously, so one allocation may span the end of
+// one growth and the next, and it spaces blocks under 512 bytes 512 bytes
+// apart.)
 // A block may go to an allocation on stream S when every dependency F is
 //
 //   - on S itself (stream order: reuse at once), or
@@ -35,6 +50,9 @@ import (
 	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
+
+// poolGranule is what a pool grows by: requests are rounded up to it.
+const poolGranule = 32 << 20
 
 type memPool struct {
 	dev       *Device
@@ -197,6 +215,7 @@ func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acqu
 // allocLocked finds or makes a block of at least size bytes for s.
 func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, waits, acquires []*op, err error) {
 	need := roundUp(size, align)
+	p.settleLocked()
 	s.nextDepsLocked()
 	host := p.dev.b.host.Load().vc
 	var best, bestWait *block
@@ -233,8 +252,15 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 
 // growLocked reserves a chunk for a request of need bytes.
 func (p *memPool) growLocked(call string, need uint64) (*chunk, error) {
-	size := roundUp(need, bigAlign)
+	size := roundUp(need, poolGranule)
 	seg, err := p.dev.mapLocked(call, size, size)
+	if err != nil && size > roundUp(need, bigAlign) {
+		// Not measured on the card: near the device's capacity the
+		// model grows by the request rounded to 2 MiB, the mapping
+		// granularity, rather than fail for want of a whole granule.
+		size = roundUp(need, bigAlign)
+		seg, err = p.dev.mapLocked(call, size, size)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -274,25 +300,80 @@ func (p *memPool) freeBlockLocked(b *block, f *op) {
 	if f != nil {
 		b.deps = []*op{f}
 	}
-	if n := b.next; n != nil && n.free {
+	if n := b.next; n != nil && n.free && coalescible(b, n) {
 		p.unlistFree(n)
-		b.size += n.size
-		b.deps = mergeDeps(b.deps, n.deps)
-		b.next = n.next
-		if n.next != nil {
-			n.next.prev = b
-		}
+		b.absorb(n)
 	}
-	if pr := b.prev; pr != nil && pr.free {
-		pr.size += b.size
-		pr.deps = mergeDeps(pr.deps, b.deps)
-		pr.next = b.next
-		if b.next != nil {
-			b.next.prev = pr
-		}
+	if pr := b.prev; pr != nil && pr.free && coalescible(pr, b) {
+		pr.absorb(b)
 		return
 	}
 	p.listFree(b)
+}
+
+// coalescible reports whether free neighbours a and b may become one
+// block: if the frees of both have completed, or those of both are still
+// running on the same streams (the merged block waits for the later free
+// of each stream, which a stream that may use one may use the other
+// after). A block whose free is running is never merged with one whose
+// frees completed: that would make the latter wait too.
+func coalescible(a, b *block) bool {
+	as, bs := a.settled(), b.settled()
+	return as && bs || !as && !bs && sameStreams(a.deps, b.deps)
+}
+
+// absorb makes b's next neighbour n, free and not listed, part of b.
+func (b *block) absorb(n *block) {
+	b.size += n.size
+	b.deps = mergeDeps(b.deps, n.deps)
+	b.next = n.next
+	if n.next != nil {
+		n.next.prev = b
+	}
+}
+
+// settled reports whether every free b depends on has completed.
+func (b *block) settled() bool {
+	for _, f := range b.deps {
+		if f.s.doneSeq() < f.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// sameStreams reports whether the frees a and b list (at most one per
+// stream) are on the same streams.
+func sameStreams(a, b []*op) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, f := range a {
+		found := false
+		for _, g := range b {
+			found = found || f.s == g.s
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// settleLocked coalesces the free neighbours that were kept apart while a
+// free was pending and may be merged now: their frees have all completed
+// since, or an earlier merge left them waiting on the same streams.
+func (p *memPool) settleLocked() {
+	for _, c := range p.chunks {
+		for b := c.first; b != nil; {
+			if n := b.next; b.free && n != nil && n.free && coalescible(b, n) {
+				p.unlistFree(n)
+				b.absorb(n)
+				continue
+			}
+			b = b.next
+		}
+	}
 }
 
 // mergeDeps keeps, per stream, the later of the frees of a and b.
@@ -313,23 +394,18 @@ next:
 	return out
 }
 
-// idle reports whether chunk c is one free block whose frees completed.
+// idle reports whether chunk c is one free block whose frees completed
+// (after settleLocked, a chunk of free blocks whose frees completed is
+// one block).
 func (c *chunk) idle() bool {
 	b := c.first
-	if !b.free || b.next != nil {
-		return false
-	}
-	for _, f := range b.deps {
-		if f.s.doneSeq() < f.seq {
-			return false
-		}
-	}
-	return true
+	return b.free && b.next == nil && b.settled()
 }
 
 // releaseLocked gives idle chunks back to the device until at most keep
 // bytes stay reserved.
 func (p *memPool) releaseLocked(keep uint64) {
+	p.settleLocked()
 	for i := len(p.chunks) - 1; i >= 0 && p.reserved > keep; i-- {
 		c := p.chunks[i]
 		if !c.idle() {

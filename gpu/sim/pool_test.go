@@ -136,25 +136,25 @@ func TestPoolReleaseThreshold(t *testing.T) {
 	pool := f.defaultPool()
 	// Default threshold 0: everything idle goes back at a synchronize.
 	p := f.mallocAsync(3<<20, f.s)
-	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 4<<20 {
-		t.Errorf("reserved %d for 3 MiB, want 4 MiB (2 MiB granularity)", r)
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 32<<20 {
+		t.Errorf("reserved %d for 3 MiB, want 32 MiB (the pool's granule)", r)
 	}
 	if u := f.attr(pool, gpu.PoolUsedMemCurrent); u != 3<<20 {
 		t.Errorf("used %d, want 3 MiB", u)
 	}
 	f.must(f.dev.FreeAsync(p, f.s))
-	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 4<<20 {
-		t.Errorf("reserved %d before any synchronize, want 4 MiB kept", r)
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 32<<20 {
+		t.Errorf("reserved %d before any synchronize, want 32 MiB kept", r)
 	}
 	f.must(f.s.Synchronize())
 	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 0 {
 		t.Errorf("reserved %d after synchronize with threshold 0, want 0", r)
 	}
 
-	// Threshold 4 MiB: three 2 MiB chunks, one is released.
-	f.must(pool.SetAttribute(gpu.PoolReleaseThreshold, 4<<20))
+	// Threshold 64 MiB: three 32 MiB chunks, one is released.
+	f.must(pool.SetAttribute(gpu.PoolReleaseThreshold, 64<<20))
 	s2, s3 := f.stream(), f.stream()
-	a, b, c := f.mallocAsync(2<<20, f.s), f.mallocAsync(2<<20, s2), f.mallocAsync(2<<20, s3)
+	a, b, c := f.mallocAsync(32<<20, f.s), f.mallocAsync(32<<20, s2), f.mallocAsync(32<<20, s3)
 	for _, x := range []struct {
 		p gpu.DevicePtr
 		s gpu.Stream
@@ -164,20 +164,20 @@ func TestPoolReleaseThreshold(t *testing.T) {
 	e := f.event(false)
 	f.must(e.Record(s3))
 	f.must(e.Synchronize()) // an event synchronize is a release point too
-	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 4<<20 {
-		t.Errorf("reserved %d after synchronize, want the 4 MiB threshold", r)
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 64<<20 {
+		t.Errorf("reserved %d after synchronize, want the 64 MiB threshold", r)
 	}
-	if h := f.attr(pool, gpu.PoolReservedMemHigh); h != 6<<20 {
-		t.Errorf("reserved high %d, want 6 MiB", h)
+	if h := f.attr(pool, gpu.PoolReservedMemHigh); h != 96<<20 {
+		t.Errorf("reserved high %d, want 96 MiB", h)
 	}
-	f.must(f.dev.Synchronize()) // every free has run (the threshold still holds 4 MiB)
-	f.must(pool.TrimTo(2 << 20))
-	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 2<<20 {
-		t.Errorf("reserved %d after TrimTo(2 MiB)", r)
+	f.must(f.dev.Synchronize()) // every free has run (the threshold still holds 64 MiB)
+	f.must(pool.TrimTo(32 << 20))
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 32<<20 {
+		t.Errorf("reserved %d after TrimTo(32 MiB)", r)
 	}
 	f.must(pool.SetAttribute(gpu.PoolReservedMemHigh, 0))
-	if h := f.attr(pool, gpu.PoolReservedMemHigh); h != 2<<20 {
-		t.Errorf("reserved high %d after reset, want the current 2 MiB", h)
+	if h := f.attr(pool, gpu.PoolReservedMemHigh); h != 32<<20 {
+		t.Errorf("reserved high %d after reset, want the current 32 MiB", h)
 	}
 	wantErr(t, "set reserved current", pool.SetAttribute(gpu.PoolReservedMemCurrent, 0), gpu.ErrInvalidValue)
 	wantErr(t, "set used current", pool.SetAttribute(gpu.PoolUsedMemCurrent, 0), gpu.ErrInvalidValue)
@@ -187,7 +187,7 @@ func TestPoolReleaseThreshold(t *testing.T) {
 	p = f.mallocAsync(1<<20, f.s)
 	f.must(f.dev.FreeAsync(p, f.s))
 	f.must(pool.TrimTo(0))
-	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 2<<20 {
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 32<<20 {
 		t.Errorf("reserved %d: trimmed a chunk whose free is pending", r)
 	}
 	release()
@@ -211,30 +211,96 @@ func TestPoolDestroyWithLiveAllocations(t *testing.T) {
 	f.must(f.dev.MemsetD8Async(p, 1, 5<<20, f.s)) // still mapped
 	f.must(f.dev.FreeAsync(p, f.s))
 	f.must(f.s.Synchronize())
-	if after := f.free(); after != before+6<<20 {
-		t.Errorf("free %d after the last block of a destroyed pool, want %d", after, before+6<<20)
+	if after := f.free(); after != before+32<<20 {
+		t.Errorf("free %d after the last block of a destroyed pool, want %d", after, before+32<<20)
 	}
 }
 
+// Eight blocks freed in scrambled order coalesce into their chunk: a
+// 32 MiB request on the freeing stream gets the chunk back, whether the
+// frees have run or are still waiting behind other work; a request on
+// another stream, which the running frees are not ordered before, makes
+// the pool grow instead. (As on an H100, driver 580.)
 func TestPoolCoalesces(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		busy, other bool // hold the freeing stream; allocate on another
+		reused      bool
+	}{
+		{"frees done", false, false, true},
+		{"frees running", true, false, true},
+		{"frees running, other stream", true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, sim.Config{})
+			pool := f.defaultPool()
+			f.must(pool.SetAttribute(gpu.PoolReleaseThreshold, ^uint64(0)))
+			f.must(pool.SetAttribute(gpu.PoolReuseAllowInternalDependencies, 0))
+			var ps []gpu.DevicePtr
+			for range 8 {
+				ps = append(ps, f.mallocAsync(4<<20, f.s)) // 8 x 4 MiB = one 32 MiB chunk
+			}
+			if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 32<<20 {
+				t.Fatalf("reserved %d, want one 32 MiB chunk", r)
+			}
+			release := func() {}
+			if tc.busy {
+				release = f.sd.Hold(f.s)
+			}
+			defer release()
+			for _, i := range []int{1, 3, 0, 2, 7, 5, 6, 4} {
+				f.must(f.dev.FreeAsync(ps[i], f.s))
+			}
+			if !tc.busy {
+				f.must(f.s.Synchronize())
+			}
+			s := f.s
+			if tc.other {
+				s = f.stream()
+			}
+			big := f.mallocAsync(32<<20, s) // needs all eight coalesced
+			want := uint64(32 << 20)
+			if !tc.reused {
+				want = 64 << 20
+			}
+			if got := big == ps[0]; got != tc.reused || f.attr(pool, gpu.PoolReservedMemCurrent) != want {
+				t.Errorf("32 MiB allocation at %#x (chunk at %#x), reserved %d; want reuse %v, %d reserved",
+					uint64(big), uint64(ps[0]), f.attr(pool, gpu.PoolReservedMemCurrent), tc.reused, want)
+			}
+			release()
+			f.must(f.dev.FreeAsync(big, s))
+			f.must(f.dev.Synchronize())
+		})
+	}
+}
+
+// A block freed on a stream still busy stays apart from the free rest of
+// its chunk, so another stream allocates from the rest at once (as the
+// driver does on an H100); once the free completes, the chunk is whole
+// again.
+func TestPoolPendingFreeKeepsNeighboursUsable(t *testing.T) {
 	f := newFixture(t, sim.Config{})
 	pool := f.defaultPool()
 	f.must(pool.SetAttribute(gpu.PoolReleaseThreshold, ^uint64(0)))
-	var ps []gpu.DevicePtr
-	for range 8 {
-		ps = append(ps, f.mallocAsync(256<<10, f.s)) // 8 x 256 KiB = one 2 MiB chunk
+	s2 := f.stream()
+	a := f.mallocAsync(1<<20, f.s)
+	f.must(f.s.Synchronize())
+	release := f.sd.Hold(s2)
+	f.must(f.dev.FreeAsync(a, s2))
+	b, c := f.mallocAsync(1<<20, f.s), f.mallocAsync(1<<20, f.s)
+	if b != a+1<<20 || c != a+2<<20 || f.attr(pool, gpu.PoolReservedMemCurrent) != 32<<20 {
+		t.Errorf("after freeing %#x on a busy stream: %#x, %#x, reserved %d; want the next two MiB of one 32 MiB chunk",
+			uint64(a), uint64(b), uint64(c), f.attr(pool, gpu.PoolReservedMemCurrent))
 	}
-	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 2<<20 {
-		t.Fatalf("reserved %d, want one 2 MiB chunk", r)
+	release()
+	f.must(f.dev.FreeAsync(b, f.s))
+	f.must(f.dev.FreeAsync(c, f.s))
+	f.must(f.dev.Synchronize())
+	if big := f.mallocAsync(32<<20, f.s); big != a || f.attr(pool, gpu.PoolReservedMemCurrent) != 32<<20 {
+		t.Errorf("32 MiB allocation at %#x (chunk at %#x), reserved %d: the chunk is not whole again",
+			uint64(big), uint64(a), f.attr(pool, gpu.PoolReservedMemCurrent))
+	} else {
+		f.must(f.dev.FreeAsync(big, f.s))
 	}
-	for _, i := range []int{1, 3, 0, 2, 7, 5, 6, 4} {
-		f.must(f.dev.FreeAsync(ps[i], f.s))
-	}
-	big := f.mallocAsync(2<<20, f.s) // needs all eight coalesced
-	if big != ps[0] || f.attr(pool, gpu.PoolReservedMemCurrent) != 2<<20 {
-		t.Errorf("2 MiB allocation at %#x (chunk at %#x), reserved %d: free blocks did not coalesce",
-			uint64(big), uint64(ps[0]), f.attr(pool, gpu.PoolReservedMemCurrent))
-	}
-	f.must(f.dev.FreeAsync(big, f.s))
 	f.must(f.s.Synchronize())
 }
