@@ -9,8 +9,9 @@
 // Device memory is real host memory: sets, copies and kernels move real
 // bytes, and tests can check them. Each allocation (a cuMemAlloc region or
 // a chunk reserved by a pool, in whole 32 MiB units) is a segment of a
-// per-device address space; a segment's bytes are committed only when first touched,
-// as one Go slice for segments up to 64 MiB and as 2 MiB pages above that.
+// per-device address space; a segment's bytes are committed only when
+// first touched, as one Go slice for segments up to 64 MiB and as 2 MiB
+// pages above that.
 // Addresses are 256-aligned (2 MiB-aligned from 2 MiB up) and never zero.
 // Capacity counts cuMemAlloc, managed allocations and pool reservations;
 // going over it is ErrOutOfMemory, as on the card.
