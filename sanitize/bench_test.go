@@ -71,33 +71,41 @@ func BenchmarkUseFake(b *testing.B) {
 	}
 }
 
-func simDev(b *testing.B) gpu.Device {
-	d, err := sim.New(sim.Config{}).Device(0)
-	if err != nil {
-		b.Fatal(err)
+// simAsync returns a simulated device and an Async resource on a pool of
+// its own, both behind a sanitizer when bo.on; the resource is closed
+// when b ends.
+func simAsync(b *testing.B, on bool, opts sanitize.Options) (gpu.Device, mr.Resource) {
+	b.Helper()
+	dev, err := sim.New(sim.Config{}).Device(0)
+	must(b, err)
+	var z *sanitize.Sanitizer
+	if on {
+		z = sanitize.New(opts)
+		dev = z.Device(dev)
 	}
-	return d
+	a, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
+	must(b, err)
+	b.Cleanup(func() { a.Close() })
+	if on {
+		return dev, z.Resource(a)
+	}
+	return dev, a
+}
+
+// simStream returns a stream of dev, destroyed when b ends.
+func simStream(b *testing.B, dev gpu.Device) gpu.Stream {
+	b.Helper()
+	s, err := dev.NewStream()
+	must(b, err)
+	b.Cleanup(func() { s.Destroy() })
+	return s
 }
 
 func BenchmarkAllocFreeAsyncSim(b *testing.B) {
 	for _, bo := range benchOpts {
 		b.Run(bo.name, func(b *testing.B) {
-			dev := simDev(b)
-			var z *sanitize.Sanitizer
-			if bo.on {
-				z = sanitize.New(bo.opts)
-				dev = z.Device(dev)
-			}
-			a, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
-			must(b, err)
-			defer a.Close()
-			var res mr.Resource = a
-			if bo.on {
-				res = z.Resource(a)
-			}
-			s, err := dev.NewStream()
-			must(b, err)
-			defer s.Destroy()
+			dev, res := simAsync(b, bo.on, bo.opts)
+			s := simStream(b, dev)
 			b.ReportAllocs()
 			for b.Loop() {
 				p, err := res.Allocate(4096, s)
@@ -116,25 +124,8 @@ func BenchmarkAllocFreeAsyncSim(b *testing.B) {
 func BenchmarkBufferUseSim(b *testing.B) {
 	for _, bo := range benchOpts {
 		b.Run(bo.name, func(b *testing.B) {
-			dev := simDev(b)
-			var z *sanitize.Sanitizer
-			if bo.on {
-				z = sanitize.New(bo.opts)
-				dev = z.Device(dev)
-			}
-			a, err := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
-			must(b, err)
-			defer a.Close()
-			var res mr.Resource = a
-			if bo.on {
-				res = z.Resource(a)
-			}
-			s1, err := dev.NewStream()
-			must(b, err)
-			defer s1.Destroy()
-			s2, err := dev.NewStream()
-			must(b, err)
-			defer s2.Destroy()
+			dev, res := simAsync(b, bo.on, bo.opts)
+			s1, s2 := simStream(b, dev), simStream(b, dev)
 			v, err := buf.New(res, 4096, s1)
 			must(b, err)
 			noop := func() error { return nil }
