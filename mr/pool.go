@@ -134,7 +134,8 @@ type PoolOptions struct {
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It
 // implements Resource, UsageReporter and Releaser, and is safe for
-// concurrent use by many goroutines on many streams.
+// concurrent use by many goroutines on many streams. Stats counts how it
+// served requests and what its slow paths did.
 type Pool struct {
 	upstream Resource
 	dev      gpu.Device
@@ -151,6 +152,7 @@ type Pool struct {
 	grown  bool // the first growth (InitialSize) happened
 	closed atomic.Bool
 	usage  usageMeter // reserved and its peak; peakUsed of the flushed total
+	wide   poolWideStats
 	// usedSum is written by every allocation while one stream uses the
 	// pool; keep it off the line of the fields the hot path only reads.
 	_           [64]byte

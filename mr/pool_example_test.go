@@ -8,8 +8,9 @@ import (
 )
 
 // A pool over the direct resource: the first request grows the pool by a
-// chunk, the next ones on the same stream reuse its free blocks, and
-// Release gives the idle chunk back.
+// chunk, the next ones on the same stream reuse its free blocks (here the
+// block just freed, from the quick cache), and Release gives the idle
+// chunk back.
 func ExampleNewPool() {
 	dev, _ := sim.New(sim.Config{}).Device(0)
 	s, _ := dev.NewStream()
@@ -27,11 +28,14 @@ func ExampleNewPool() {
 
 	u := pool.Usage()
 	fmt.Printf("used %d, reserved %d MiB\n", u.Used, u.Reserved>>20)
+	st := pool.Stats()
+	fmt.Printf("allocations %d, from the quick cache %d, growths %d\n", st.Allocations, st.QuickHits, st.Growths)
 	pool.Deallocate(b, 1000, s)
 	pool.Release()
 	fmt.Println("reserved after Release:", pool.Usage().Reserved)
 	// Output:
 	// reused: true aligned: true
 	// used 1000, reserved 2 MiB
+	// allocations 2, from the quick cache 1, growths 1
 	// reserved after Release: 0
 }

@@ -147,6 +147,7 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 		o.removeHomed(best, st)
 		o.mu.Unlock()
 
+		p.wide.steals++
 		st.mu.Lock()
 		st.attach(best)
 		err := st.absorb()
@@ -224,6 +225,7 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 		return 0, fmt.Errorf("pool: grow by %d bytes: upstream returned misaligned %#x: %w", g, uint64(ptr), gpu.ErrInvalidValue)
 	}
 	p.grown = true
+	p.wide.growths++
 	c := &poolChunk{base: ptr, size: g, small: small}
 	p.chunks.Store(indexRef(p.chunks.Load().with(c)))
 	p.usage.addReserved(g)
@@ -320,6 +322,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		p.chunks.Store(indexRef(p.chunks.Load().without(c)))
 		p.usage.subReserved(c.size)
 		released += c.size
+		p.wide.releases++
 	}
 	return released, errors.Join(errs...)
 }

@@ -79,6 +79,8 @@ type poolStream struct {
 	used      int64
 	unflushed int64
 
+	stats poolStreamStats // pool_stats.go
+
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
 
@@ -122,6 +124,7 @@ func (st *poolStream) putSpare(b *poolBlock) {
 // it could not wait on pending.
 func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	if b := st.quickTake(rounded); b != nil {
+		st.stats.quickHits++
 		return b, nil
 	}
 	t := &st.large
@@ -175,6 +178,7 @@ func (st *poolStream) markLive(b *poolBlock, req int) {
 	b.state = blockLive
 	b.handed = true
 	b.req = req
+	st.stats.allocs++
 	st.working[b.c.class()] = b.c
 	st.live.put(b.ptr, b)
 	b.c.live++
@@ -229,6 +233,7 @@ func (st *poolStream) freeOwn(b *poolBlock) {
 // home: b becomes pending until the home is ordered after from.
 func (st *poolStream) freeForeign(b *poolBlock, from *poolStream) {
 	st.unlive(b)
+	st.stats.crossFrees++
 	st.addPending(b, from)
 }
 
@@ -333,6 +338,8 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	if err == nil {
 		if err = st.s.WaitEvent(e); err != nil {
 			err = fmt.Errorf("stream %d wait on stream %d: %w", st.id, from.id, err)
+		} else {
+			st.stats.waits++
 		}
 	} else if errors.Is(err, gpu.ErrDestroyed) {
 		if err = st.pool.dev.Synchronize(); err != nil {

@@ -1,0 +1,73 @@
+// What a Pool did: counters of how its requests were served and of what
+// its slow paths cost, for tuning a pool to a workload and for seeing why
+// it holds what it holds.
+//
+// The per-stream counters live in poolStream and change under its mutex,
+// next to the work they count, so they cost the hot path an increment and
+// no shared cache line; the pool-wide ones change under Pool.mu, on slow
+// paths only. Stats adds them up under the same locks.
+
+package mr
+
+// PoolStats counts what a Pool did since it was made. Every counter only
+// grows, except Chunks.
+type PoolStats struct {
+	// Allocations is the number of requests served (size 0 excluded).
+	Allocations uint64
+	// QuickHits is how many of them took a block from the quick cache:
+	// the block freed last on the stream, of the same size.
+	QuickHits uint64
+	// Frees is the number of blocks freed, and CrossStreamFrees how many
+	// of them on another stream than the one that owns the block's chunk
+	// (they wait as pending until the owner needs the memory).
+	Frees, CrossStreamFrees uint64
+	// Waits is the number of event waits the pool enqueued so that a
+	// stream could reuse memory freed on another: one per absorption of
+	// another stream's pending blocks, per steal and per release of a
+	// chunk with such blocks.
+	Waits uint64
+	// Steals is the number of idle chunks one stream took from another.
+	Steals uint64
+	// Growths and Releases count chunks allocated from and given back to
+	// the upstream; Chunks is how many the pool holds now.
+	Growths, Releases uint64
+	Chunks            int
+}
+
+// poolStreamStats are the counters of one stream, guarded by its mutex.
+// Frees are not counted: a block stays in the live map of the stream that
+// handed it out until it is freed (its chunk cannot move meanwhile), so a
+// stream's frees are its allocations less its live blocks.
+type poolStreamStats struct {
+	allocs, quickHits, crossFrees, waits uint64
+}
+
+// poolWideStats are the counters of the slow paths, guarded by Pool.mu.
+type poolWideStats struct {
+	steals, growths, releases uint64
+}
+
+// Stats returns the pool's counters. It takes the pool's lock and each
+// stream's in turn, so it waits for a growth or a release in progress.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := PoolStats{
+		Steals:   p.wide.steals,
+		Growths:  p.wide.growths,
+		Releases: p.wide.releases,
+		Chunks:   len(*p.chunks.Load()),
+	}
+	for _, st := range p.table.Load().list {
+		st.mu.Lock()
+		c := st.stats
+		live := st.live.len()
+		st.mu.Unlock()
+		s.Allocations += c.allocs
+		s.QuickHits += c.quickHits
+		s.Frees += c.allocs - uint64(live)
+		s.CrossStreamFrees += c.crossFrees
+		s.Waits += c.waits
+	}
+	return s
+}
