@@ -4,7 +4,8 @@
 // A Collector reads an mr.Stats adaptor (current, peak and total bytes and
 // allocations, failures, and the same per stream when the adaptor keeps
 // them) and, optionally, any mr.UsageReporter (reserved and used bytes
-// with their peaks) each time the registry is scraped. It keeps no state of
+// with their peaks) and a pool's counters (mr.Pool.Stats) each time the
+// registry is scraped. It keeps no state of
 // its own, so the numbers are exactly the adaptor's at scrape time, and
 // scraping costs nothing between scrapes.
 //
@@ -24,6 +25,10 @@
 //	streamalloc_stream_*{stream="ID"}      the same per stream (PerStream adaptors)
 //	streamalloc_reserved_bytes{,_peak}     gauge    from the UsageReporter
 //	streamalloc_used_bytes{,_peak}         gauge    from the UsageReporter
+//	streamalloc_pool_*_total               counter  from mr.Pool.Stats: allocations,
+//	                                                quick_hits, frees, cross_stream_frees,
+//	                                                waits, steals, growths, releases
+//	streamalloc_pool_chunks                gauge    chunks the pool holds now
 //
 // To export several resources into one registry, give each collector
 // ConstLabels that tell them apart (for example device and resource).
@@ -48,6 +53,14 @@ type Options struct {
 	// adaptor is itself a UsageReporter; pass the pool or the async
 	// resource below it to export what it reserved from the device.
 	Usage mr.UsageReporter
+	// Pool, if set (an *mr.Pool), is exported as the pool's counters:
+	// how it served requests and what its slow paths did.
+	Pool PoolStatser
+}
+
+// PoolStatser is what Options.Pool needs: *mr.Pool implements it.
+type PoolStatser interface {
+	Stats() mr.PoolStats
 }
 
 // metric is one exported value: how to read it from a snapshot.
@@ -62,22 +75,31 @@ type metric struct {
 type Collector struct {
 	stats     *mr.Stats
 	usage     mr.UsageReporter
+	pool      PoolStatser
 	all       []metric
 	perStream []metric
 	usageDesc [4]*prometheus.Desc
+	poolDesc  []poolMetric
 }
 
-// NewCollector returns a collector of stats (may be nil) and opts.Usage
-// (may be nil); with neither it returns an error.
+// poolMetric is one exported pool counter: how to read it from PoolStats.
+type poolMetric struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	get  func(mr.PoolStats) uint64
+}
+
+// NewCollector returns a collector of stats (may be nil), opts.Usage and
+// opts.Pool (each may be nil); with none of them it returns an error.
 func NewCollector(stats *mr.Stats, opts Options) (*Collector, error) {
-	if stats == nil && opts.Usage == nil {
-		return nil, errors.New("mrprom: nothing to collect: no Stats and no Usage")
+	if stats == nil && opts.Usage == nil && opts.Pool == nil {
+		return nil, errors.New("mrprom: nothing to collect: no Stats, Usage or Pool")
 	}
 	ns := opts.Namespace
 	if ns == "" {
 		ns = "streamalloc"
 	}
-	c := &Collector{stats: stats, usage: opts.Usage}
+	c := &Collector{stats: stats, usage: opts.Usage, pool: opts.Pool}
 	newDesc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, opts.ConstLabels)
 	}
@@ -119,6 +141,31 @@ func NewCollector(stats *mr.Stats, opts Options) (*Collector, error) {
 			newDesc("used_bytes_peak", "High-water mark of the used bytes."),
 		}
 	}
+	if opts.Pool != nil {
+		counter := func(name, help string, get func(mr.PoolStats) uint64) poolMetric {
+			return poolMetric{newDesc("pool_"+name, help), prometheus.CounterValue, get}
+		}
+		c.poolDesc = []poolMetric{
+			counter("allocations_total", "Requests the pool served.",
+				func(s mr.PoolStats) uint64 { return s.Allocations }),
+			counter("quick_hits_total", "Requests served from a stream's quick cache.",
+				func(s mr.PoolStats) uint64 { return s.QuickHits }),
+			counter("frees_total", "Blocks freed.",
+				func(s mr.PoolStats) uint64 { return s.Frees }),
+			counter("cross_stream_frees_total", "Blocks freed on another stream than their chunk's.",
+				func(s mr.PoolStats) uint64 { return s.CrossStreamFrees }),
+			counter("waits_total", "Event waits enqueued to reuse memory freed on other streams.",
+				func(s mr.PoolStats) uint64 { return s.Waits }),
+			counter("steals_total", "Idle chunks taken from another stream.",
+				func(s mr.PoolStats) uint64 { return s.Steals }),
+			counter("growths_total", "Chunks allocated from the upstream.",
+				func(s mr.PoolStats) uint64 { return s.Growths }),
+			counter("releases_total", "Chunks given back to the upstream.",
+				func(s mr.PoolStats) uint64 { return s.Releases }),
+			{newDesc("pool_chunks", "Chunks the pool holds now."), prometheus.GaugeValue,
+				func(s mr.PoolStats) uint64 { return uint64(s.Chunks) }},
+		}
+	}
 	return c, nil
 }
 
@@ -135,6 +182,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		for _, d := range c.usageDesc {
 			ch <- d
 		}
+	}
+	for _, m := range c.poolDesc {
+		ch <- m.desc
 	}
 }
 
@@ -162,6 +212,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		u := c.usage.Usage()
 		for i, v := range [4]uint64{u.Reserved, u.PeakReserved, u.Used, u.PeakUsed} {
 			ch <- prometheus.MustNewConstMetric(c.usageDesc[i], prometheus.GaugeValue, float64(v))
+		}
+	}
+	if c.pool != nil {
+		s := c.pool.Stats()
+		for _, m := range c.poolDesc {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.get(s)))
 		}
 	}
 }

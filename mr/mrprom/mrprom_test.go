@@ -182,6 +182,93 @@ func TestScrapeHTTP(t *testing.T) {
 	}
 }
 
+type poolStats mr.PoolStats
+
+func (p poolStats) Stats() mr.PoolStats { return mr.PoolStats(p) }
+
+// A pool's counters are exported as they are, under their names.
+func TestCollectorPool(t *testing.T) {
+	c, err := mrprom.NewCollector(nil, mrprom.Options{Pool: poolStats{
+		Allocations: 10, QuickHits: 7, Frees: 9, CrossStreamFrees: 3, Waits: 2,
+		Steals: 1, Growths: 4, Releases: 2, Chunks: 2,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP streamalloc_pool_allocations_total Requests the pool served.
+# TYPE streamalloc_pool_allocations_total counter
+streamalloc_pool_allocations_total 10
+# HELP streamalloc_pool_quick_hits_total Requests served from a stream's quick cache.
+# TYPE streamalloc_pool_quick_hits_total counter
+streamalloc_pool_quick_hits_total 7
+# HELP streamalloc_pool_frees_total Blocks freed.
+# TYPE streamalloc_pool_frees_total counter
+streamalloc_pool_frees_total 9
+# HELP streamalloc_pool_cross_stream_frees_total Blocks freed on another stream than their chunk's.
+# TYPE streamalloc_pool_cross_stream_frees_total counter
+streamalloc_pool_cross_stream_frees_total 3
+# HELP streamalloc_pool_waits_total Event waits enqueued to reuse memory freed on other streams.
+# TYPE streamalloc_pool_waits_total counter
+streamalloc_pool_waits_total 2
+# HELP streamalloc_pool_steals_total Idle chunks taken from another stream.
+# TYPE streamalloc_pool_steals_total counter
+streamalloc_pool_steals_total 1
+# HELP streamalloc_pool_growths_total Chunks allocated from the upstream.
+# TYPE streamalloc_pool_growths_total counter
+streamalloc_pool_growths_total 4
+# HELP streamalloc_pool_releases_total Chunks given back to the upstream.
+# TYPE streamalloc_pool_releases_total counter
+streamalloc_pool_releases_total 2
+# HELP streamalloc_pool_chunks Chunks the pool holds now.
+# TYPE streamalloc_pool_chunks gauge
+streamalloc_pool_chunks 2
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// A real pool's counters reach the collector.
+func TestCollectorRealPool(t *testing.T) {
+	st, up, s1, _ := setup(t)
+	up.fail = false
+	pool, err := mr.NewPool(up, mr.PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mrprom.NewCollector(st, mrprom.Options{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pool.Allocate(4096, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Deallocate(p, 4096, s1); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP streamalloc_pool_allocations_total Requests the pool served.
+# TYPE streamalloc_pool_allocations_total counter
+streamalloc_pool_allocations_total 1
+# HELP streamalloc_pool_growths_total Chunks allocated from the upstream.
+# TYPE streamalloc_pool_growths_total counter
+streamalloc_pool_growths_total 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"streamalloc_pool_allocations_total", "streamalloc_pool_growths_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCollectorNeedsSomething(t *testing.T) {
 	if _, err := mrprom.NewCollector(nil, mrprom.Options{}); err == nil {
 		t.Fatal("a collector of nothing was made")
