@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 )
 
 var (
@@ -40,29 +40,13 @@ func needGPU(tb testing.TB) (cuda.Device, cuda.Context) {
 		}
 		gpuCtx, gpuErr = gpuDev.PrimaryCtxRetain()
 	})
-	if gpuErr != nil {
-		if os.Getenv("STREAMALLOC_DEVICE") == "cuda" {
-			tb.Fatalf("STREAMALLOC_DEVICE=cuda but no usable GPU: %v", gpuErr)
-		}
-		tb.Skipf("no GPU: %v", gpuErr)
-	}
+	testdev.SkipWithoutGPU(tb, gpuErr)
 	return gpuDev, gpuCtx
-}
-
-// must(f())(tb) is f's value, the test failing if f failed.
-func must[T any](v T, err error) func(testing.TB) T {
-	return func(tb testing.TB) T {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return v
-	}
 }
 
 func newStream(tb testing.TB, ctx cuda.Context) cuda.Stream {
 	tb.Helper()
-	s := must(ctx.StreamCreate(cuda.StreamNonBlocking))(tb)
+	s := testdev.Must(ctx.StreamCreate(cuda.StreamNonBlocking))(tb)
 	tb.Cleanup(func() {
 		if err := ctx.StreamDestroy(s); err != nil {
 			tb.Error(err)
@@ -73,7 +57,7 @@ func newStream(tb testing.TB, ctx cuda.Context) cuda.Stream {
 
 func newEvent(tb testing.TB, ctx cuda.Context, flags uint32) cuda.Event {
 	tb.Helper()
-	e := must(ctx.EventCreate(flags))(tb)
+	e := testdev.Must(ctx.EventCreate(flags))(tb)
 	tb.Cleanup(func() {
 		if err := ctx.EventDestroy(e); err != nil {
 			tb.Error(err)
@@ -84,16 +68,16 @@ func newEvent(tb testing.TB, ctx cuda.Context, flags uint32) cuda.Event {
 
 func TestDeviceProperties(t *testing.T) {
 	dev, ctx := needGPU(t)
-	n := must(cuda.DeviceCount())(t)
-	v := must(cuda.DriverVersion())(t)
-	name := must(dev.Name())(t)
-	total := must(dev.TotalMem())(t)
+	n := testdev.Must(cuda.DeviceCount())(t)
+	v := testdev.Must(cuda.DriverVersion())(t)
+	name := testdev.Must(dev.Name())(t)
+	total := testdev.Must(dev.TotalMem())(t)
 	major, minor, err := dev.ComputeCapability()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pools := must(dev.Attribute(cuda.AttrMemoryPoolsSupported))(t)
-	sms := must(dev.Attribute(cuda.AttrMultiprocessorCount))(t)
+	pools := testdev.Must(dev.Attribute(cuda.AttrMemoryPoolsSupported))(t)
+	sms := testdev.Must(dev.Attribute(cuda.AttrMultiprocessorCount))(t)
 	free, total2, err := ctx.MemGetInfo()
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +100,7 @@ func TestDeviceProperties(t *testing.T) {
 
 func TestInvalidOrdinal(t *testing.T) {
 	needGPU(t)
-	n := must(cuda.DeviceCount())(t)
+	n := testdev.Must(cuda.DeviceCount())(t)
 	for _, ord := range []int{-1, n, 1 << 40} {
 		if _, err := cuda.GetDevice(ord); !errors.Is(err, cuda.ErrInvalidDevice) {
 			t.Errorf("GetDevice(%d): %v, want ErrInvalidDevice", ord, err)
@@ -265,8 +249,8 @@ func TestMemory(t *testing.T) {
 	_, ctx := needGPU(t)
 	s := newStream(t, ctx)
 	const n = 1 << 20
-	a := must(ctx.MemAllocAsync(n, s))(t)
-	b := must(ctx.MemAlloc(n))(t)
+	a := testdev.Must(ctx.MemAllocAsync(n, s))(t)
+	b := testdev.Must(ctx.MemAlloc(n))(t)
 	if a == 0 || b == 0 || a%256 != 0 || b%256 != 0 {
 		t.Fatalf("pointers %#x %#x", a, b)
 	}
@@ -284,7 +268,7 @@ func TestMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Into pinned memory the copy is asynchronous: read it after a sync.
-	pinned := must(ctx.MemAllocHost(n))(t)
+	pinned := testdev.Must(ctx.MemAllocHost(n))(t)
 	host := unsafe.Slice((*byte)(pinned), n)
 	if err := ctx.MemcpyDtoHAsync(host, b, s); err != nil {
 		t.Fatal(err)
@@ -319,7 +303,7 @@ func TestMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Managed memory is reachable from the device.
-	m := must(ctx.MemAllocManaged(4096, cuda.MemAttachGlobal))(t)
+	m := testdev.Must(ctx.MemAllocManaged(4096, cuda.MemAttachGlobal))(t)
 	if err := ctx.MemsetD8Async(m, 0x5A, 4096, s); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +338,7 @@ func TestBadSizes(t *testing.T) {
 	_, err := ctx.MemAllocAsync(0, s)
 	t.Logf("MemAllocAsync(0): %v", err)
 	// The device is still usable.
-	p := must(ctx.MemAllocAsync(1<<20, s))(t)
+	p := testdev.Must(ctx.MemAllocAsync(1<<20, s))(t)
 	if err := ctx.MemFreeAsync(p, s); err != nil {
 		t.Fatal(err)
 	}
@@ -366,11 +350,11 @@ func TestBadSizes(t *testing.T) {
 func TestMemPools(t *testing.T) {
 	dev, ctx := needGPU(t)
 	s := newStream(t, ctx)
-	def := must(dev.DefaultMemPool())(t)
-	if cur := must(dev.MemPool())(t); cur != def {
+	def := testdev.Must(dev.DefaultMemPool())(t)
+	if cur := testdev.Must(dev.MemPool())(t); cur != def {
 		t.Errorf("current pool %#x is not the default %#x", cur, def)
 	}
-	pool := must(ctx.MemPoolCreate(dev))(t)
+	pool := testdev.Must(ctx.MemPoolCreate(dev))(t)
 	defer func() {
 		if err := ctx.MemPoolDestroy(pool); err != nil {
 			t.Error(err)
@@ -380,13 +364,13 @@ func TestMemPools(t *testing.T) {
 		if err := ctx.MemPoolSetAttribute(pool, a, 0); err != nil {
 			t.Fatal(err)
 		}
-		if v := must(ctx.MemPoolAttribute(pool, a))(t); v != 0 {
+		if v := testdev.Must(ctx.MemPoolAttribute(pool, a))(t); v != 0 {
 			t.Errorf("attribute %d = %d after setting 0", a, v)
 		}
 		if err := ctx.MemPoolSetAttribute(pool, a, 1); err != nil {
 			t.Fatal(err)
 		}
-		if v := must(ctx.MemPoolAttribute(pool, a))(t); v != 1 {
+		if v := testdev.Must(ctx.MemPoolAttribute(pool, a))(t); v != 1 {
 			t.Errorf("attribute %d = %d after setting 1", a, v)
 		}
 		if err := ctx.MemPoolSetAttribute(pool, a, 2); !errors.Is(err, cuda.ErrInvalidValue) {
@@ -397,11 +381,11 @@ func TestMemPools(t *testing.T) {
 	if err := ctx.MemPoolSetAttribute(pool, cuda.PoolReleaseThreshold, 1<<40); err != nil {
 		t.Fatal(err)
 	}
-	p := must(ctx.MemAllocFromPoolAsync(n, pool, s))(t)
+	p := testdev.Must(ctx.MemAllocFromPoolAsync(n, pool, s))(t)
 	if err := ctx.StreamSynchronize(s); err != nil {
 		t.Fatal(err)
 	}
-	used := must(ctx.MemPoolAttribute(pool, cuda.PoolUsedMemCurrent))(t)
+	used := testdev.Must(ctx.MemPoolAttribute(pool, cuda.PoolUsedMemCurrent))(t)
 	if used < n {
 		t.Errorf("used %d while %d allocated", used, n)
 	}
@@ -411,16 +395,16 @@ func TestMemPools(t *testing.T) {
 	if err := ctx.StreamSynchronize(s); err != nil {
 		t.Fatal(err)
 	}
-	reserved := must(ctx.MemPoolAttribute(pool, cuda.PoolReservedMemCurrent))(t)
-	used = must(ctx.MemPoolAttribute(pool, cuda.PoolUsedMemCurrent))(t)
-	high := must(ctx.MemPoolAttribute(pool, cuda.PoolUsedMemHigh))(t)
+	reserved := testdev.Must(ctx.MemPoolAttribute(pool, cuda.PoolReservedMemCurrent))(t)
+	used = testdev.Must(ctx.MemPoolAttribute(pool, cuda.PoolUsedMemCurrent))(t)
+	high := testdev.Must(ctx.MemPoolAttribute(pool, cuda.PoolUsedMemHigh))(t)
 	if reserved < n || used != 0 || high < n {
 		t.Errorf("after free with a high threshold: reserved %d used %d used-high %d", reserved, used, high)
 	}
 	if err := ctx.MemPoolTrimTo(pool, 0); err != nil {
 		t.Fatal(err)
 	}
-	if r := must(ctx.MemPoolAttribute(pool, cuda.PoolReservedMemCurrent))(t); r != 0 {
+	if r := testdev.Must(ctx.MemPoolAttribute(pool, cuda.PoolReservedMemCurrent))(t); r != 0 {
 		t.Errorf("reserved %d after TrimTo(0)", r)
 	}
 	if err := ctx.MemPoolSetAttribute(pool, cuda.PoolUsedMemHigh, 0); err != nil {
@@ -439,7 +423,7 @@ func TestMemPools(t *testing.T) {
 	if err := dev.SetMemPool(pool); err != nil {
 		t.Fatal(err)
 	}
-	if cur := must(dev.MemPool())(t); cur != pool {
+	if cur := testdev.Must(dev.MemPool())(t); cur != pool {
 		t.Errorf("current pool %#x after SetMemPool(%#x)", cur, pool)
 	}
 	if err := dev.SetMemPool(def); err != nil {
@@ -459,10 +443,10 @@ func TestEventFromAnotherContext(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if cur := must(cuda.CurrentContext())(t); cur == other {
+	if cur := testdev.Must(cuda.CurrentContext())(t); cur == other {
 		t.Error("CtxCreate left the new context current")
 	}
-	foreign := must(other.EventCreate(cuda.EventDisableTiming))(t)
+	foreign := testdev.Must(other.EventCreate(cuda.EventDisableTiming))(t)
 	defer other.EventDestroy(foreign)
 	s := newStream(t, ctx)
 	err = ctx.EventRecord(foreign, s)
@@ -481,7 +465,7 @@ type kernelSet struct {
 
 func loadKernels(tb testing.TB, ctx cuda.Context) *kernelSet {
 	tb.Helper()
-	m := must(ctx.ModuleLoadData(kernels.PTX))(tb)
+	m := testdev.Must(ctx.ModuleLoadData(kernels.PTX))(tb)
 	tb.Cleanup(func() {
 		if err := ctx.ModuleUnload(m); err != nil {
 			tb.Error(err)
@@ -489,9 +473,9 @@ func loadKernels(tb testing.TB, ctx cuda.Context) *kernelSet {
 	})
 	return &kernelSet{
 		ctx:    ctx,
-		fill:   must(ctx.ModuleGetFunction(m, kernels.FillEntry))(tb),
-		check:  must(ctx.ModuleGetFunction(m, kernels.CheckEntry))(tb),
-		spinFn: must(ctx.ModuleGetFunction(m, kernels.SpinEntry))(tb),
+		fill:   testdev.Must(ctx.ModuleGetFunction(m, kernels.FillEntry))(tb),
+		check:  testdev.Must(ctx.ModuleGetFunction(m, kernels.CheckEntry))(tb),
+		spinFn: testdev.Must(ctx.ModuleGetFunction(m, kernels.SpinEntry))(tb),
 	}
 }
 
@@ -510,8 +494,8 @@ func TestKernels(t *testing.T) {
 	s := newStream(t, ctx)
 	const words = 1<<20 + 3
 	const seed = 0xC0FFEE
-	p := must(ctx.MemAllocAsync(4*words, s))(t)
-	errCount := must(ctx.MemAllocAsync(4, s))(t)
+	p := testdev.Must(ctx.MemAllocAsync(4*words, s))(t)
+	errCount := testdev.Must(ctx.MemAllocAsync(4, s))(t)
 	if err := ctx.MemsetD8Async(errCount, 0, 4, s); err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +575,7 @@ func TestModuleAndLaunchErrors(t *testing.T) {
 	_, ctx := needGPU(t)
 	k := loadKernels(t, ctx)
 	s := newStream(t, ctx)
-	m := must(ctx.ModuleLoadData(kernels.PTX))(t)
+	m := testdev.Must(ctx.ModuleLoadData(kernels.PTX))(t)
 	defer ctx.ModuleUnload(m)
 	if _, err := ctx.ModuleGetFunction(m, "no_such_kernel"); !errors.Is(err, cuda.ErrNotFound) {
 		t.Errorf("unknown function: %v, want ErrNotFound", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/cudagpu"
 	"github.com/streamalloc/streamalloc/gpu/gputest"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 )
 
 const helperEnv = "STREAMALLOC_CUDAGPU_TEST_HELPER"
@@ -117,23 +118,8 @@ func needDevice(tb testing.TB) (gpu.Backend, *cudagpu.Device) {
 			theDev = d.(*cudagpu.Device)
 		}
 	})
-	if openErr != nil {
-		if os.Getenv("STREAMALLOC_DEVICE") == "cuda" {
-			tb.Fatalf("STREAMALLOC_DEVICE=cuda but no usable GPU: %v", openErr)
-		}
-		tb.Skipf("no GPU: %v", openErr)
-	}
+	testdev.SkipWithoutGPU(tb, openErr)
 	return theBack, theDev
-}
-
-func must[T any](v T, err error) func(testing.TB) T {
-	return func(tb testing.TB) T {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return v
-	}
 }
 
 func ok(tb testing.TB, err error) {
@@ -145,7 +131,7 @@ func ok(tb testing.TB, err error) {
 
 func stream(tb testing.TB, d gpu.Device) gpu.Stream {
 	tb.Helper()
-	s := must(d.NewStream())(tb)
+	s := testdev.Must(d.NewStream())(tb)
 	tb.Cleanup(func() {
 		if err := s.Destroy(); err != nil && !errors.Is(err, gpu.ErrDestroyed) {
 			tb.Error(err)
@@ -156,7 +142,7 @@ func stream(tb testing.TB, d gpu.Device) gpu.Stream {
 
 func event(tb testing.TB, d gpu.Device, timing bool) gpu.Event {
 	tb.Helper()
-	e := must(d.NewEvent(timing))(tb)
+	e := testdev.Must(d.NewEvent(timing))(tb)
 	tb.Cleanup(func() {
 		if err := e.Destroy(); err != nil && !errors.Is(err, gpu.ErrDestroyed) {
 			tb.Error(err)
@@ -170,20 +156,20 @@ func TestBackendAndDevice(t *testing.T) {
 	if b.Name() != "cuda" || b.Simulated() {
 		t.Errorf("Name %q Simulated %v", b.Name(), b.Simulated())
 	}
-	again := must(cudagpu.Open())(t)
+	again := testdev.Must(cudagpu.Open())(t)
 	if again != b {
 		t.Error("Open returned a second backend")
 	}
-	if d2 := must(b.Device(0))(t); d2 != gpu.Device(d) {
+	if d2 := testdev.Must(b.Device(0))(t); d2 != gpu.Device(d) {
 		t.Error("Device(0) twice gave two devices")
 	}
-	n := must(b.DeviceCount())(t)
+	n := testdev.Must(b.DeviceCount())(t)
 	for _, ord := range []int{-1, n, 1 << 40} {
 		if _, err := b.Device(ord); !errors.Is(err, gpu.ErrInvalidDevice) {
 			t.Errorf("Device(%d): %v, want ErrInvalidDevice", ord, err)
 		}
 	}
-	v := must(b.DriverVersion())(t)
+	v := testdev.Must(b.DriverVersion())(t)
 	p := d.Properties()
 	free, total, err := d.MemGetInfo()
 	ok(t, err)
@@ -221,15 +207,15 @@ func (foreignFunc) Name() string { return "foreign" }
 func TestBadHandles(t *testing.T) {
 	_, d := needDevice(t)
 	live := stream(t, d)
-	dead := must(d.NewStream())(t)
+	dead := testdev.Must(d.NewStream())(t)
 	ok(t, dead.Destroy())
-	deadEvent := must(d.NewEvent(false))(t)
+	deadEvent := testdev.Must(d.NewEvent(false))(t)
 	ok(t, deadEvent.Destroy())
 	liveEvent := event(t, d, false)
-	pool := must(d.NewMemPool())(t)
+	pool := testdev.Must(d.NewMemPool())(t)
 	ok(t, pool.Destroy())
-	mod := must(d.LoadModule(kernels.PTX))(t)
-	spin := must(mod.Function(kernels.SpinEntry))(t)
+	mod := testdev.Must(d.LoadModule(kernels.PTX))(t)
+	spin := testdev.Must(mod.Function(kernels.SpinEntry))(t)
 	ok(t, mod.Unload())
 	var nilStream *cudagpu.Stream
 	var nilEvent *cudagpu.Event
@@ -249,7 +235,7 @@ func TestBadHandles(t *testing.T) {
 		calls := map[string]error{
 			"MallocAsync":         second(d.MallocAsync(256, s)),
 			"FreeAsync":           d.FreeAsync(0x1000, s),
-			"MallocFromPoolAsync": second(d.MallocFromPoolAsync(256, must(d.DefaultMemPool())(t), s)),
+			"MallocFromPoolAsync": second(d.MallocFromPoolAsync(256, testdev.Must(d.DefaultMemPool())(t), s)),
 			"MemsetD8Async":       d.MemsetD8Async(0x1000, 0, 16, s),
 			"CopyHtoDAsync":       d.CopyHtoDAsync(0x1000, make([]byte, 16), s),
 			"CopyDtoHAsync":       d.CopyDtoHAsync(make([]byte, 16), 0x1000, s),
@@ -327,7 +313,7 @@ func TestBadHandles(t *testing.T) {
 	if _, err := d.MallocFromPoolAsync(256, foreignPool{}, live); !errors.Is(err, gpu.ErrWrongDevice) {
 		t.Errorf("MallocFromPoolAsync(foreign pool): %v", err)
 	}
-	def := must(d.DefaultMemPool())(t)
+	def := testdev.Must(d.DefaultMemPool())(t)
 	if err := def.Destroy(); !errors.Is(err, gpu.ErrInvalidValue) {
 		t.Errorf("destroying the default pool: %v, want ErrInvalidValue", err)
 	}
@@ -355,10 +341,10 @@ func second[T any](_ T, err error) error { return err }
 // With two devices, handles of one are refused by the other.
 func TestOtherDeviceHandles(t *testing.T) {
 	b, d0 := needDevice(t)
-	if n := must(b.DeviceCount())(t); n < 2 {
+	if n := testdev.Must(b.DeviceCount())(t); n < 2 {
 		t.Skipf("%d device: TestBadHandles covers foreign handles; this needs two GPUs", n)
 	}
-	d1 := must(b.Device(1))(t)
+	d1 := testdev.Must(b.Device(1))(t)
 	s1 := stream(t, d1)
 	e1 := event(t, d1, false)
 	if _, err := d0.MallocAsync(256, s1); !errors.Is(err, gpu.ErrWrongDevice) {
@@ -372,7 +358,7 @@ func TestOtherDeviceHandles(t *testing.T) {
 func TestBadSizes(t *testing.T) {
 	_, d := needDevice(t)
 	s := stream(t, d)
-	def := must(d.DefaultMemPool())(t)
+	def := testdev.Must(d.DefaultMemPool())(t)
 	neg := map[string]error{
 		"Malloc":              second(d.Malloc(-1)),
 		"MallocAsync":         second(d.MallocAsync(-1, s)),
@@ -420,13 +406,13 @@ func TestBadSizes(t *testing.T) {
 	if err := d.FreeHost(make([]byte, 64)); !errors.Is(err, gpu.ErrInvalidValue) {
 		t.Errorf("FreeHost(Go memory): %v, want ErrInvalidValue", err)
 	}
-	pinned := must(d.MallocHost(4096))(t)
+	pinned := testdev.Must(d.MallocHost(4096))(t)
 	ok(t, d.FreeHost(pinned))
 	if err := d.FreeHost(pinned); !errors.Is(err, gpu.ErrInvalidValue) {
 		t.Errorf("FreeHost twice: %v, want ErrInvalidValue", err)
 	}
 	// The device is still usable after all that.
-	p := must(d.MallocAsync(1<<20, s))(t)
+	p := testdev.Must(d.MallocAsync(1<<20, s))(t)
 	ok(t, d.FreeAsync(p, s))
 	ok(t, s.Synchronize())
 }
@@ -434,9 +420,9 @@ func TestBadSizes(t *testing.T) {
 func TestLaunchArguments(t *testing.T) {
 	_, d := needDevice(t)
 	s := stream(t, d)
-	mod := must(d.LoadModule(kernels.PTX))(t)
+	mod := testdev.Must(d.LoadModule(kernels.PTX))(t)
 	defer mod.Unload()
-	spin := must(mod.Function(kernels.SpinEntry))(t)
+	spin := testdev.Must(mod.Function(kernels.SpinEntry))(t)
 	if _, err := mod.Function("nope"); !errors.Is(err, gpu.ErrNotFound) {
 		t.Errorf("unknown function: %v, want ErrNotFound", err)
 	}
@@ -466,7 +452,7 @@ func TestLaunchArguments(t *testing.T) {
 	}
 	// fill takes (u64, u64, u32): a pointer where the seed goes, or a
 	// missing errcount, is refused before the driver reads past the block.
-	fill := must(mod.Function(kernels.FillEntry))(t)
+	fill := testdev.Must(mod.Function(kernels.FillEntry))(t)
 	for _, args := range [][]any{
 		{gpu.DevicePtr(0), uint64(1)},
 		{gpu.DevicePtr(0), uint64(1), gpu.DevicePtr(0)},
@@ -486,15 +472,15 @@ func TestLaunchArguments(t *testing.T) {
 // check kernel counts planted mismatches; spin holds a stream.
 func TestKernels(t *testing.T) {
 	_, d := needDevice(t)
-	k := must(kernels.Load(d))(t)
-	if k2 := must(kernels.Load(d))(t); k2 != k {
+	k := testdev.Must(kernels.Load(d))(t)
+	if k2 := testdev.Must(kernels.Load(d))(t); k2 != k {
 		t.Error("kernels loaded twice")
 	}
 	s := stream(t, d)
 	const words = 3<<20 + 5
 	const seed = 12345
-	p := must(d.MallocAsync(4*words, s))(t)
-	cnt := must(d.MallocAsync(4, s))(t)
+	p := testdev.Must(d.MallocAsync(4*words, s))(t)
+	cnt := testdev.Must(d.MallocAsync(4, s))(t)
 	ok(t, d.MemsetD8Async(cnt, 0, 4, s))
 	ok(t, k.Fill(s, p, words, seed))
 	host := make([]byte, 4*words)
@@ -536,13 +522,13 @@ func TestKernels(t *testing.T) {
 // 100 times on one stream, the data checked every time.
 func TestNotebookLoop(t *testing.T) {
 	_, d := needDevice(t)
-	k := must(kernels.Load(d))(t)
+	k := testdev.Must(kernels.Load(d))(t)
 	s := stream(t, d)
 	const words = 1 << 20 // 4 MiB
-	cnt := must(d.MallocAsync(4, s))(t)
+	cnt := testdev.Must(d.MallocAsync(4, s))(t)
 	ok(t, d.MemsetD8Async(cnt, 0, 4, s))
 	for i := range 100 {
-		p := must(d.MallocAsync(4*words, s))(t)
+		p := testdev.Must(d.MallocAsync(4*words, s))(t)
 		ok(t, k.Fill(s, p, words, uint32(i)))
 		ok(t, k.Check(s, p, words, uint32(i), cnt))
 		ok(t, d.FreeAsync(p, s))
@@ -560,12 +546,12 @@ func TestNotebookLoop(t *testing.T) {
 // still held by a spin: the read must see the data.
 func TestCrossStreamOrder(t *testing.T) {
 	_, d := needDevice(t)
-	k := must(kernels.Load(d))(t)
+	k := testdev.Must(kernels.Load(d))(t)
 	s1, s2 := stream(t, d), stream(t, d)
 	e := event(t, d, false)
 	const words = 1 << 20
-	p := must(d.MallocAsync(4*words, s1))(t)
-	cnt := must(d.MallocAsync(4, s1))(t)
+	p := testdev.Must(d.MallocAsync(4*words, s1))(t)
+	cnt := testdev.Must(d.MallocAsync(4, s1))(t)
 	ok(t, d.MemsetD8Async(cnt, 0, 4, s1))
 	ok(t, k.Spin(s1, 50*time.Millisecond))
 	ok(t, k.Fill(s1, p, words, 7))
@@ -586,14 +572,14 @@ func TestCrossStreamOrder(t *testing.T) {
 	ok(t, d.FreeAsync(p, s2))
 	ok(t, d.FreeAsync(cnt, s2))
 	ok(t, s2.Synchronize())
-	q := must(d.MallocAsync(4*words, s1))(t)
+	q := testdev.Must(d.MallocAsync(4*words, s1))(t)
 	ok(t, d.FreeAsync(q, s1))
 	ok(t, s1.Synchronize())
 }
 
 func TestEventTiming(t *testing.T) {
 	_, d := needDevice(t)
-	k := must(kernels.Load(d))(t)
+	k := testdev.Must(kernels.Load(d))(t)
 	s := stream(t, d)
 	start, end := event(t, d, true), event(t, d, true)
 	untimed := event(t, d, false)
@@ -602,7 +588,7 @@ func TestEventTiming(t *testing.T) {
 	ok(t, k.Spin(s, 30*time.Millisecond))
 	ok(t, end.Record(s))
 	ok(t, end.Synchronize())
-	el := must(end.ElapsedSince(start))(t)
+	el := testdev.Must(end.ElapsedSince(start))(t)
 	if el < 29*time.Millisecond || el > time.Second {
 		t.Errorf("a 30ms spin took %v by events", el)
 	}
@@ -619,15 +605,15 @@ func TestMemoryRoundTrip(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*31 + 1)
 	}
-	a := must(d.Malloc(n))(t)
-	b := must(d.MallocAsync(n, s))(t)
+	a := testdev.Must(d.Malloc(n))(t)
+	b := testdev.Must(d.MallocAsync(n, s))(t)
 	if a%256 != 0 || b%256 != 0 {
 		t.Errorf("unaligned %#x %#x", a, b)
 	}
 	ok(t, d.CopyHtoDAsync(a, src, s))
 	ok(t, d.CopyDtoDAsync(b, a, n, s))
 	ok(t, d.MemsetD8Async(b+10, 0xEE, 5, s))
-	pinned := must(d.MallocHost(n))(t)
+	pinned := testdev.Must(d.MallocHost(n))(t)
 	ok(t, d.CopyDtoHAsync(pinned, b, s))
 	ok(t, s.Synchronize())
 	for i := range pinned {
@@ -639,7 +625,7 @@ func TestMemoryRoundTrip(t *testing.T) {
 			t.Fatalf("byte %d = %#x, want %#x", i, pinned[i], want)
 		}
 	}
-	m := must(d.MallocManaged(4096))(t)
+	m := testdev.Must(d.MallocManaged(4096))(t)
 	ok(t, d.CopyHtoDAsync(m, src[:4096], s))
 	back := make([]byte, 4096)
 	ok(t, d.CopyDtoHAsync(back, m, s))
@@ -656,7 +642,7 @@ func TestMemoryRoundTrip(t *testing.T) {
 func TestMemPool(t *testing.T) {
 	_, d := needDevice(t)
 	s := stream(t, d)
-	pool := must(d.NewMemPool())(t)
+	pool := testdev.Must(d.NewMemPool())(t)
 	defer func() { ok(t, pool.Destroy()) }()
 	if pool.Device() != gpu.Device(d) {
 		t.Error("pool's device")
@@ -685,34 +671,34 @@ func TestMemPool(t *testing.T) {
 	for _, a := range []gpu.PoolAttr{gpu.PoolReuseFollowEventDependencies, gpu.PoolReuseAllowOpportunistic, gpu.PoolReuseAllowInternalDependencies} {
 		for _, v := range []uint64{0, 1} {
 			ok(t, pool.SetAttribute(a, v))
-			if got := must(pool.Attribute(a))(t); got != v {
+			if got := testdev.Must(pool.Attribute(a))(t); got != v {
 				t.Errorf("attribute %d = %d after setting %d", a, got, v)
 			}
 		}
 	}
 	const n = 32 << 20
 	ok(t, pool.SetAttribute(gpu.PoolReleaseThreshold, 1<<40))
-	p := must(d.MallocFromPoolAsync(n, pool, s))(t)
+	p := testdev.Must(d.MallocFromPoolAsync(n, pool, s))(t)
 	ok(t, s.Synchronize())
-	if used := must(pool.Attribute(gpu.PoolUsedMemCurrent))(t); used < n {
+	if used := testdev.Must(pool.Attribute(gpu.PoolUsedMemCurrent))(t); used < n {
 		t.Errorf("used %d with %d allocated", used, n)
 	}
 	ok(t, d.FreeAsync(p, s))
 	ok(t, s.Synchronize())
-	reserved := must(pool.Attribute(gpu.PoolReservedMemCurrent))(t)
-	used := must(pool.Attribute(gpu.PoolUsedMemCurrent))(t)
+	reserved := testdev.Must(pool.Attribute(gpu.PoolReservedMemCurrent))(t)
+	used := testdev.Must(pool.Attribute(gpu.PoolUsedMemCurrent))(t)
 	if reserved < n || used != 0 {
 		t.Errorf("after free, threshold high: reserved %d used %d; want >= %d, 0", reserved, used, n)
 	}
 	ok(t, pool.TrimTo(0))
-	if r := must(pool.Attribute(gpu.PoolReservedMemCurrent))(t); r != 0 {
+	if r := testdev.Must(pool.Attribute(gpu.PoolReservedMemCurrent))(t); r != 0 {
 		t.Errorf("reserved %d after TrimTo(0)", r)
 	}
-	if h := must(pool.Attribute(gpu.PoolUsedMemHigh))(t); h < n {
+	if h := testdev.Must(pool.Attribute(gpu.PoolUsedMemHigh))(t); h < n {
 		t.Errorf("used high-water %d", h)
 	}
 	ok(t, pool.SetAttribute(gpu.PoolUsedMemHigh, 0))
-	if h := must(pool.Attribute(gpu.PoolUsedMemHigh))(t); h != 0 {
+	if h := testdev.Must(pool.Attribute(gpu.PoolUsedMemHigh))(t); h != 0 {
 		t.Errorf("used high-water %d after reset", h)
 	}
 }

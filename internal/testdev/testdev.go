@@ -6,6 +6,10 @@
 // each call), "cuda" (the real driver; a test fails, never skips, when it
 // cannot be used, so a GPU run that tested nothing cannot pass), or "auto"
 // (cuda if usable, else sim). Anything else fails the test.
+//
+// Tests that use the real driver whatever the variable says (the cuda and
+// cudagpu packages' own) call SkipWithoutGPU with the error of opening it;
+// Must is the value-or-fail helper they share.
 package testdev
 
 import (
@@ -57,4 +61,31 @@ func Device(tb testing.TB) gpu.Device {
 		})
 	}
 	return d
+}
+
+// SkipWithoutGPU is for tests that use the real driver directly, whatever
+// Kind says: given err, the error of opening the GPU, it skips tb, or
+// fails it when the environment says a GPU is expected (Env=cuda, as the
+// GPU script sets), so that a GPU run that tested nothing cannot pass.
+// A nil err does nothing.
+func SkipWithoutGPU(tb testing.TB, err error) {
+	tb.Helper()
+	if err == nil {
+		return
+	}
+	if Kind() == "cuda" {
+		tb.Fatalf("testdev: %s=cuda but no usable GPU: %v", Env, err)
+	}
+	tb.Skipf("no GPU: %v", err)
+}
+
+// Must(f())(tb) is f's value, tb failing at once if f failed.
+func Must[T any](v T, err error) func(testing.TB) T {
+	return func(tb testing.TB) T {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return v
+	}
 }

@@ -74,3 +74,62 @@ func (f *fatalRecorder) Fatalf(format string, args ...any) {
 }
 
 func (f *fatalRecorder) Helper() {}
+
+// skipRecorder is a fatalRecorder that also records Skipf and Fatal.
+type skipRecorder struct {
+	fatalRecorder
+	skipped bool
+}
+
+func (s *skipRecorder) Skipf(format string, args ...any) {
+	s.skipped = true
+	panic("skip")
+}
+
+func (s *skipRecorder) Fatal(args ...any) {
+	s.failed = true
+	panic("fatal")
+}
+
+// call runs f with a recorder over t and says what f did to it.
+func call(t *testing.T, f func(tb testing.TB)) (failed, skipped bool) {
+	r := &skipRecorder{fatalRecorder: fatalRecorder{TB: t}}
+	func() {
+		defer func() { _ = recover() }()
+		f(r)
+	}()
+	return r.failed, r.skipped
+}
+
+func TestSkipWithoutGPU(t *testing.T) {
+	noGPU := gpu.ErrNoDriver
+	for _, tc := range []struct {
+		env                   string
+		err                   error
+		wantFailed, wantSkips bool
+	}{
+		{"", nil, false, false},
+		{"cuda", nil, false, false},
+		{"", noGPU, false, true},
+		{"sim", noGPU, false, true},
+		{"auto", noGPU, false, true},
+		{"cuda", noGPU, true, false},
+	} {
+		t.Setenv(testdev.Env, tc.env)
+		failed, skipped := call(t, func(tb testing.TB) { testdev.SkipWithoutGPU(tb, tc.err) })
+		if failed != tc.wantFailed || skipped != tc.wantSkips {
+			t.Errorf("%s=%q, err %v: failed %v, skipped %v; want %v, %v",
+				testdev.Env, tc.env, tc.err, failed, skipped, tc.wantFailed, tc.wantSkips)
+		}
+	}
+}
+
+func TestMust(t *testing.T) {
+	var got int
+	if failed, _ := call(t, func(tb testing.TB) { got = testdev.Must(7, nil)(tb) }); failed || got != 7 {
+		t.Errorf("Must(7, nil) = %d, failed %v; want 7 and no failure", got, failed)
+	}
+	if failed, _ := call(t, func(tb testing.TB) { testdev.Must(0, gpu.ErrOutOfMemory)(tb) }); !failed {
+		t.Error("Must(0, err) did not fail the test")
+	}
+}
