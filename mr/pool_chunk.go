@@ -5,17 +5,18 @@
 // order, with no gap and no overlap. A block is live (handed out), free
 // (filed in its home stream's tlsf, reusable by that stream at once),
 // cached (freed on its home and kept whole in the home's quick cache for a
-// request of its size, pool_quick.go) or pending (freed on another stream than the chunk's home, filed in the
-// home's pending list for that stream, reusable only after the home waits
-// on an event recorded on the freeing stream).
+// request of its size, pool_quick.go) or pending (freed on another stream
+// than the chunk's home, filed in the home's pending list for that stream,
+// reusable only after the home waits on an event recorded on the freeing
+// stream).
 //
 // Every chunk has one home stream at a time (chunk.home). All of its
 // blocks, and its counters, are guarded by the home's mutex; that is what
 // lets a stream split and coalesce without any lock but its own. The home
 // changes only while the chunk has no live or cached block (a steal or a
-// release),
-// under the old home's mutex, so the live blocks of a chunk are always in
-// its home's live map. home is nil while a chunk is being released.
+// release), under the old home's mutex, so the live blocks of a chunk are
+// always in its home's live map. home is nil while a chunk is being
+// released.
 //
 // chunkIndex is the sorted, immutable list of all chunks, replaced
 // copy-on-write under Pool.mu when the pool grows or releases; Deallocate
