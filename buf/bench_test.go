@@ -3,9 +3,9 @@ package buf_test
 import (
 	"testing"
 
+	"github.com/streamalloc/streamalloc/bench"
 	"github.com/streamalloc/streamalloc/buf"
 	"github.com/streamalloc/streamalloc/gpu"
-	"github.com/streamalloc/streamalloc/mr"
 )
 
 // The cost of tracking, on the selected device (the simulator by default):
@@ -58,17 +58,7 @@ func BenchmarkUse(b *testing.B) {
 func BenchmarkCycle(b *testing.B) {
 	b.Run("resource-pair", func(b *testing.B) {
 		e, s, _ := benchEnv(b)
-		var res mr.Resource = e.res
-		b.ReportAllocs()
-		for b.Loop() {
-			p, err := res.Allocate(4096, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := res.Deallocate(p, 4096, s); err != nil {
-				b.Fatal(err)
-			}
-		}
+		bench.Pair(b, e.res, s, 4096)
 		must(b, s.Synchronize())
 	})
 	b.Run("buffer-new-use-close", func(b *testing.B) {

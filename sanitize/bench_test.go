@@ -3,6 +3,7 @@ package sanitize_test
 import (
 	"testing"
 
+	"github.com/streamalloc/streamalloc/bench"
 	"github.com/streamalloc/streamalloc/buf"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -36,16 +37,7 @@ func BenchmarkAllocFreeFake(b *testing.B) {
 				res = sanitize.Wrap(res, bo.opts)
 			}
 			s := newFakeStream()
-			b.ReportAllocs()
-			for b.Loop() {
-				p, err := res.Allocate(4096, s)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := res.Deallocate(p, 4096, s); err != nil {
-					b.Fatal(err)
-				}
-			}
+			bench.Pair(b, res, s, 4096)
 		})
 	}
 }
@@ -106,16 +98,7 @@ func BenchmarkAllocFreeAsyncSim(b *testing.B) {
 		b.Run(bo.name, func(b *testing.B) {
 			dev, res := simAsync(b, bo.on, bo.opts)
 			s := simStream(b, dev)
-			b.ReportAllocs()
-			for b.Loop() {
-				p, err := res.Allocate(4096, s)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := res.Deallocate(p, 4096, s); err != nil {
-					b.Fatal(err)
-				}
-			}
+			bench.Pair(b, res, s, 4096)
 			must(b, s.Synchronize())
 		})
 	}
