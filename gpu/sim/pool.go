@@ -16,10 +16,9 @@
 // stream still busy leaves the rest of its 32 MiB usable at once by
 // another stream's allocations, at the next addresses; and eight 4 MiB
 // blocks freed in scrambled order on a busy stream serve a 32 MiB request
-// on that stream from their own chunk. (Not modelled: the
-// driver maps growths contiguously, so one allocation may span the end of
-// one growth and the next, and it spaces blocks under 512 bytes 512 bytes
-// apart.)
+// on that stream from their own chunk. (Not modelled: the driver maps
+// growths contiguously, so one allocation may span the end of one growth
+// and the next, and it spaces blocks under 512 bytes 512 bytes apart.)
 // A block may go to an allocation on stream S when every dependency F is
 //
 //   - on S itself (stream order: reuse at once), or
