@@ -63,11 +63,12 @@ type PoolStatser interface {
 	Stats() mr.PoolStats
 }
 
-// metric is one exported value: how to read it from a snapshot.
-type metric struct {
+// metric is one exported value: how to read it from a snapshot S (an
+// mr.StatsSnapshot or mr.PoolStats).
+type metric[S any] struct {
 	desc *prometheus.Desc
 	kind prometheus.ValueType
-	get  func(mr.StatsSnapshot) uint64
+	get  func(S) uint64
 }
 
 // Collector is a prometheus.Collector over an mr.Stats adaptor and an
@@ -76,17 +77,10 @@ type Collector struct {
 	stats     *mr.Stats
 	usage     mr.UsageReporter
 	pool      PoolStatser
-	all       []metric
-	perStream []metric
+	all       []metric[mr.StatsSnapshot]
+	perStream []metric[mr.StatsSnapshot]
 	usageDesc [4]*prometheus.Desc
-	poolDesc  []poolMetric
-}
-
-// poolMetric is one exported pool counter: how to read it from PoolStats.
-type poolMetric struct {
-	desc *prometheus.Desc
-	kind prometheus.ValueType
-	get  func(mr.PoolStats) uint64
+	poolDesc  []metric[mr.PoolStats]
 }
 
 // NewCollector returns a collector of stats (may be nil), opts.Usage and
@@ -128,8 +122,8 @@ func NewCollector(stats *mr.Stats, opts Options) (*Collector, error) {
 	}
 	if stats != nil {
 		for _, d := range defs {
-			c.all = append(c.all, metric{newDesc(d.name, d.help), d.kind, d.get})
-			c.perStream = append(c.perStream, metric{
+			c.all = append(c.all, metric[mr.StatsSnapshot]{newDesc(d.name, d.help), d.kind, d.get})
+			c.perStream = append(c.perStream, metric[mr.StatsSnapshot]{
 				newDesc("stream_"+d.name, d.help+" Per allocating stream.", "stream"), d.kind, d.get})
 		}
 	}
@@ -142,10 +136,10 @@ func NewCollector(stats *mr.Stats, opts Options) (*Collector, error) {
 		}
 	}
 	if opts.Pool != nil {
-		counter := func(name, help string, get func(mr.PoolStats) uint64) poolMetric {
-			return poolMetric{newDesc("pool_"+name, help), prometheus.CounterValue, get}
+		counter := func(name, help string, get func(mr.PoolStats) uint64) metric[mr.PoolStats] {
+			return metric[mr.PoolStats]{newDesc("pool_"+name, help), prometheus.CounterValue, get}
 		}
-		c.poolDesc = []poolMetric{
+		c.poolDesc = []metric[mr.PoolStats]{
 			counter("allocations_total", "Requests the pool served.",
 				func(s mr.PoolStats) uint64 { return s.Allocations }),
 			counter("quick_hits_total", "Requests served from a stream's quick cache.",
