@@ -197,6 +197,10 @@ func (b *Buffer) lock(gen uint64) (*snapshot, error) {
 	return sn, nil
 }
 
+// isNil reports whether b has no state: a nil *Buffer, or a Buffer not
+// made by New. Every operation refuses such a buffer with ErrNilBuffer.
+func (b *Buffer) isNil() bool { return b == nil || b.core == nil }
+
 // snap is the live snapshot, or nil for a nil, zero or closed buffer.
 func (b *Buffer) snap() *snapshot {
 	if b == nil || b.core == nil {

@@ -119,6 +119,23 @@ func TestBadInput(t *testing.T) {
 	must(t, tmp.Close())
 	noop := func() error { return nil }
 	big := make([]byte, 513)
+	// A Buffer not made by New has no state: every operation is
+	// ErrNilBuffer, including the ones that order two buffers by id.
+	zero := &buf.Buffer{}
+	// A buffer on another device, with a neighbour's bytes to keep.
+	otherRes, err := mr.NewAsync(other, mr.AsyncOptions{OwnPool: true})
+	must(t, err)
+	defer otherRes.Close()
+	foreignBuf, err := buf.New(otherRes, 512, foreign)
+	must(t, err)
+	defer foreignBuf.Close()
+	must(t, foreignBuf.CopyFromHost(content))
+	foreignVec, err := buf.NewVector[uint32](otherRes, 128, foreign)
+	must(t, err)
+	defer foreignVec.Close()
+	vec, err := buf.NewVector[uint32](e.res, 128, s)
+	must(t, err)
+	defer vec.Close()
 
 	tests := []struct {
 		name string
@@ -142,6 +159,19 @@ func TestBadInput(t *testing.T) {
 		{"nil copy from", b.CopyFrom(nil), buf.ErrNilBuffer},
 		{"copy to nil", buf.Copy(nil, 0, b, 0, 1), buf.ErrNilBuffer},
 		{"zero ref", buf.Ref{}.Memset(0), buf.ErrNilBuffer},
+		{"zero ref copy from", b.Ref().CopyFrom(buf.Ref{}), buf.ErrNilBuffer},
+		{"zero buffer copy to", buf.Copy(zero, 0, b, 0, 1), buf.ErrNilBuffer},
+		{"zero buffer copy from", buf.Copy(b, 0, zero, 0, 1), buf.ErrNilBuffer},
+		{"copy from zero buffer", b.CopyFrom(zero), buf.ErrNilBuffer},
+		{"zero buffer use", zero.Use(s, buf.Read, noop), buf.ErrNilBuffer},
+		{"zero buffer close", zero.Close(), buf.ErrNilBuffer},
+		{"zero buffer ref", zero.Ref().Memset(0), buf.ErrNilBuffer},
+		{"use all zero buffer", buf.UseAll(s, []buf.Operand{{Buf: b, Access: buf.Read}, {Buf: zero, Access: buf.Read}}, noop), buf.ErrNilBuffer},
+		{"copy from another device", buf.Copy(b, 0, foreignBuf, 0, 512), gpu.ErrWrongDevice},
+		{"copy to another device", foreignBuf.CopyFrom(b), gpu.ErrWrongDevice},
+		{"vector from another device", vec.CopyFrom(foreignVec), gpu.ErrWrongDevice},
+		{"vector set foreign stream", vec.SetStream(foreign), gpu.ErrWrongDevice},
+		{"vector use foreign stream", vec.Use(foreign, buf.Write, noop), gpu.ErrWrongDevice},
 		{"nil vector", nilVec.CopyFromHost(nil), buf.ErrNilBuffer},
 		{"closed copy", closed.CopyFromHost(content[:64]), buf.ErrClosed},
 		{"closed use", closed.Use(s, buf.Write, noop), buf.ErrClosed},
@@ -197,10 +227,10 @@ func TestBadInput(t *testing.T) {
 	if stale.Err() != nil {
 		t.Errorf("live ref: %v", stale.Err())
 	}
-	for _, x := range []*buf.Buffer{b, neighbour} {
+	for _, x := range []*buf.Buffer{b, neighbour, foreignBuf} {
 		got := make([]byte, 512)
 		must(t, x.CopyToHost(got))
-		e.sync(s)
+		must(t, x.Stream().Synchronize())
 		if !bytes.Equal(got, content) {
 			t.Errorf("bad calls changed the bytes")
 		}

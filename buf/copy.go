@@ -100,18 +100,12 @@ func (b *Buffer) memset(gen uint64, off, n int, whole bool, v byte) error {
 // CopyFrom copies all of src into b, which must be the same size, on b's
 // stream.
 func (b *Buffer) CopyFrom(src *Buffer) error {
-	if b == nil || src == nil {
-		return fmt.Errorf("buf: copy: %w", ErrNilBuffer)
-	}
 	return copyBuffers(b, 0, 0, src, 0, 0, -1)
 }
 
 // Copy copies n bytes at srcOff of src to dstOff of dst, on dst's stream.
 // dst and src may be the same buffer if the ranges do not overlap.
 func Copy(dst *Buffer, dstOff int, src *Buffer, srcOff, n int) error {
-	if dst == nil || src == nil {
-		return fmt.Errorf("buf: copy: %w", ErrNilBuffer)
-	}
 	if n < 0 {
 		return fmt.Errorf("buf: copy %d bytes: %w", n, ErrOutOfRange)
 	}
@@ -121,6 +115,11 @@ func Copy(dst *Buffer, dstOff int, src *Buffer, srcOff, n int) error {
 // copyBuffers is Copy for any generations; n < 0 means "whole buffers of
 // equal size".
 func copyBuffers(dst *Buffer, dgen uint64, dstOff int, src *Buffer, sgen uint64, srcOff, n int) error {
+	// Checked before lock2, which orders the two by id: a Buffer not made
+	// by New has no state to read one from.
+	if dst.isNil() || src.isNil() {
+		return fmt.Errorf("buf: copy: %w", ErrNilBuffer)
+	}
 	dsn, ssn, unlock, err := lock2(dst, dgen, src, sgen)
 	if err != nil {
 		return fmt.Errorf("buf: copy: %w", err)

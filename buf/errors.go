@@ -10,8 +10,8 @@ import (
 )
 
 var (
-	// ErrNilBuffer: a method was called on a nil *Buffer, a nil *Vector, or a
-	// zero Ref.
+	// ErrNilBuffer: a method was called on a nil *Buffer, a Buffer not made
+	// by New, a nil *Vector, or a zero Ref (or one was passed as an operand).
 	ErrNilBuffer = errors.New("buf: nil buffer")
 	// ErrClosed: the buffer was closed.
 	ErrClosed = errors.New("buf: buffer closed")

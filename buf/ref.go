@@ -98,9 +98,6 @@ func (r Ref) Memset(v byte) error { return r.b.memset(r.gen, 0, -1, true, v) }
 
 // CopyFrom copies all of src into the Ref's allocation, as Buffer.CopyFrom.
 func (r Ref) CopyFrom(src Ref) error {
-	if r.b == nil || src.b == nil {
-		return ErrNilBuffer
-	}
 	return copyBuffers(r.b, r.gen, 0, src.b, src.gen, 0, -1)
 }
 

@@ -38,7 +38,9 @@ func UseAll(s gpu.Stream, ops []Operand, fn func() error) error {
 	}
 	merged := make([]Operand, 0, len(ops))
 	for i, op := range ops {
-		if op.Buf == nil {
+		if op.Buf.isNil() {
+			// Before sorting by id, which a Buffer not made by New
+			// does not have.
 			return fmt.Errorf("buf: use all: operand %d: %w", i, ErrNilBuffer)
 		}
 		if !op.Access.valid() {
