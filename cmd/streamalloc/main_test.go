@@ -8,6 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/sanitize"
+	"github.com/streamalloc/streamalloc/trace"
 )
 
 // run executes the command with args and returns its output and error.
@@ -217,5 +222,49 @@ func TestReplaySanitize(t *testing.T) {
 	out, _, err = run(t, "replay", "--device", "sim", "--resource", "pool", "--json", p)
 	if err != nil || strings.Contains(out, "sanitizer_reports") {
 		t.Errorf("JSON without --sanitize mentions the sanitizer (%v):\n%s", err, out)
+	}
+}
+
+// With --sanitize and --log together the sanitizer still sees every
+// allocation and free: the logger sits above it, not beside it.
+func TestReplaySanitizeAndLog(t *testing.T) {
+	dev, err := sim.New(sim.Config{}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := sanitize.New(sanitize.Options{OnReport: func(*sanitize.Report) {}})
+	res := mr.NewDirect(dev)
+	var log bytes.Buffer
+	chain := mr.Chain(stack(res, z, trace.NewCSVWriter(&log)))
+	if len(chain) != 3 {
+		t.Fatalf("chain %T, want logging, sanitizer, direct", chain)
+	}
+	if _, ok := chain[0].(*mr.Logging); !ok {
+		t.Errorf("top of the chain is %T, want *mr.Logging", chain[0])
+	}
+	if zr, ok := chain[1].(*sanitize.Resource); !ok || zr.Sanitizer() != z {
+		t.Errorf("below the logger: %T, want the replay's *sanitize.Resource", chain[1])
+	}
+	if chain[2] != mr.Resource(res) {
+		t.Errorf("bottom of the chain is %T, want the resource", chain[2])
+	}
+
+	p := writeFile(t, "t.csv", smallTrace)
+	logPath := filepath.Join(t.TempDir(), "replay.csv")
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "pool", "--sanitize", "--log", logPath, "--json", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["sanitizer_reports"] != 0.0 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 allocations, 1 known free, 2 frees at the end, and the header.
+	if n := strings.Count(string(b), "\n"); n != 1+6 {
+		t.Errorf("log has %d lines, want 7:\n%s", n, b)
 	}
 }

@@ -150,13 +150,7 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name
 			err = fmt.Errorf("replay %s on %s: close: %w", path, name, cerr)
 		}
 	}()
-	var top mr.Resource = res
-	if z != nil {
-		top = z.Resource(top)
-	}
-	if logw != nil {
-		top = mr.NewLoggingTo(res, logw, mr.LoggingOptions{})
-	}
+	top := stack(res, z, logw)
 	opts := replay.Options{Resource: name}
 	if f.html != "" {
 		opts.SeriesPoints = 2000
@@ -181,6 +175,21 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name
 		row.SanitizerReports = &reports
 	}
 	return row, nil
+}
+
+// stack builds what the replay calls: the resource, under the sanitizer
+// with --sanitize, under the logging adaptor with --log. The logger sits on
+// top so that the sanitizer below it still sees every allocation and free
+// when both flags are given.
+func stack(res mr.Resource, z *sanitize.Sanitizer, logw *trace.CSVWriter) mr.Resource {
+	top := res
+	if z != nil {
+		top = z.Resource(top)
+	}
+	if logw != nil {
+		top = mr.NewLoggingTo(top, logw, mr.LoggingOptions{})
+	}
+	return top
 }
 
 // newProgressBar returns a bar on stderr when it is a terminal, and nil
