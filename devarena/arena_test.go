@@ -13,6 +13,7 @@ func TestReset(t *testing.T)    { testReset(t, testDevice(t)) }
 func TestBump(t *testing.T)     { testBump(t, testDevice(t)) }
 func TestClosed(t *testing.T)   { testClosed(t, testDevice(t)) }
 func TestSet(t *testing.T)      { testSet(t, testDevice(t)) }
+func TestHuge(t *testing.T)     { testHuge(t, testDevice(t)) }
 
 func TestBadInput(t *testing.T)     { testBadInput(t, testDevice(t), simDevice(t)) }
 func TestCloseFailure(t *testing.T) { testCloseFailure(t, testDevice(t)) }
