@@ -122,14 +122,21 @@ func (r *Resource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	return r.z.deliver(ps)
 }
 
-// ObserveUse checks a use a buffer is about to enqueue.
+// ObserveUse checks a use a buffer is about to enqueue. A Resource not
+// made by Sanitizer.Resource or Wrap refuses every use.
 func (r *Resource) ObserveUse(p gpu.DevicePtr, size int, s gpu.Stream, a buf.Access) error {
+	if r == nil || r.z == nil {
+		return fmt.Errorf("sanitize: use: resource without a sanitizer: %w", gpu.ErrInvalidHandle)
+	}
 	return r.z.observeUse(p, size, s, a, 1)
 }
 
 // ObserveRecord notes an event a buffer recorded (unless the device is
 // instrumented, which saw it already).
 func (r *Resource) ObserveRecord(e gpu.Event, s gpu.Stream) {
+	if r == nil || r.z == nil {
+		return
+	}
 	if _, ok := e.(*event); ok {
 		return
 	}
@@ -139,6 +146,9 @@ func (r *Resource) ObserveRecord(e gpu.Event, s gpu.Stream) {
 // ObserveWait notes a wait a buffer enqueued (unless the device is
 // instrumented).
 func (r *Resource) ObserveWait(s gpu.Stream, e gpu.Event) {
+	if r == nil || r.z == nil {
+		return
+	}
 	if _, ok := e.(*event); ok {
 		return
 	}

@@ -315,4 +315,14 @@ func TestBadInput(t *testing.T) {
 	if _, err := res.Allocate(1, s); !errors.Is(err, gpu.ErrInvalidHandle) {
 		t.Errorf("allocate on zero Resource: %v", err)
 	}
+	if err := res.Deallocate(1, 1, s); !errors.Is(err, gpu.ErrInvalidHandle) {
+		t.Errorf("deallocate on zero Resource: %v", err)
+	}
+	// A zero Resource given to buffers as their observer refuses uses
+	// instead of dereferencing its missing sanitizer.
+	if err := res.ObserveUse(1, 1, s, buf.Read); !errors.Is(err, gpu.ErrInvalidHandle) {
+		t.Errorf("observe use on zero Resource: %v", err)
+	}
+	res.ObserveRecord(&fakeEvent{}, s)
+	res.ObserveWait(s, &fakeEvent{})
 }
