@@ -7,6 +7,7 @@ import (
 	"github.com/streamalloc/streamalloc/buf"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/sanitize"
 )
@@ -17,7 +18,11 @@ import (
 //   - over the async resource on the simulator, as a program would run;
 //   - through tracked buffers (a use on alternating streams: waits,
 //     records, and the sanitizer seeing all of them).
-// Each with full stacks (16 frames) and without (StackDepth -1).
+// Each with full stacks (16 frames) and without (StackDepth -1). The last
+// two also run on the device the environment selects (the ...Device
+// benchmarks: the real GPU under the GPU script), where the sanitizer's
+// host-side cost is set against the driver's; on the simulator they skip,
+// since the ...Sim ones measure the same there.
 
 var benchOpts = []struct {
 	name string
@@ -70,6 +75,23 @@ func simAsync(b *testing.B, on bool, opts sanitize.Options) (gpu.Device, mr.Reso
 	b.Helper()
 	dev, err := sim.New(sim.Config{}).Device(0)
 	must(b, err)
+	return asyncOn(b, dev, on, opts)
+}
+
+// deviceAsync is simAsync on the device testdev selects; it skips on the
+// simulator, which simAsync's benchmarks cover.
+func deviceAsync(b *testing.B, on bool, opts sanitize.Options) (gpu.Device, mr.Resource) {
+	b.Helper()
+	if testdev.Kind() == "sim" {
+		b.Skipf("measures the real device (%s=cuda); the ...Sim benchmark covers the simulator", testdev.Env)
+	}
+	return asyncOn(b, testdev.Device(b), on, opts)
+}
+
+// asyncOn is an Async resource on a pool of its own on dev, both behind a
+// sanitizer when on; the resource is closed when b ends.
+func asyncOn(b *testing.B, dev gpu.Device, on bool, opts sanitize.Options) (gpu.Device, mr.Resource) {
+	b.Helper()
 	var z *sanitize.Sanitizer
 	if on {
 		z = sanitize.New(opts)
@@ -84,7 +106,8 @@ func simAsync(b *testing.B, on bool, opts sanitize.Options) (gpu.Device, mr.Reso
 	return dev, a
 }
 
-// simStream returns a stream of dev, destroyed when b ends.
+// simStream returns a stream of dev (simulated or not), destroyed when b
+// ends.
 func simStream(b *testing.B, dev gpu.Device) gpu.Stream {
 	b.Helper()
 	s, err := dev.NewStream()
@@ -93,10 +116,18 @@ func simStream(b *testing.B, dev gpu.Device) gpu.Stream {
 	return s
 }
 
-func BenchmarkAllocFreeAsyncSim(b *testing.B) {
+func BenchmarkAllocFreeAsyncSim(b *testing.B)    { allocFreeAsync(b, simAsync) }
+func BenchmarkAllocFreeAsyncDevice(b *testing.B) { allocFreeAsync(b, deviceAsync) }
+func BenchmarkBufferUseSim(b *testing.B)         { bufferUse(b, simAsync) }
+func BenchmarkBufferUseDevice(b *testing.B)      { bufferUse(b, deviceAsync) }
+
+type setup func(b *testing.B, on bool, opts sanitize.Options) (gpu.Device, mr.Resource)
+
+// allocFreeAsync: an allocate+free pair of 4 KiB on one stream.
+func allocFreeAsync(b *testing.B, env setup) {
 	for _, bo := range benchOpts {
 		b.Run(bo.name, func(b *testing.B) {
-			dev, res := simAsync(b, bo.on, bo.opts)
+			dev, res := env(b, bo.on, bo.opts)
 			s := simStream(b, dev)
 			bench.Pair(b, res, s, 4096)
 			must(b, s.Synchronize())
@@ -104,10 +135,12 @@ func BenchmarkAllocFreeAsyncSim(b *testing.B) {
 	}
 }
 
-func BenchmarkBufferUseSim(b *testing.B) {
+// bufferUse: a tracked buffer written on one stream and read on another,
+// with no work enqueued (the cost of the waits, records and checks).
+func bufferUse(b *testing.B, env setup) {
 	for _, bo := range benchOpts {
 		b.Run(bo.name, func(b *testing.B) {
-			dev, res := simAsync(b, bo.on, bo.opts)
+			dev, res := env(b, bo.on, bo.opts)
 			s1, s2 := simStream(b, dev), simStream(b, dev)
 			v, err := buf.New(res, 4096, s1)
 			must(b, err)
