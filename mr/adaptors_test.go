@@ -48,14 +48,19 @@ func adaptorCases() []adaptorCase {
 			}},
 		{"logging",
 			func(t testing.TB, up mr.Resource) mr.Resource {
-				return mr.NewLogging(up, new(syncBuffer), mr.LoggingOptions{Thread: 7})
+				buf := new(syncBuffer)
+				l := mr.NewLogging(up, buf, mr.LoggingOptions{Thread: 7})
+				logBuffers.Store(l, buf)
+				return l
 			},
 			func(a mr.Resource) string {
+				// The log itself: bad input must not add a line.
 				l := a.(*mr.Logging)
 				if err := l.Flush(); err != nil {
 					return err.Error()
 				}
-				return "" // the log is checked by lines in its own tests
+				buf, _ := logBuffers.Load(l)
+				return buf.(*syncBuffer).String()
 			}},
 		{"limit",
 			func(t testing.TB, up mr.Resource) mr.Resource { return mr.NewLimit(up, mr.NewBudget(1<<30)) },
@@ -77,6 +82,10 @@ func adaptorCases() []adaptorCase {
 			func(a mr.Resource) string { return "" }},
 	}
 }
+
+// logBuffers maps each Logging adaptor that adaptorCases made to its log,
+// so that its state is the log's text.
+var logBuffers sync.Map // *mr.Logging -> *syncBuffer
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
 type syncBuffer struct {
@@ -107,6 +116,12 @@ func TestAdaptorsBadInput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Memory the upstream handed out around the adaptor: live
+			// below, never seen by the adaptor.
+			around, err := up.Allocate(1000, s)
+			if err != nil {
+				t.Fatal(err)
+			}
 			before, calls := ac.state(a), up.numCalls()
 			upLive := up.liveBytes()
 
@@ -116,6 +131,7 @@ func TestAdaptorsBadInput(t *testing.T) {
 				want error
 			}{
 				{"free unknown pointer", func() error { return a.Deallocate(p+1<<30, 1000, s) }, mr.ErrUnknownPointer},
+				{"free upstream's pointer the adaptor never saw", func() error { return a.Deallocate(around, 1000, s) }, mr.ErrUnknownPointer},
 				{"free inside allocation", func() error { return a.Deallocate(p+256, 1000, s) }, mr.ErrUnknownPointer},
 				{"free wrong size", func() error { return a.Deallocate(p, 999, s) }, mr.ErrSizeMismatch},
 				{"free negative size", func() error { return a.Deallocate(p, -1, s) }, mr.ErrInvalidSize},
@@ -174,6 +190,9 @@ func TestAdaptorsBadInput(t *testing.T) {
 			}
 			if up.numCalls() != calls || ac.state(a) != after {
 				t.Errorf("double free reached the upstream or changed the state")
+			}
+			if err := up.Deallocate(around, 1000, s); err != nil {
+				t.Errorf("the upstream's own allocation: %v", err)
 			}
 			if up.liveCount() != 0 {
 				t.Errorf("upstream still holds %d allocations", up.liveCount())

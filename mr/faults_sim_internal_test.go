@@ -2,7 +2,7 @@ package mr
 
 // Fault injection on the simulator for the pool's paths (the async
 // resource's are in adaptors_sim_test.go): a Stats adaptor over a Pool over
-// the async resource, with one failure injected into each driver call the
+// the async resource, with failures injected into each driver call the
 // pool's paths make (growth, event creation, event record, stream wait,
 // chunk free, query, synchronize). After every step, failed or not, the
 // pool's invariants hold and the Stats adaptor, the pool, the async
