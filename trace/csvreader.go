@@ -43,7 +43,10 @@ type CSVReader struct {
 	// wrapErr, if set, turns an error of the underlying reader into the
 	// error to report (Open sets it to recognise gzip failures).
 	wrapErr func(error) (msg string, err error)
-	cols    [6][]byte
+	// verify, if set, reads the rest of the input and returns the error
+	// of the layer below, if any (Open sets it for gzip; see blame).
+	verify func() error
+	cols   [6][]byte
 }
 
 // NewCSVReader returns a reader of the RMM CSV log in r. name is used in
@@ -66,15 +69,15 @@ func (r *CSVReader) Next() (Event, error) {
 	for {
 		b, err := r.readLine()
 		if err != nil {
-			r.err = err
-			return Event{}, err
+			r.err = r.blame(err)
+			return Event{}, r.err
 		}
 		if !r.header {
 			r.header = true
 			// A UTF-8 byte order mark is harmless; editors add it.
 			b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
 			if string(b) != Header {
-				r.err = r.errorf(ErrHeader, "wrong header %q, want %q", clip(b), Header)
+				r.err = r.blame(r.errorf(ErrHeader, "wrong header %q, want %q", clip(b), Header))
 				return Event{}, r.err
 			}
 			continue
@@ -84,11 +87,38 @@ func (r *CSVReader) Next() (Event, error) {
 		}
 		ev, err := r.parse(b)
 		if err != nil {
-			r.err = err
-			return Event{}, err
+			r.err = r.blame(err)
+			return Event{}, r.err
 		}
 		return ev, nil
 	}
+}
+
+// maxVerify bounds what blame decompresses to look for a gzip error: past
+// it, the line's own error stands.
+const maxVerify = 256 << 20
+
+// blame decides who is at fault for a line that does not parse. Flipped
+// bits inside deflate data often decompress to garbage well before the
+// gzip layer can tell (its checksum is at the end of the member), so in a
+// compressed trace the reader first reads on through the rest of the
+// stream, up to maxVerify bytes: if the gzip layer then fails, the file is
+// corrupt and the error says so (ErrCompressed) at the line where the
+// garbage began. This costs time only on the error path.
+func (r *CSVReader) blame(err error) error {
+	if r.verify == nil || err == io.EOF || errors.Is(err, ErrCompressed) || errors.Is(err, ErrRead) {
+		return err
+	}
+	var below *ParseError
+	if verr := r.verify(); verr == nil || !errors.As(verr, &below) {
+		return err
+	}
+	msg := err.Error()
+	if pe := (*ParseError)(nil); errors.As(err, &pe) {
+		msg = pe.Msg
+	}
+	return &ParseError{File: r.name, Line: r.line, Err: below.Err,
+		Msg: fmt.Sprintf("%s (this line decompressed to garbage: %s)", below.Msg, msg)}
 }
 
 // readLine returns the next line without its line ending, or io.EOF at

@@ -12,7 +12,11 @@
 // Errors of the gzip layer are told apart from errors of the file below
 // it by watching the file's reads (countingReader): if the file read
 // failed, the error is ErrRead; otherwise the gzip data is corrupt or
-// truncated, ErrCompressed.
+// truncated, ErrCompressed. Damaged deflate data can also decompress to
+// garbage that the CSV reader rejects before gzip's checksum is reached;
+// a compressed CSV reader therefore reads on to the end of the stream
+// before it reports a bad line, and blames the gzip data if that fails
+// (CSVReader.blame).
 
 package trace
 
@@ -139,6 +143,16 @@ func newReader(src *countingReader, name string, o *Options) (Reader, Format, bo
 		return sr, FormatSnapshot, compressed, nil
 	}
 	cr := NewCSVReader(br, name)
+	if compressed {
+		// cr reads through br itself (NewCSVReader keeps a large
+		// enough *bufio.Reader), so this reads on from where it stopped.
+		cr.verify = func() error {
+			if _, err := io.CopyN(io.Discard, br, maxVerify); err != io.EOF {
+				return err
+			}
+			return nil
+		}
+	}
 	cr.wrapErr = func(err error) (string, error) {
 		var pe *ParseError
 		if errors.As(err, &pe) {

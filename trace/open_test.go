@@ -126,8 +126,10 @@ func TestOpenBadGzip(t *testing.T) {
 }
 
 // Flipped bits in the middle of the deflate data are not always a deflate
-// error: they may decompress to garbage first. Either way the result is
-// one *ParseError naming a line, never events from garbage and success.
+// error: they may decompress to garbage first, which the CSV reader sees
+// before gzip's checksum at the end. Either way the result is one
+// *ParseError naming a line and blaming the gzip data, never events from
+// garbage and success, and never a CSV error that hides the corruption.
 func TestOpenFlippedBits(t *testing.T) {
 	long := []byte(Header + "\n" + strings.Repeat("1,10:00:00.000001,allocate,0x7f0000000000,4096,0x0\n", 5000))
 	z := gz(t, long)
@@ -139,10 +141,84 @@ func TestOpenFlippedBits(t *testing.T) {
 			_, err = readAll(t, r)
 		}
 		var pe *ParseError
-		if !errors.As(err, &pe) || pe.File != "flip.gz" || pe.Line < 2 {
-			t.Errorf("flip at %d: error %v, want a *ParseError at a line", at, err)
+		if !errors.As(err, &pe) || pe.File != "flip.gz" || pe.Line < 2 || !errors.Is(err, ErrCompressed) {
+			t.Errorf("flip at %d: error %v, want a *ParseError at a line matching ErrCompressed", at, err)
 		}
 	}
+}
+
+// In stored (uncompressed) deflate blocks a flipped byte always reaches
+// the CSV reader as is, and only the checksum at the end catches it: the
+// error must still be ErrCompressed, at the line of the damage. The same
+// bad line in an intact gzip file is the line's own error.
+func TestOpenCorruptStoredBlock(t *testing.T) {
+	const line = "1,10:00:00.000001,allocate,0x7f0000000000,4096,0x0\n"
+	plain := []byte(Header + "\n" + strings.Repeat(line, 2000))
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(plain)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Line 1001 (the 1000th event): its first comma becomes an 'X'.
+	off := len(Header) + 1 + 999*len(line) + 1
+	if plain[off] != ',' {
+		t.Fatalf("fixture: byte %d is %q", off, plain[off])
+	}
+	data := bytes.Clone(buf.Bytes())
+	pos := storedOffset(t, data, plain, off)
+	data[pos] = 'X'
+
+	// Control: the same damage in the plain text, compressed intact, is a
+	// CSV error of that line.
+	bent := bytes.Clone(plain)
+	bent[off] = 'X'
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"corrupt gzip", data, ErrCompressed},
+		{"bad line, intact gzip", gz(t, bent), ErrColumns},
+	} {
+		r, _, err := NewReader(bytes.NewReader(tc.data), "stored.gz", nil)
+		if err != nil {
+			t.Fatalf("%s: NewReader: %v", tc.name, err)
+		}
+		evs, err := readAll(t, r)
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("%s: error %v, want %v", tc.name, err, tc.want)
+		}
+		var pe *ParseError
+		if !errors.As(err, &pe) || pe.File != "stored.gz" || pe.Line != 1001 || len(evs) != 999 {
+			t.Errorf("%s: error %v after %d events, want one at stored.gz:1001 after 999", tc.name, err, len(evs))
+		}
+	}
+}
+
+// storedOffset returns where byte off of plain lies in data, a gzip file
+// of plain made of stored deflate blocks: each block is a 5-byte header
+// (BFINAL/BTYPE byte, LEN, NLEN) followed by LEN bytes of plain text.
+func storedOffset(t *testing.T, data, plain []byte, off int) int {
+	t.Helper()
+	pos, done := 10, 0 // after the gzip header (no optional fields)
+	for pos+5 <= len(data) {
+		n := int(data[pos+1]) | int(data[pos+2])<<8
+		pos += 5
+		if off < done+n {
+			if !bytes.Equal(data[pos:pos+n], plain[done:done+n]) {
+				t.Fatal("fixture: not a stored block")
+			}
+			return pos + off - done
+		}
+		pos += n
+		done += n
+	}
+	t.Fatal("fixture: offset past the stored data")
+	return 0
 }
 
 func TestOpenMissingFile(t *testing.T) {
