@@ -6,6 +6,7 @@ package devarena
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
@@ -217,5 +218,80 @@ func TestIllegalHeader(t *testing.T) {
 	b := readBack(t, d, s0, junk, 4096)
 	if i := notPoison(b); i >= 0 {
 		t.Errorf("byte %d of the junk header written", i)
+	}
+}
+
+// TestRegionStreamOrder: the region is allocated, initialised, reset and
+// freed in order on the arena's stream, none of it waiting for the stream:
+// with the stream held by a long kernel, New, a kernel, Reset and Close all
+// return at once, nothing they enqueued has run, and each is ordered after
+// the one before; the free is ordered after the kernel that used the region.
+func TestRegionStreamOrder(t *testing.T) {
+	d := newSim(t)
+	k := loadKernels(t, d)
+	s := newStream(t, d)
+	g := newGuarded(d)
+	release := d.Hold(s)
+	defer release()
+	held := d.LastOp(s)
+
+	returned := make(chan []sim.OpID, 1)
+	go func() {
+		var ops []sim.OpID
+		defer func() { returned <- ops }()
+		a, err := New(g, s, Config{Size: 4096, Align: 8})
+		if err != nil {
+			t.Errorf("New: %v", err)
+			return
+		}
+		ops = append(ops, d.LastOp(s))
+		if err := k.Bump(s, a, 100, 8); err != nil {
+			t.Errorf("Bump: %v", err)
+			return
+		}
+		ops = append(ops, d.LastOp(s))
+		if err := a.Reset(); err != nil {
+			t.Errorf("Reset: %v", err)
+			return
+		}
+		ops = append(ops, d.LastOp(s))
+		if err := a.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+			return
+		}
+		ops = append(ops, d.LastOp(s))
+	}()
+	var ops []sim.OpID
+	select {
+	case ops = <-returned:
+	case <-time.After(30 * time.Second):
+		release()
+		<-returned // no t.Errorf from the goroutine after the test ends
+		t.Fatal("New, Reset or Close waited for the held stream")
+	}
+	if t.Failed() {
+		return
+	}
+	names := []string{"hold", "header copy", "kernel", "reset", "free"}
+	ops = append([]sim.OpID{held}, ops...)
+	for i := 1; i < len(ops); i++ {
+		if !d.HappensBefore(ops[i-1], ops[i]) {
+			t.Errorf("%s is not ordered before %s (was it enqueued on the arena's stream?)", names[i-1], names[i])
+		}
+		if d.Completed(ops[i]) {
+			t.Errorf("%s ran while the stream was held", names[i])
+		}
+	}
+	release()
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for i, op := range ops {
+		if !d.Completed(op) {
+			t.Errorf("%s did not run after the release", names[i])
+		}
+	}
+	if n := g.liveBlocks(); n != 0 {
+		t.Errorf("%d blocks live after Close", n)
 	}
 }
