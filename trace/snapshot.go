@@ -46,6 +46,7 @@
 package trace
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -76,19 +77,25 @@ func NewSnapshotReader(r io.Reader, name string, o *Options) (*SnapshotReader, e
 	if o == nil {
 		o = &Options{}
 	}
-	root, err := decodePickle(r)
+	// A pickle has no lines: a bad one is placed by the bytes the
+	// decoder had consumed when it stopped, counted below its buffer.
+	cr := &countingReader{r: r}
+	br := bufio.NewReaderSize(cr, 64<<10)
+	root, err := decodePickle(br)
+	consumed := cr.n - int64(br.Buffered())
 	if err == nil {
 		// Read to the end, ignoring anything after the STOP opcode as
 		// Python does, so that a gzip layer below checks its trailer:
 		// a truncated or corrupt compressed snapshot must not pass.
-		_, err = io.Copy(io.Discard, r)
+		_, err = io.Copy(io.Discard, br)
 	}
 	if err != nil {
 		var pe *ParseError
 		if errors.As(err, &pe) { // the gzip layer below failed
 			return nil, pe
 		}
-		return nil, &ParseError{File: name, Msg: "unreadable pickle: " + err.Error(),
+		return nil, &ParseError{File: name,
+			Msg: fmt.Sprintf("unreadable pickle (decoding stopped after byte %d): %v", consumed, err),
 			Err: errors.Join(ErrPickle, err)}
 	}
 	sr := &SnapshotReader{name: name}

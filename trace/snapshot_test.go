@@ -3,7 +3,9 @@ package trace
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,16 +195,18 @@ func TestUnreadablePickle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// at: the bytes the decoder consumed, which the message names.
 	tests := []struct {
 		name string
 		data []byte
+		at   int
 	}{
-		{"truncated", good[:len(good)/2]},
-		{"no STOP", good[:len(good)-1]},
-		{"PROTO only", []byte{0x80, 4}},
-		{"bad opcode", []byte{0x80, 2, 0xff, '.'}},
-		{"stack underflow", []byte{0x80, 2, 's', '.'}},
-		{"unhashable key", []byte{0x80, 2, '}', ']', 'K', 1, 's', '.'}},
+		{"truncated", good[:len(good)/2], len(good) / 2},
+		{"no STOP", good[:len(good)-1], len(good) - 1},
+		{"PROTO only", []byte{0x80, 4}, 2},
+		{"bad opcode", []byte{0x80, 2, 0xff, '.'}, 3},
+		{"stack underflow", []byte{0x80, 2, 's', '.'}, 3},
+		{"unhashable key", []byte{0x80, 2, '}', ']', 'K', 1, 's', '.', 'N'}, 7},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -213,6 +217,10 @@ func TestUnreadablePickle(t *testing.T) {
 			var pe *ParseError
 			if !errors.As(err, &pe) || pe.File != "bad.pickle" {
 				t.Errorf("error %#v is not a *ParseError naming the file", err)
+			}
+			want := fmt.Sprintf("bad.pickle: unreadable pickle (decoding stopped after byte %d): ", tc.at)
+			if !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("message %q, want it to start %q", err, want)
 			}
 		})
 	}
