@@ -14,11 +14,11 @@
 //
 // Metric names, with the default namespace "streamalloc":
 //
-//	streamalloc_allocated_bytes            gauge    bytes handed out now
-//	streamalloc_allocated_bytes_peak       gauge    high-water mark of that
+//	streamalloc_live_bytes                 gauge    bytes handed out now
+//	streamalloc_live_bytes_peak            gauge    high-water mark of that
 //	streamalloc_allocated_bytes_total      counter  bytes ever handed out
-//	streamalloc_allocations                gauge    allocations live now
-//	streamalloc_allocations_peak           gauge    high-water mark of that
+//	streamalloc_live_allocations           gauge    allocations live now
+//	streamalloc_live_allocations_peak      gauge    high-water mark of that
 //	streamalloc_allocations_total          counter  allocations ever made
 //	streamalloc_allocation_failures_total  counter  allocations refused
 //	streamalloc_out_of_memory_total        counter  of those, for lack of memory
@@ -29,6 +29,11 @@
 //	                                                quick_hits, frees, cross_stream_frees,
 //	                                                waits, steals, growths, releases
 //	streamalloc_pool_chunks                gauge    chunks the pool holds now
+//
+// No gauge is named like a counter without its _total suffix (the live
+// bytes are not "allocated_bytes"): OpenMetrics names a counter's family
+// without the suffix, and two families of one name are an invalid
+// exposition.
 //
 // To export several resources into one registry, give each collector
 // ConstLabels that tell them apart (for example device and resource).
@@ -103,15 +108,15 @@ func NewCollector(stats *mr.Stats, opts Options) (*Collector, error) {
 		get        func(mr.StatsSnapshot) uint64
 	}
 	defs := []def{
-		{"allocated_bytes", "Bytes handed out and not freed.", prometheus.GaugeValue,
+		{"live_bytes", "Bytes handed out and not freed.", prometheus.GaugeValue,
 			func(s mr.StatsSnapshot) uint64 { return s.Bytes.Current }},
-		{"allocated_bytes_peak", "High-water mark of the bytes handed out.", prometheus.GaugeValue,
+		{"live_bytes_peak", "High-water mark of the bytes handed out.", prometheus.GaugeValue,
 			func(s mr.StatsSnapshot) uint64 { return s.Bytes.Peak }},
 		{"allocated_bytes_total", "Bytes ever handed out.", prometheus.CounterValue,
 			func(s mr.StatsSnapshot) uint64 { return s.Bytes.Total }},
-		{"allocations", "Allocations handed out and not freed.", prometheus.GaugeValue,
+		{"live_allocations", "Allocations handed out and not freed.", prometheus.GaugeValue,
 			func(s mr.StatsSnapshot) uint64 { return s.Allocations.Current }},
-		{"allocations_peak", "High-water mark of the live allocations.", prometheus.GaugeValue,
+		{"live_allocations_peak", "High-water mark of the live allocations.", prometheus.GaugeValue,
 			func(s mr.StatsSnapshot) uint64 { return s.Allocations.Peak }},
 		{"allocations_total", "Allocations ever made.", prometheus.CounterValue,
 			func(s mr.StatsSnapshot) uint64 { return s.Allocations.Total }},

@@ -85,28 +85,28 @@ func TestCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP streamalloc_allocated_bytes Bytes handed out and not freed.
-# TYPE streamalloc_allocated_bytes gauge
-streamalloc_allocated_bytes{device="0"} 500
-# HELP streamalloc_allocated_bytes_peak High-water mark of the bytes handed out.
-# TYPE streamalloc_allocated_bytes_peak gauge
-streamalloc_allocated_bytes_peak{device="0"} 1500
+# HELP streamalloc_live_bytes Bytes handed out and not freed.
+# TYPE streamalloc_live_bytes gauge
+streamalloc_live_bytes{device="0"} 500
+# HELP streamalloc_live_bytes_peak High-water mark of the bytes handed out.
+# TYPE streamalloc_live_bytes_peak gauge
+streamalloc_live_bytes_peak{device="0"} 1500
 # HELP streamalloc_allocated_bytes_total Bytes ever handed out.
 # TYPE streamalloc_allocated_bytes_total counter
 streamalloc_allocated_bytes_total{device="0"} 1500
-# HELP streamalloc_allocations Allocations handed out and not freed.
-# TYPE streamalloc_allocations gauge
-streamalloc_allocations{device="0"} 1
+# HELP streamalloc_live_allocations Allocations handed out and not freed.
+# TYPE streamalloc_live_allocations gauge
+streamalloc_live_allocations{device="0"} 1
 # HELP streamalloc_allocation_failures_total Allocations the upstream refused.
 # TYPE streamalloc_allocation_failures_total counter
 streamalloc_allocation_failures_total{device="0"} 1
 # HELP streamalloc_out_of_memory_total Allocations refused for lack of memory.
 # TYPE streamalloc_out_of_memory_total counter
 streamalloc_out_of_memory_total{device="0"} 1
-# HELP streamalloc_stream_allocated_bytes Bytes handed out and not freed. Per allocating stream.
-# TYPE streamalloc_stream_allocated_bytes gauge
-streamalloc_stream_allocated_bytes{device="0",stream="10"} 500
-streamalloc_stream_allocated_bytes{device="0",stream="3"} 0
+# HELP streamalloc_stream_live_bytes Bytes handed out and not freed. Per allocating stream.
+# TYPE streamalloc_stream_live_bytes gauge
+streamalloc_stream_live_bytes{device="0",stream="10"} 500
+streamalloc_stream_live_bytes{device="0",stream="3"} 0
 # HELP streamalloc_stream_allocations_total Allocations ever made. Per allocating stream.
 # TYPE streamalloc_stream_allocations_total counter
 streamalloc_stream_allocations_total{device="0",stream="10"} 1
@@ -118,10 +118,10 @@ streamalloc_reserved_bytes{device="0"} 4096
 # TYPE streamalloc_used_bytes_peak gauge
 streamalloc_used_bytes_peak{device="0"} 1500
 `
-	names := []string{"streamalloc_allocated_bytes", "streamalloc_allocated_bytes_peak",
-		"streamalloc_allocated_bytes_total", "streamalloc_allocations",
+	names := []string{"streamalloc_live_bytes", "streamalloc_live_bytes_peak",
+		"streamalloc_allocated_bytes_total", "streamalloc_live_allocations",
 		"streamalloc_allocation_failures_total", "streamalloc_out_of_memory_total",
-		"streamalloc_stream_allocated_bytes", "streamalloc_stream_allocations_total",
+		"streamalloc_stream_live_bytes", "streamalloc_stream_allocations_total",
 		"streamalloc_reserved_bytes", "streamalloc_used_bytes_peak"}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestScrapeHTTP(t *testing.T) {
 		return string(b)
 	}
 	body := scrape()
-	for _, line := range []string{"gpu_allocated_bytes 500", "gpu_allocations_total 2",
+	for _, line := range []string{"gpu_live_bytes 500", "gpu_allocations_total 2",
 		`gpu_stream_allocated_bytes_total{stream="3"} 1000`} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("scrape lacks %q:\n%s", line, body)
@@ -179,6 +179,55 @@ func TestScrapeHTTP(t *testing.T) {
 	}
 	if body := scrape(); !strings.Contains(body, "gpu_allocation_failures_total 2\n") {
 		t.Errorf("second scrape:\n%s", body)
+	}
+}
+
+// TestScrapeOpenMetrics scrapes in the OpenMetrics format, which names a
+// counter's family without its _total suffix: every family (with a pool
+// and usage too) must be declared once, or the exposition is invalid.
+func TestScrapeOpenMetrics(t *testing.T) {
+	st, _, _, _ := setup(t)
+	reg := prometheus.NewPedanticRegistry()
+	c, err := mrprom.NewCollector(st, mrprom.Options{
+		Usage: usage{mr.Usage{Reserved: 4096, Used: 500}},
+		Pool:  poolStats{Allocations: 3, Chunks: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(c)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	defer srv.Close()
+	req, err := http.NewRequest("GET", srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/openmetrics-text") {
+		t.Fatalf("scrape: %d %q, %v", resp.StatusCode, resp.Header.Get("Content-Type"), err)
+	}
+	body := string(b)
+	seen := map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name, _, _ := strings.Cut(f, " ")
+			if seen[name] {
+				t.Errorf("family %s declared twice:\n%s", name, body)
+			}
+			seen[name] = true
+		}
+	}
+	for _, line := range []string{"streamalloc_live_bytes 500", "streamalloc_allocated_bytes_total 1500",
+		"streamalloc_pool_allocations_total 3", "# EOF"} {
+		if !strings.Contains(body, line) {
+			t.Errorf("scrape lacks %q:\n%s", line, body)
+		}
 	}
 }
 
@@ -293,9 +342,9 @@ func ExampleNewCollector() {
 	// Serve it: http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() == "streamalloc_allocated_bytes" {
+		if mf.GetName() == "streamalloc_live_bytes" {
 			fmt.Println(mf.GetName(), mf.GetMetric()[0].GetGauge().GetValue())
 		}
 	}
-	// Output: streamalloc_allocated_bytes 4096
+	// Output: streamalloc_live_bytes 4096
 }
