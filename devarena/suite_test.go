@@ -393,6 +393,16 @@ func testSet(t *testing.T, dev gpu.Device) {
 	if _, err := set.For(ss[0]); !errors.Is(err, ErrClosed) {
 		t.Errorf("For after Close: %v, want ErrClosed", err)
 	}
+	// An arena the set handed out is freed with it: reading or resetting
+	// it afterwards is ErrClosed, not a copy from freed memory.
+	for i, a := range arenas {
+		if _, err := a.Stats(); !errors.Is(err, ErrClosed) {
+			t.Errorf("stream %d: Stats after the set's Close: %v, want ErrClosed", i, err)
+		}
+		if err := a.Reset(); !errors.Is(err, ErrClosed) {
+			t.Errorf("stream %d: Reset after the set's Close: %v, want ErrClosed", i, err)
+		}
+	}
 	if err := set.Close(); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close: %v, want ErrClosed", err)
 	}
