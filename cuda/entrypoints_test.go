@@ -158,6 +158,9 @@ func runHelper(mode string) int {
 		} else if v, err := cuda.DriverVersion(); err != nil || v <= 0 {
 			fail("DriverVersion with no device: got %d, %v; want the real version", v, err)
 		}
+	case "hotcalls":
+		// A stand-in that counts its entry points (hotcalls_test.go).
+		bad = hotCalls()
 	case "missing":
 		// A driver that initializes but lacks every other entry point:
 		// calls fail with ErrNotSupported, never by calling NULL.

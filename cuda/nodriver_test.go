@@ -9,6 +9,7 @@ package cuda_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,6 +120,12 @@ func TestErrorsMatchSentinels(t *testing.T) {
 		}
 		if errors.Is(err, cuda.ErrNoDriver) {
 			t.Errorf("%v matches ErrNoDriver", err)
+		}
+		if errors.Is(err, cuda.ErrUnknown) || errors.Is(fmt.Errorf("wrapped: %w", err), cuda.ErrUnknown) {
+			t.Errorf("%v matches another code (ErrUnknown)", err)
+		}
+		if !errors.Is(fmt.Errorf("wrapped: %w", err), tt.want) {
+			t.Errorf("%v wrapped does not match %v", err, tt.want)
 		}
 		if !strings.Contains(err.Error(), "cuMemAllocAsync") || !strings.Contains(err.Error(), tt.name) {
 			t.Errorf("%q should name the call and %s", err, tt.name)

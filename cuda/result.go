@@ -93,6 +93,15 @@ func (e *Error) Error() string {
 // Unwrap returns the Result, so errors.Is(err, cuda.ErrNotReady) works.
 func (e *Error) Unwrap() error { return e.Code }
 
+// Is reports whether target is e's Code. errors.Is would find the Code
+// through Unwrap too, but Unwrap boxes it, which allocates for codes above
+// 255; asking Is first keeps the common poll, errors.Is(err,
+// cuda.ErrNotReady) on a not-ready query, free of allocation.
+func (e *Error) Is(target error) bool {
+	r, ok := target.(Result)
+	return ok && r == e.Code
+}
+
 // Check returns nil for Success and an *Error naming op otherwise.
 func Check(op string, r Result) error {
 	if r == Success {

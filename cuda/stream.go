@@ -67,11 +67,23 @@ func (c Context) StreamQuery(s Stream) error {
 	if err := c.ok(); err != nil {
 		return err
 	}
-	if r := rawStreamQuery(c, s); r != Success {
+	switch r := rawStreamQuery(c, s); r {
+	case Success:
+		return nil
+	case ErrNotReady:
+		return errStreamNotReady
+	default:
 		return &Error{Op: "cuStreamQuery", Code: r}
 	}
-	return nil
 }
+
+// The not-ready answers of the queries are the usual result of polling, not
+// a failure, so they are shared values: a poll allocates nothing. Callers
+// must not modify them (no caller has a reason to).
+var (
+	errStreamNotReady = &Error{Op: "cuStreamQuery", Code: ErrNotReady}
+	errEventNotReady  = &Error{Op: "cuEventQuery", Code: ErrNotReady}
+)
 
 // StreamWaitEvent makes work enqueued on s after the call wait for e.
 func (c Context) StreamWaitEvent(s Stream, e Event) error {
@@ -133,10 +145,14 @@ func (c Context) EventQuery(e Event) error {
 	if e == 0 {
 		return &Error{Op: "cuEventQuery", Code: ErrInvalidHandle}
 	}
-	if r := rawEventQuery(c, e); r != Success {
+	switch r := rawEventQuery(c, e); r {
+	case Success:
+		return nil
+	case ErrNotReady:
+		return errEventNotReady
+	default:
 		return &Error{Op: "cuEventQuery", Code: r}
 	}
-	return nil
 }
 
 // EventSynchronize blocks until e has completed.
