@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -144,32 +147,126 @@ func TestReplayHTML(t *testing.T) {
 	}
 }
 
-// Bad input: a non-zero exit with one message that names the file and
-// the line.
-func TestReplayBadInput(t *testing.T) {
-	header := "Thread,Time,Action,Pointer,Size,Stream\n"
-	cases := []struct {
-		name, content, want string
-	}{
-		{"columns", header + "1,10:00:00.000001,allocate,0x10,5\n", "bad.csv:2:"},
-		{"size", header + "1,10:00:00.000001,allocate,0x10,five,0x0\n", "bad.csv:2:"},
-		{"negative", header + "1,10:00:00.000001,allocate,0x10,-5,0x0\n", "bad.csv:2:"},
-		{"action", header + "1,10:00:00.000001,allocate,0x10,5,0x0\n1,10:00:00.000002,steal,0x10,5,0x0\n", "bad.csv:3:"},
-		{"header", "Thread,Time,Action,Pointer,Size\n", "bad.csv:1:"},
-		{"gzip", "\x1f\x8b\x08\x00garbage", "bad.csv"},
-		{"pickle", "\x80\x04\x95garbage", "bad.csv"},
+// gzipped returns data gzip-compressed.
+func gzipped(t *testing.T, data string) string {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(data))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range cases {
+	return b.String()
+}
+
+// badInput is a malformed trace of the issue, the sentinel its error
+// must match, and the line it must name: 0 where the format or the damage
+// has none (a pickle, a gzip header), -1 for any line after the header
+// (damage inside gzip data shows at the line being decompressed).
+type badInput struct {
+	name, content string
+	sentinel      error
+	line          int64
+}
+
+func badInputs(t *testing.T) []badInput {
+	header := "Thread,Time,Action,Pointer,Size,Stream\n"
+	long := header + strings.Repeat("1,10:00:00.000001,allocate,0x7f0000000000,4096,0x0\n", 5000)
+	z := []byte(gzipped(t, long))
+	corrupt := bytes.Clone(z)
+	corrupt[len(z)/2] ^= 0x55
+	pkl, err := os.ReadFile("../../trace/testdata/snapshot.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []badInput{
+		{"columns", header + "1,10:00:00.000001,allocate,0x10,5\n", trace.ErrColumns, 2},
+		{"size", header + "1,10:00:00.000001,allocate,0x10,five,0x0\n", trace.ErrSize, 2},
+		{"negative", header + "1,10:00:00.000001,allocate,0x10,-5,0x0\n", trace.ErrNegativeSize, 2},
+		{"action", header + "1,10:00:00.000001,allocate,0x10,5,0x0\n1,10:00:00.000002,steal,0x10,5,0x0\n", trace.ErrAction, 3},
+		{"header", "Thread,Time,Action,Pointer,Size\n", trace.ErrHeader, 1},
+		{"gzip header", "\x1f\x8b\x08\x00garbage", trace.ErrCompressed, 0},
+		{"truncated gzip", string(z[:len(z)/2]), trace.ErrCompressed, -1},
+		{"corrupt gzip", string(corrupt), trace.ErrCompressed, -1},
+		{"pickle", "\x80\x04\x95garbage", trace.ErrPickle, 0},
+		{"truncated pickle", string(pkl[:len(pkl)/2]), trace.ErrPickle, 0},
+	}
+}
+
+// Bad input: an error matching the sentinel, with one message that names
+// the file and the line.
+func TestReplayBadInput(t *testing.T) {
+	for _, tc := range badInputs(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, "bad.csv", tc.content)
-			_, _, err := run(t, "replay", "--device", "sim", p)
-			if err == nil {
-				t.Fatal("no error")
+			_, _, err := run(t, "replay", "--device", "sim", "--resource", "direct,pool", p)
+			if !errors.Is(err, tc.sentinel) {
+				t.Fatalf("error %v, want %v", err, tc.sentinel)
 			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not name %q", err, tc.want)
+			var pe *trace.ParseError
+			if !errors.As(err, &pe) || pe.File != p {
+				t.Fatalf("error %v is not a *trace.ParseError naming %s", err, p)
+			}
+			want := p + ": "
+			switch {
+			case tc.line > 0 && pe.Line == tc.line:
+				want = fmt.Sprintf("%s:%d: ", p, tc.line)
+			case tc.line < 0 && pe.Line >= 2:
+				want = fmt.Sprintf("%s:%d: ", p, pe.Line)
+			case tc.line != 0 || pe.Line != 0:
+				t.Errorf("error at line %d, want %d", pe.Line, tc.line)
+			}
+			if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q is not one line naming %q", err, want)
 			}
 		})
+	}
+}
+
+// The binary itself: bad input exits with status 1 and one line on
+// standard error, never a panic (status 2 and a stack); an unknown free
+// exits 0. The test binary runs main when STREAMALLOC_TEST_MAIN is set.
+func TestExitStatus(t *testing.T) {
+	if os.Getenv("STREAMALLOC_TEST_MAIN") == "1" {
+		os.Args = append([]string{"streamalloc"}, strings.Fields(os.Getenv("STREAMALLOC_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runMain := func(args ...string) (int, string, string) {
+		cmd := exec.Command(exe, "-test.run=^TestExitStatus$")
+		cmd.Env = append(os.Environ(), "STREAMALLOC_TEST_MAIN=1", "STREAMALLOC_TEST_ARGS="+strings.Join(args, " "))
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, out.String(), errb.String()
+	}
+	for _, tc := range badInputs(t) {
+		p := writeFile(t, "bad.csv", tc.content)
+		code, out, stderr := runMain("replay", "--device", "sim", p)
+		if code != 1 || out != "" || strings.Count(stderr, "\n") != 1 ||
+			!strings.HasPrefix(stderr, "streamalloc: ") || !strings.Contains(stderr, p) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 1, nothing, one line naming %s", tc.name, code, out, stderr, p)
+		}
+	}
+	p := writeFile(t, "t.csv", smallTrace)
+	code, out, stderr := runMain("replay", "--device", "sim", p)
+	if code != 0 || stderr != "" || !strings.Contains(out, "unknown frees") {
+		t.Fatalf("good trace: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
+	}
+	// The row's last column is the one unknown free of smallTrace.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(f) == 0 || f[len(f)-1] != "1" {
+		t.Errorf("unknown frees column of %q, want 1", lines[len(lines)-1])
 	}
 }
 

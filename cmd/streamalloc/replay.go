@@ -210,17 +210,19 @@ func newProgressBar(stderr io.Writer, desc string) *progressbar.ProgressBar {
 func writeReplayTable(w io.Writer, rows []replayRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	sanitized := len(rows) > 0 && rows[0].SanitizerReports != nil
-	head := "trace\tresource\tdevice\tevents\tallocations\tpeak live\tpeak reserved\tfragmentation\tns/event\tfailures\t"
+	// unknown frees: frees of pointers that were not live, which the
+	// replay skips; shown so that a trace cut short is visible.
+	head := "trace\tresource\tdevice\tevents\tallocations\tpeak live\tpeak reserved\tfragmentation\tns/event\tfailures\tunknown frees\t"
 	if sanitized {
 		head += "hazards\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, row := range rows {
 		r := row.Result
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%.0f\t%d\t",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%.0f\t%d\t%d\t",
 			r.Trace, r.Resource, r.Device, r.Events, r.Allocations,
 			formatBytes(r.PeakLiveBytes), formatBytes(r.PeakReservedBytes),
-			r.Fragmentation, r.NsPerEvent, r.Failures)
+			r.Fragmentation, r.NsPerEvent, r.Failures, r.UnknownFrees)
 		if sanitized {
 			fmt.Fprintf(tw, "%d\t", *row.SanitizerReports)
 		}
