@@ -263,9 +263,11 @@ func (b *Buffer) Resource() mr.Resource {
 func (b *Buffer) Tracked() bool { return b != nil && b.core != nil && !b.untracked }
 
 // SetStream orders the buffer on s from now on: later copies, sets, Resize
-// and Close are enqueued there. Tracking orders them after the work already
-// enqueued on the old stream; an Untracked buffer leaves that to the
-// caller.
+// and Close are enqueued there. A tracked buffer makes s wait on all the
+// work enqueued on the old stream so far, declared uses or not (work the
+// caller enqueued there by hand on the buffer's pointer, which New allows,
+// is covered too); an Untracked buffer leaves that to the caller. If the
+// wait cannot be enqueued the buffer stays on the old stream.
 func (b *Buffer) SetStream(s gpu.Stream) error {
 	sn, err := b.lock(0)
 	if err != nil {
@@ -274,6 +276,17 @@ func (b *Buffer) SetStream(s gpu.Stream) error {
 	defer b.mu.Unlock()
 	if err := checkStream(b.dev, s); err != nil {
 		return fmt.Errorf("buf: set stream: %w", err)
+	}
+	if !b.untracked {
+		// A lazy mark on the old stream: recorded now, it covers
+		// everything enqueued there; waitOn skips it if s is the old
+		// stream, and synchronizes the device if the old stream is gone.
+		m := mark{s: sn.stream}
+		err := b.waitOn(&m, s)
+		b.events.Put(m.e)
+		if err != nil {
+			return fmt.Errorf("buf: set stream %d: %w", s.ID(), err)
+		}
 	}
 	next := *sn
 	next.stream = s

@@ -409,3 +409,49 @@ func TestDroppedBufferCollected(t *testing.T) {
 	}
 	must(t, c.Close())
 }
+
+// TestSetStreamOrdersOldStream: after SetStream, the buffer's operations
+// on the new stream come after everything enqueued on the old one,
+// including work the caller enqueued there by hand without declaring it;
+// an Untracked buffer adds no such order. A wait that fails leaves the
+// buffer on the old stream.
+func TestSetStreamOrdersOldStream(t *testing.T) {
+	for _, tracked := range []bool{true, false} {
+		t.Run(fmt.Sprintf("tracked=%v", tracked), func(t *testing.T) {
+			e := newEnv(t)
+			e.needSim()
+			s1, s2 := e.stream(), e.stream()
+			defer e.sd.Hold(s1)()
+			defer e.sd.Hold(s2)()
+			var opts []buf.Option
+			if !tracked {
+				opts = append(opts, buf.Untracked())
+			}
+			b := e.buffer(256, s1, opts...)
+			if tracked {
+				useOp(t, e, b, s1, buf.Write) // a declared use first
+			}
+			// Undeclared work on the buffer's own stream, which New
+			// allows. It touches no memory so that the untracked half is
+			// no data race under -race.
+			e.sd.Hold(s1)()
+			raw := e.sd.LastOp(s1)
+			must(t, b.SetStream(s2))
+			must(t, b.Memset(1))
+			set := e.sd.LastOp(s2)
+			if got := e.sd.HappensBefore(raw, set); got != tracked {
+				t.Errorf("undeclared work on the old stream before the memset on the new one: %v, want %v", got, tracked)
+			}
+			if tracked {
+				e.sd.FailNext(sim.OpStreamWaitEvent, 1, gpu.ErrLaunchFailed)
+				if err := b.SetStream(s1); !errors.Is(err, gpu.ErrLaunchFailed) {
+					t.Errorf("set stream through a failing wait: %v", err)
+				}
+				if b.Stream() != s2 {
+					t.Errorf("a failed SetStream moved the buffer")
+				}
+			}
+			must(t, b.Close())
+		})
+	}
+}
