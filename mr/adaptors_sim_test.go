@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -447,5 +448,51 @@ func TestAdaptorsOnDevice(t *testing.T) {
 	}
 	if n, _ := a.Live(); n != 0 {
 		t.Fatalf("async holds %d allocations", n)
+	}
+}
+
+// TestLimitBudgetAcrossSimDevices: one budget shared by the async
+// resources of two simulated devices; a request on one device fails when
+// the other holds the budget, with the budget in the message, and fits
+// once the other device's memory is freed.
+func TestLimitBudgetAcrossSimDevices(t *testing.T) {
+	devs := simDevices(t, sim.Config{Devices: 2})
+	b := mr.NewBudget(3 << 20)
+	var limits []*mr.Limit
+	var streams []gpu.Stream
+	for _, d := range devs {
+		a, err := mr.NewAsync(d, mr.AsyncOptions{OwnPool: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		limits = append(limits, mr.NewLimit(a, b))
+		streams = append(streams, newStream(t, d))
+	}
+	p0, err := limits[0].Allocate(2<<20, streams[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = limits[1].Allocate(2<<20, streams[1])
+	var oom *mr.OutOfMemoryError
+	if !errors.Is(err, mr.ErrOutOfMemory) || !errors.As(err, &oom) || oom.Limit != 3<<20 ||
+		!strings.Contains(err.Error(), fmt.Sprintf("budget of %d bytes", 3<<20)) {
+		t.Fatalf("device 1 over the shared budget: %v", err)
+	}
+	if b.Used() != 2<<20 || limits[1].Used() != 0 {
+		t.Fatalf("budget %d, device 1 charged %d", b.Used(), limits[1].Used())
+	}
+	if err := limits[0].Deallocate(p0, 2<<20, streams[0]); err != nil {
+		t.Fatal(err)
+	}
+	p1, err := limits[1].Allocate(2<<20, streams[1])
+	if err != nil {
+		t.Fatalf("device 1 after device 0 freed: %v", err)
+	}
+	if err := limits[1].Deallocate(p1, 2<<20, streams[1]); err != nil {
+		t.Fatal(err)
+	}
+	if b.Used() != 0 || b.Peak() != 2<<20 {
+		t.Fatalf("budget used %d, peak %d", b.Used(), b.Peak())
 	}
 }
