@@ -23,9 +23,11 @@
 // Streams, events, pools and modules are handles. Using a nil handle
 // returns an error matching ErrInvalidHandle; using a destroyed one returns
 // an error matching ErrDestroyed; a handle of one device passed to another
-// returns an error matching ErrWrongDevice. None of them reaches the driver,
-// where such a handle is undefined behaviour. Destroy must not race with
-// other uses of the same handle (as in CUDA itself).
+// returns an error matching ErrWrongDevice (so does a handle of another
+// backend, such as a simulator's stream given to a CUDA device). None of
+// them reaches the driver, where such a handle is undefined behaviour.
+// Destroy must not race with other uses of the same handle (as in CUDA
+// itself).
 //
 // # Sizes
 //

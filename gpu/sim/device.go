@@ -207,7 +207,7 @@ func (d *Device) stream(name string, gs gpu.Stream) (*stream, error) {
 	s, ok := gs.(*stream)
 	if gs == nil || !ok || s == nil {
 		if gs != nil && !ok {
-			return nil, wrap(name, fmt.Errorf("stream of another backend (%T): %w", gs, gpu.ErrInvalidHandle))
+			return nil, wrap(name, fmt.Errorf("stream of another backend (%T): %w", gs, gpu.ErrWrongDevice))
 		}
 		return nil, wrap(name, fmt.Errorf("nil stream: %w", gpu.ErrInvalidHandle))
 	}
@@ -225,7 +225,7 @@ func (d *Device) event(name string, ge gpu.Event) (*event, error) {
 	e, ok := ge.(*event)
 	if ge == nil || !ok || e == nil {
 		if ge != nil && !ok {
-			return nil, wrap(name, fmt.Errorf("event of another backend (%T): %w", ge, gpu.ErrInvalidHandle))
+			return nil, wrap(name, fmt.Errorf("event of another backend (%T): %w", ge, gpu.ErrWrongDevice))
 		}
 		return nil, wrap(name, fmt.Errorf("nil event: %w", gpu.ErrInvalidHandle))
 	}

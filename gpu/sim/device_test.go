@@ -62,8 +62,13 @@ func TestBackend(t *testing.T) {
 	}
 }
 
-// fakeStream is a gpu.Stream of another backend.
+// fakeStream and the others are handles of another backend.
 type fakeStream struct{ gpu.Stream }
+type fakeEvent struct{ gpu.Event }
+type fakePool struct{ gpu.MemPool }
+type fakeFunc struct{}
+
+func (fakeFunc) Name() string { return "fake" }
 
 func TestWrongDeviceAndForeignHandles(t *testing.T) {
 	b := sim.New(sim.Config{Devices: 2})
@@ -102,9 +107,17 @@ func TestWrongDeviceAndForeignHandles(t *testing.T) {
 	wantErr(t, "ElapsedSince across devices", err, gpu.ErrWrongDevice)
 	_ = k1
 
-	// Handles of another backend are not ours: invalid.
+	// Handles of another backend are handles of another device, as on
+	// the CUDA backend.
 	_, err = d0.MallocAsync(256, fakeStream{})
-	wantErr(t, "stream of another backend", err, gpu.ErrInvalidHandle)
+	wantErr(t, "stream of another backend", err, gpu.ErrWrongDevice)
+	wantErr(t, "WaitEvent(event of another backend)", s0.WaitEvent(fakeEvent{}), gpu.ErrWrongDevice)
+	_, err = d0.MallocFromPoolAsync(256, fakePool{}, s0)
+	wantErr(t, "pool of another backend", err, gpu.ErrWrongDevice)
+	wantErr(t, "Launch of another backend's function", d0.Launch(fakeFunc{}, gpu.Dim3{}, gpu.Dim3{}, 0, s0, uint64(1)), gpu.ErrWrongDevice)
+	wantErr(t, "Launch(nil)", d0.Launch(nil, gpu.Dim3{}, gpu.Dim3{}, 0, s0, uint64(1)), gpu.ErrInvalidHandle)
+	_, err = d0.MallocFromPoolAsync(256, nil, s0)
+	wantErr(t, "MallocFromPoolAsync(nil pool)", err, gpu.ErrInvalidHandle)
 	typedNil := reflect.Zero(reflect.TypeOf(s0)).Interface().(gpu.Stream)
 	wantErr(t, "typed nil stream", d0.MemsetD8Async(p0, 0, 1, typedNil), gpu.ErrInvalidHandle)
 	wantErr(t, "Synchronize on a typed nil stream", typedNil.Synchronize(), gpu.ErrInvalidHandle)

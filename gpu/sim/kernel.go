@@ -203,8 +203,11 @@ func argSize(a any) int {
 func (d *Device) Launch(gf gpu.Function, grid, block gpu.Dim3, sharedMem int, gs gpu.Stream, args ...any) error {
 	const call = "cuLaunchKernel"
 	f, ok := gf.(*function)
-	if gf == nil || !ok || f == nil {
-		return wrap(call, fmt.Errorf("not a function of the simulator (%T): %w", gf, gpu.ErrInvalidHandle))
+	if gf == nil || (ok && f == nil) {
+		return wrap(call, fmt.Errorf("nil function: %w", gpu.ErrInvalidHandle))
+	}
+	if !ok {
+		return wrap(call, fmt.Errorf("function of another backend (%T): %w", gf, gpu.ErrWrongDevice))
 	}
 	if f.m.dev != d {
 		return wrap(call, fmt.Errorf("function of %v launched on %v: %w", f.m.dev, d, gpu.ErrWrongDevice))

@@ -134,8 +134,11 @@ func (d *Device) NewMemPool() (gpu.MemPool, error) {
 // pool resolves a gpu.MemPool of this device for call.
 func (d *Device) pool(call string, gp gpu.MemPool) (*memPool, error) {
 	p, ok := gp.(*memPool)
-	if gp == nil || !ok || p == nil {
-		return nil, wrap(call, fmt.Errorf("not a pool of the simulator (%T): %w", gp, gpu.ErrInvalidHandle))
+	if gp == nil || (ok && p == nil) {
+		return nil, wrap(call, fmt.Errorf("nil pool: %w", gpu.ErrInvalidHandle))
+	}
+	if !ok {
+		return nil, wrap(call, fmt.Errorf("pool of another backend (%T): %w", gp, gpu.ErrWrongDevice))
 	}
 	if p.dev != d {
 		return nil, wrap(call, fmt.Errorf("pool of %v used on %v: %w", p.dev, d, gpu.ErrWrongDevice))
