@@ -46,9 +46,26 @@ var simResources = []struct {
 	}},
 }
 
+// simPeakReserved pins the peak reserved bytes of the resources whose
+// replay does not depend on timing: direct, and the suballocators, which
+// take their chunks from mr.Direct and decide everything on the host. They
+// are the figures of BENCHMARKS.md's replay table (fragmentation = these
+// over the trace's peak live bytes), and the same on the H100
+// (docs/bench/h100-2026-11-22/replay-cuda.json). async is left out: the
+// simulated driver pool coalesces and reuses freed blocks according to
+// whether their frees have completed on the simulator's streams, which
+// races with the replay's next allocations (the replay never waits), so
+// its peak varies from run to run.
+var simPeakReserved = map[string]map[string]uint64{
+	"testdata/torch-pipeline-2stream-b.csv.gz": {"direct": 940326920, "pool": 975175680, "arena": 952107008, "binning": 1094090752},
+	"testdata/torch-serve-varlen-b.csv.gz":     {"direct": 294640904, "pool": 304087040, "arena": 307036160, "binning": 558661632},
+	"testdata/torch-train-gpt-b.csv.gz":        {"direct": 1597126984, "pool": 1730150400, "arena": 1637761024, "binning": 1778302976},
+}
+
 // Every shared trace replays on the simulator with every resource to the
 // counts computed by awk (traces_test.go); the resource reserves at least
-// the peak live bytes and holds nothing after the replay.
+// the peak live bytes, exactly simPeakReserved where timing plays no part,
+// and holds nothing after the replay.
 func TestSharedTracesOnSim(t *testing.T) {
 	for _, tc := range sharedTraces {
 		for _, rs := range simResources {
@@ -74,6 +91,10 @@ func TestSharedTracesOnSim(t *testing.T) {
 				}
 				if r.PeakReservedBytes < r.PeakLiveBytes {
 					t.Errorf("peak reserved %d below peak live %d", r.PeakReservedBytes, r.PeakLiveBytes)
+				}
+				if want, ok := simPeakReserved[tc.file][rs.name]; ok && r.PeakReservedBytes != want {
+					t.Errorf("peak reserved %d, want %d (fragmentation %.3f, want %.3f): update BENCHMARKS.md with this test",
+						r.PeakReservedBytes, want, r.Fragmentation, float64(want)/float64(tc.peakLive))
 				}
 				if u := res.(mr.UsageReporter).Usage(); u.Used != 0 {
 					t.Errorf("%d bytes still used after the replay", u.Used)
