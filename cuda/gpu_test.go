@@ -98,6 +98,23 @@ func TestDeviceProperties(t *testing.T) {
 	}
 }
 
+// Retaining the primary context again gives the same context, and a
+// release balances a retain: the test binary's own retain keeps it alive.
+func TestPrimaryContextRetainRelease(t *testing.T) {
+	dev, ctx := needGPU(t)
+	again := testdev.Must(dev.PrimaryCtxRetain())(t)
+	if again != ctx {
+		t.Errorf("second retain gave context %#x, want the primary %#x", again, ctx)
+	}
+	if err := dev.PrimaryCtxRelease(); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	p := testdev.Must(ctx.MemAlloc(1 << 20))(t)
+	if err := ctx.MemFree(p); err != nil {
+		t.Fatalf("context unusable after a balanced retain and release: %v", err)
+	}
+}
+
 func TestInvalidOrdinal(t *testing.T) {
 	needGPU(t)
 	n := testdev.Must(cuda.DeviceCount())(t)
