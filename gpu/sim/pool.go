@@ -4,11 +4,18 @@
 // per growth, rounded up from the request) and carves blocks from them,
 // 256-byte aligned, best fit. A freed block remembers the free operations
 // it depends on (at most one per stream, the latest). Neighbouring free
-// blocks coalesce when all their frees have completed, or when their frees
-// are all still running on the same streams (at the free, or later in
-// settleLocked); a block whose free is still running stays apart from
-// free neighbours whose frees completed, so it does not make them wait
-// for that free too.
+// blocks coalesce when all their frees are due, or when their frees are
+// all still pending on the same streams (at the free, or later in
+// settleLocked); a block whose free is pending stays apart from free
+// neighbours whose frees are due, so it does not make them wait for that
+// free too.
+//
+// A free is due when it has completed or nothing that takes time comes
+// before it on its stream (op.due): the card completes such a free
+// microseconds after it is enqueued, and treating it as complete keeps
+// the model's decisions independent of when the simulator's goroutines
+// get to run it, so that a replay without kernels gives the same figures
+// on every run. "Completed" below means due.
 //
 // Both rules are the driver's, measured on an H100 (driver 580): a request
 // of up to 32 MiB grows a pool by 32 MiB and one of 33 MiB by 64 MiB;
@@ -203,7 +210,7 @@ func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acqu
 		switch {
 		case f.s == s, host.get(f.s.id) >= f.seq:
 		case p.followEvents && deps.get(f.s.id) >= f.seq:
-		case p.opportunistic && f.s.doneSeq() >= f.seq:
+		case p.opportunistic && f.due():
 			acquires = append(acquires, f)
 		case p.internalDep:
 			waits = append(waits, f)
@@ -337,7 +344,7 @@ func (b *block) absorb(n *block) {
 // settled reports whether every free b depends on has completed.
 func (b *block) settled() bool {
 	for _, f := range b.deps {
-		if f.s.doneSeq() < f.seq {
+		if !f.due() {
 			return false
 		}
 	}

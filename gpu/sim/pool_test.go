@@ -304,3 +304,93 @@ func TestPoolPendingFreeKeepsNeighboursUsable(t *testing.T) {
 	}
 	f.must(f.s.Synchronize())
 }
+
+// A free is due, and the pool model treats it as complete, once nothing
+// that takes time comes before it on its stream: on the card such a free
+// completes microseconds after it is enqueued, and the model must not
+// depend on how soon a simulator goroutine gets to it (replays would vary
+// from run to run). Each case runs many times: without the rule, whether
+// the free had run yet was a race with the next call.
+func TestPoolDueFrees(t *testing.T) {
+	const size = 4 << 20
+	for _, tc := range []struct {
+		name   string
+		before string // what S1 runs before the free: "nothing", "finished kernel", "held"
+		reused bool   // another stream reuses the freed block at once
+	}{
+		{"nothing before the free", "nothing", true},
+		{"a finished memset before the free", "finished memset", true},
+		{"a held stream", "held", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 100 {
+				f := newFixture(t, sim.Config{})
+				pool, err := f.dev.NewMemPool()
+				f.must(err)
+				f.policy(pool, true, true, false)
+				s1, s2 := f.stream(), f.stream()
+				keep, err := f.dev.MallocFromPoolAsync(size, pool, s1)
+				f.must(err)
+				p, err := f.dev.MallocFromPoolAsync(size, pool, s1)
+				f.must(err)
+				release := func() {}
+				switch tc.before {
+				case "finished memset":
+					f.must(f.dev.MemsetD8Async(p, 1, size, s1))
+					memset := f.sd.LastOp(s1)
+					for !f.sd.Completed(memset) {
+						time.Sleep(10 * time.Microsecond)
+					}
+				case "held":
+					release = f.sd.Hold(s1)
+				}
+				f.must(f.dev.FreeAsync(p, s1))
+				free := f.sd.LastOp(s1)
+				q, err := f.dev.MallocFromPoolAsync(size, pool, s2)
+				f.must(err)
+				alloc := f.sd.LastOp(s2)
+				if reused := q == p; reused != tc.reused {
+					t.Fatalf("run %d: reused = %v, want %v", i, reused, tc.reused)
+				}
+				if tc.reused && !f.sd.HappensBefore(free, alloc) {
+					t.Fatalf("run %d: the reusing allocation is not ordered after the free", i)
+				}
+				release()
+				f.must(f.dev.FreeAsync(q, s2))
+				f.must(f.dev.FreeAsync(keep, s1))
+				f.must(f.dev.Synchronize())
+			}
+		})
+	}
+
+	// Neighbours freed on two idle streams coalesce at once: a request of
+	// both on a third stream is served from them without growing.
+	for i := range 100 {
+		f := newFixture(t, sim.Config{})
+		pool, err := f.dev.NewMemPool()
+		f.must(err)
+		f.policy(pool, true, true, false)
+		s1, s2, s3 := f.stream(), f.stream(), f.stream()
+		var ps []gpu.DevicePtr
+		for range 8 {
+			p, err := f.dev.MallocFromPoolAsync(size, pool, s1)
+			f.must(err)
+			ps = append(ps, p)
+		}
+		for j, p := range ps {
+			s := s1
+			if j%2 == 1 {
+				s = s2
+			}
+			f.must(f.dev.FreeAsync(p, s))
+		}
+		big, err := f.dev.MallocFromPoolAsync(32<<20, pool, s3)
+		f.must(err)
+		if r := f.attr(pool, gpu.PoolReservedMemCurrent); big != ps[0] || r != 32<<20 {
+			t.Fatalf("run %d: 32 MiB at %#x (chunk at %#x), reserved %d: the frees of two idle streams did not coalesce",
+				i, uint64(big), uint64(ps[0]), r)
+		}
+		f.must(f.dev.FreeAsync(big, s3))
+		f.must(f.dev.Synchronize())
+	}
+}

@@ -80,9 +80,10 @@ type op struct {
 	val      byte
 	host     []byte
 	launch   *Launch
-	rec      *op   // opWait: the record operation waited on (nil: never recorded)
-	waits    []*op // opAlloc: frees the allocation must wait for
-	acquires []*op // opAlloc: completed frees it reuses memory of
+	rec      *op    // opWait: the record operation waited on (nil: never recorded)
+	waits    []*op  // opAlloc: frees the allocation must wait for
+	acquires []*op  // opAlloc: due frees it reuses memory of (see due)
+	after    uint64 // seq of the last slow operation on the stream up to this one
 	hold     chan struct{}
 
 	next atomic.Pointer[op]
@@ -106,6 +107,7 @@ type stream struct {
 	destroyed bool
 	tail      *op
 	seq       uint64 // == tail.seq
+	lastSlow  uint64 // seq of the last slow operation enqueued
 	deps      vclock
 	hostGen   uint64
 	hist      []histEntry
@@ -191,6 +193,10 @@ func (s *stream) enqueueLocked(o *op) {
 	o.deps = s.nextDepsLocked()
 	s.seq++
 	o.s, o.seq = s, s.seq
+	if o.slow() {
+		s.lastSlow = o.seq
+	}
+	o.after = s.lastSlow
 	raceRelease(unsafe.Pointer(o))
 	raceDisable()
 	s.wmu.Lock()
@@ -209,6 +215,31 @@ func (s *stream) enqueueLocked(o *op) {
 		go s.work(o)
 	}
 }
+
+// slow reports whether o may take time on the device: it moves bytes,
+// runs a kernel, holds the stream, or waits on another stream. The others
+// (a free, an allocation that waits on nothing, an event record, a no-op)
+// take none: on the card they complete microseconds after the stream
+// reaches them.
+func (o *op) slow() bool {
+	switch o.kind {
+	case opNop, opFree, opRecord:
+		return false
+	case opAlloc:
+		return len(o.waits) > 0
+	}
+	return true
+}
+
+// due reports whether o has completed or will without waiting on
+// anything: every operation between the stream's last completed one and o
+// takes no time. The driver-pool model treats a due free as complete, so
+// that its decisions do not depend on how soon the simulator's goroutines
+// get to run what takes no time (a replay without kernels then gives the
+// same figures on every run); an allocation that reuses a block on the
+// strength of a due free waits for the free before it runs (exec), so
+// memory is still handed over in the order the race detector sees.
+func (o *op) due() bool { return o.s.doneSeq() >= o.after }
 
 // work runs o and the operations linked after it, in order, until it
 // finds none. It is the stream's only worker while it runs.
@@ -302,6 +333,7 @@ func (s *stream) exec(o *op) {
 			raceAcquire(unsafe.Pointer(w))
 		}
 		for _, a := range o.acquires {
+			a.s.waitSeq(a.seq)
 			raceAcquire(unsafe.Pointer(a))
 		}
 	case opRecord:
