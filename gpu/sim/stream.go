@@ -18,9 +18,9 @@
 // than by atomics alone on purpose: a "store my flag, then load yours"
 // handshake needs sequentially consistent atomics, and inside
 // runtime.RaceDisable (below) the race runtime's atomics are only
-// acquire/release, so such a handshake loses wake-ups under -race.
-// (It did: work linked as the worker gave up was left with no worker, and
-// Synchronize waited forever.)
+// acquire/release, so such a handshake loses wake-ups under -race: work
+// linked as the worker gives up is left with no worker, and Synchronize
+// waits forever.
 //
 // The link pointers, running, done, waiters and the sticky error are
 // atomics accessed with race synchronization disabled, and wmu is taken
