@@ -6,7 +6,7 @@
 // another stream: cuMemFreeAsync(p, s2) runs after the work enqueued on s2,
 // but work on the allocation's stream s1 may still be using p, and the
 // driver may hand p to s2's next allocation while it does. There are three
-// ways to close that hole (seed 000):
+// ways to close that hole:
 //
 //  1. Event ordering: record an event on s1 and make s2 wait on it before
 //     the free. Nothing blocks the host; the only cost is a record and a
@@ -22,9 +22,9 @@
 //     choice).
 //
 // Async uses 1, the only one that is both safe and asynchronous. Event
-// ordering alone leaves the memory where seed 000 found it: usable by s2,
-// but stranded for s1, which is usually the stream that allocates again
-// (a producer whose buffers a consumer frees). The driver will not hand it
+// ordering alone leaves the memory usable by s2 but stranded for s1,
+// which is usually the stream that allocates again (a producer whose
+// buffers a consumer frees). The driver will not hand it
 // to s1 until s1 is ordered after the free, and prefers growing the pool to
 // inserting that order itself, so the pool grows by every buffer in flight.
 // Async therefore also records an event on s2 after the free and makes s1

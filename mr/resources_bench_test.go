@@ -9,7 +9,7 @@ package mr_test
 //	BenchmarkRandom/resource=R                RMM-style random allocations: up
 //	                                          to 512 live blocks of 1 KiB to 4 MiB,
 //	                                          random allocate or free per op
-//	BenchmarkNotebook/resource=R              the seed-001 loop: allocate 4 MiB,
+//	BenchmarkNotebook/resource=R              the notebook loop: allocate 4 MiB,
 //	                                          fill it with a kernel, free; time per
 //	                                          iteration with the stream syncs
 //	BenchmarkPipeline/resource=R              a producer stream fills 1 MiB buffers,

@@ -46,10 +46,14 @@ func newBenchCmd() *cobra.Command {
                          pairs/s is the total of all of them
   Random                 RMM-style random allocations: up to 512 live blocks
                          of 1 KiB to 4 MiB, a random allocate or free per op
-  Notebook               the seed-001 loop: allocate 4 MiB, fill it with a
+  Notebook               the notebook loop: allocate 4 MiB, fill it with a
                          kernel, free, on one stream; direct (cuMemAlloc)
                          against stream-ordered async and pool, time per
                          iteration including the stream synchronizations
+  Pipeline               a producer stream fills 1 MiB buffers, a consumer
+                         stream uses and frees them; async with and without
+                         its return wait, and pool: time per buffer and
+                         peak reserved memory
 
 Case names are those of go test -bench in package mr without "Benchmark"
 (Pair/resource=pool/size=4KiB); --filter matches them. On the simulator the

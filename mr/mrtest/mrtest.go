@@ -20,6 +20,29 @@
 //		}, dev, mrtest.Options{DetectsDoubleFree: true})
 //	}
 //
+// The cases, as Run names its subtests:
+//
+//	ZeroSize          Allocate(0) is the null pointer, Deallocate(0, 0) a no-op
+//	Alignment         sizes from 1 B to MaxSize: aligned, disjoint, patterns kept
+//	BadInput          negative size, nil stream, another device's stream,
+//	                  unknown and interior pointers, wrong sizes, double free:
+//	                  each its sentinel, usage unchanged, the allocation intact
+//	Pattern           random allocations and frees on one stream, each filled
+//	                  by a kernel and checked before its free
+//	Goroutines        Options.Goroutines goroutines, each on its own stream
+//	CrossStream       allocated and written on S1, read and freed on S2 behind
+//	                  an event, while S1 allocates again and writes at once
+//	CrossStreamReuse  64 or more rounds of allocate on S1, free on S2: the
+//	                  resource's peak reserved memory, and what the device
+//	                  lost, stay within 16 blocks or 64 MiB, whichever is more
+//	OutOfMemory       an *mr.OutOfMemoryError naming the request, the stream
+//	                  and the resource; the resource works afterwards
+//	ReleaseAll        blocks allocated on several streams, freed on others
+//
+// After each case every allocation is freed: Usage().Used is 0, after
+// Release Usage().Reserved is 0, and on the simulator the device's memory
+// is back where it was before the resource was made.
+//
 // Every subtest makes a fresh resource, so a failure in one does not leak
 // into the next. The suite runs on the simulator (where a missing event
 // wait is a data race under -race, and device memory use is exact) and on
