@@ -209,8 +209,9 @@ func writeBenchTable(w io.Writer, rows []benchRow) error {
 	return tw.Flush()
 }
 
-// comparisons are the ratios the resources issue sets targets for, printed
-// under the table when both rows ran.
+// comparisons are the ratios that say whether stream-ordered allocation
+// pays (the pool against the driver's pool, both against cuMemAlloc),
+// printed under the table when both rows ran.
 var comparisons = []struct {
 	workload   bench.Workload
 	fast, slow string

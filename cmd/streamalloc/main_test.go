@@ -159,7 +159,7 @@ func gzipped(t *testing.T, data string) string {
 	return b.String()
 }
 
-// badInput is a malformed trace of the issue, the sentinel its error
+// badInput is a malformed trace, the sentinel its error
 // must match, and the line it must name: 0 where the format or the damage
 // has none (a pickle, a gzip header), -1 for any line after the header
 // (damage inside gzip data shows at the line being decompressed).
