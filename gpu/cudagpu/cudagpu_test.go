@@ -462,7 +462,7 @@ func TestLaunchArguments(t *testing.T) {
 			t.Errorf("fill%v: %v, want ErrInvalidValue", args, err)
 		}
 	}
-	if _, err := d.LoadModule("not ptx at all"); !errors.Is(err, gpu.ErrInvalidPTX) && !errors.Is(err, cuda.ErrInvalidImage) {
+	if _, err := d.LoadModule("not ptx at all"); !errors.Is(err, gpu.ErrInvalidPTX) && !errors.Is(err, gpu.ErrInvalidImage) {
 		t.Errorf("LoadModule(garbage): %v, want ErrInvalidPTX", err)
 	}
 	ok(t, s.Synchronize())

@@ -15,7 +15,6 @@ package sim
 import (
 	"fmt"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -29,14 +28,14 @@ func (d *Device) enqueueMem(op Op, o *op, gs gpu.Stream, ranges ...memRange) err
 		return err
 	}
 	if o.n < 0 {
-		return driverErrf(o.name, cuda.ErrInvalidValue, "negative size %d", o.n)
+		return driverErrf(o.name, gpu.ErrInvalidValue, "negative size %d", o.n)
 	}
 	if o.n == 0 {
 		return nil
 	}
 	for _, r := range ranges {
 		if !d.mapped(r.p, o.n) {
-			return driverErrf(o.name, cuda.ErrInvalidValue, "[%#x, +%d) is not inside one allocation of device %d", uint64(r.p), o.n, d.ordinal)
+			return driverErrf(o.name, gpu.ErrInvalidValue, "[%#x, +%d) is not inside one allocation of device %d", uint64(r.p), o.n, d.ordinal)
 		}
 	}
 	s.mu.Lock()
@@ -110,7 +109,7 @@ func (d *Device) run(o *op) (err error) {
 		})
 	case opCopyDtoD:
 		if !d.mapped(o.src, o.n) {
-			return driverErrf(o.name, cuda.ErrIllegalAddress, "source [%#x, +%d) is not inside one allocation", uint64(o.src), o.n)
+			return driverErrf(o.name, gpu.ErrIllegalAddress, "source [%#x, +%d) is not inside one allocation", uint64(o.src), o.n)
 		}
 		return d.chunks(o.name, o.dst, o.n, func(off int, b []byte) error {
 			return d.chunks(o.name, o.src+gpu.DevicePtr(off), len(b), func(off2 int, sb []byte) error {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -115,9 +114,9 @@ func (d *Device) injectNamed(op Op, name string) error {
 }
 
 // FailNext makes the next n calls of op on this device fail with err (a
-// cuda.Result such as gpu.ErrLaunchFailed becomes a *cuda.Error naming the
+// gpu.Code such as gpu.ErrLaunchFailed becomes a *gpu.Error naming the
 // call; other errors are wrapped). A failing call changes nothing. n <= 0
-// cancels pending failures of op; a nil err means cuda.ErrUnknown.
+// cancels pending failures of op; a nil err means gpu.ErrUnknown.
 func (d *Device) FailNext(op Op, n int, err error) {
 	d.injMu.Lock()
 	defer d.injMu.Unlock()
@@ -126,7 +125,7 @@ func (d *Device) FailNext(op Op, n int, err error) {
 		return
 	}
 	if err == nil {
-		err = cuda.ErrUnknown
+		err = gpu.ErrUnknown
 	}
 	d.inj[op] = &injection{n: n, err: err}
 }

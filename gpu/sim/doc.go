@@ -28,6 +28,10 @@
 // context unusable; the simulator confines the error to the stream so a
 // test can go on.)
 //
+// What the driver would refuse is a *gpu.Error naming the driver call, with
+// the gpu.Code the driver returns; the package imports no driver binding,
+// so a program that runs only on the simulator links no cgo.
+//
 // # Decisions
 //
 // Where the driver leaves a choice or the simulator must simplify:
@@ -40,7 +44,7 @@
 //     memory, unmapped once the free has run;
 //   - sets and copies check their ranges when enqueued (gpu.ErrInvalidValue,
 //     nothing enqueued, as the driver validates pointers) and again when
-//     they run (cuda.ErrIllegalAddress, sticky);
+//     they run (gpu.ErrIllegalAddress, sticky);
 //   - a pool grows rather than insert a dependency between two streams;
 //     inserted waits are used only when it cannot grow;
 //   - MallocHost is Go memory, page-locked only in the model; managed

@@ -53,7 +53,6 @@ package sim
 import (
 	"fmt"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -492,7 +491,7 @@ func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 	case gpu.PoolUsedMemHigh:
 		return p.usedHigh, nil
 	}
-	return 0, driverErrf(call, cuda.ErrInvalidValue, "unknown pool attribute %d", int(a))
+	return 0, driverErrf(call, gpu.ErrInvalidValue, "unknown pool attribute %d", int(a))
 }
 
 // enter begins a pool call that may be failed by injection: it takes the
@@ -535,7 +534,7 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 		p.threshold = v
 	case gpu.PoolReservedMemHigh, gpu.PoolUsedMemHigh:
 		if v != 0 {
-			return driverErrf(call, cuda.ErrInvalidValue, "high-water mark %d may only be reset to 0, not %d", int(a), v)
+			return driverErrf(call, gpu.ErrInvalidValue, "high-water mark %d may only be reset to 0, not %d", int(a), v)
 		}
 		if a == gpu.PoolReservedMemHigh {
 			p.reservedHigh = p.reserved
@@ -543,7 +542,7 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 			p.usedHigh = p.used
 		}
 	default:
-		return driverErrf(call, cuda.ErrInvalidValue, "pool attribute %d cannot be set", int(a))
+		return driverErrf(call, gpu.ErrInvalidValue, "pool attribute %d cannot be set", int(a))
 	}
 	return nil
 }
@@ -574,7 +573,7 @@ func (p *memPool) Destroy() error {
 		return err
 	}
 	if p.isDefault {
-		return driverErrf(call, cuda.ErrInvalidValue, "the default pool cannot be destroyed")
+		return driverErrf(call, gpu.ErrInvalidValue, "the default pool cannot be destroyed")
 	}
 	if err := p.dev.inject(OpMemPoolDestroy); err != nil {
 		return err

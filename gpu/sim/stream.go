@@ -46,7 +46,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -259,7 +258,7 @@ func (s *stream) work(o *op) {
 		if o.launch != nil {
 			what = "kernel " + o.launch.Entry
 		}
-		s.setSticky(driverErrf(o.name, cuda.ErrLaunchFailed, "%s: the stream's goroutine exited inside it (runtime.Goexit)", what))
+		s.setSticky(driverErrf(o.name, gpu.ErrLaunchFailed, "%s: the stream's goroutine exited inside it (runtime.Goexit)", what))
 		raceRelease(unsafe.Pointer(o))
 		raceRelease(unsafe.Pointer(&s.tailSync))
 		if next := s.complete(o); next != nil {

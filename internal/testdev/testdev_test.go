@@ -3,8 +3,8 @@ package testdev_test
 import (
 	"testing"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/cudagpu"
 	"github.com/streamalloc/streamalloc/internal/testdev"
 )
 
@@ -30,9 +30,10 @@ func TestKinds(t *testing.T) {
 	})
 	t.Run("cuda", func(t *testing.T) {
 		t.Setenv(testdev.Env, "cuda")
-		n, err := 0, cuda.Init()
+		n := 0
+		cb, err := cudagpu.Open()
 		if err == nil {
-			n, err = cuda.DeviceCount()
+			n, err = cb.DeviceCount()
 		}
 		usable := err == nil && n > 0
 		ft := &fatalRecorder{TB: t}
