@@ -176,7 +176,7 @@ func badInputs(t *testing.T) []badInput {
 	z := []byte(gzipped(t, long))
 	corrupt := bytes.Clone(z)
 	corrupt[len(z)/2] ^= 0x55
-	pkl, err := os.ReadFile("../../trace/testdata/snapshot.pickle")
+	pkl, err := os.ReadFile("../../trace/torchsnap/testdata/snapshot.pickle")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/streamalloc/streamalloc/replay"
 	"github.com/streamalloc/streamalloc/sanitize"
 	"github.com/streamalloc/streamalloc/trace"
+	_ "github.com/streamalloc/streamalloc/trace/torchsnap" // PyTorch snapshots for trace.Open
 )
 
 type replayFlags struct {

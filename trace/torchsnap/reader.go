@@ -1,4 +1,9 @@
-// The PyTorch memory snapshot reader.
+// Package torchsnap reads PyTorch memory snapshots: the pickles that
+// torch.cuda.memory._dump_snapshot writes. Importing it makes trace.Open
+// and trace.NewReader read them (it registers its reader with
+// trace.RegisterReader); it is a package of its own so that programs that
+// only use package trace's CSV formats, the mr logging adaptor among
+// them, do not link a pickle decoder.
 //
 // torch.cuda.memory._dump_snapshot pickles the dictionary that
 // torch.cuda.memory._snapshot returns:
@@ -12,7 +17,8 @@
 //	                         "state": "active_allocated" | "active_pending_free" | "inactive"}]}
 //
 // The trace entries record what the caching allocator did, in order. We
-// replay what the program asked of it, so the actions map as follows:
+// replay what the program asked of it, so the actions map to trace.Op
+// values as follows:
 //
 //	alloc           -> Alloc  (addr, size, stream)
 //	free_completed  -> Free   (the block is back in the allocator: the end
@@ -43,7 +49,7 @@
 // events are then copied into a slice of Events and the decoded tree,
 // frames included, is dropped before the first Next.
 
-package trace
+package torchsnap
 
 import (
 	"bufio"
@@ -55,13 +61,26 @@ import (
 	"time"
 
 	pickle "github.com/kisielk/og-rek"
+
+	"github.com/streamalloc/streamalloc/trace"
 )
 
-// SnapshotReader reads the allocation events of a PyTorch memory
-// snapshot. Create one with NewSnapshotReader or Open.
-type SnapshotReader struct {
+func init() {
+	trace.RegisterReader(trace.FormatSnapshot, func(r io.Reader, name string, o *trace.Options) (trace.Reader, error) {
+		sr, err := NewReader(r, name, o)
+		if err != nil {
+			return nil, err
+		}
+		return sr, nil
+	})
+}
+
+// Reader reads the allocation events of a PyTorch memory snapshot: a
+// trace.Reader and a trace.Progresser. Create one with NewReader, or with
+// trace.Open.
+type Reader struct {
 	name   string
-	events []Event
+	events []trace.Event
 	next   int
 	// Skipped counts trace entries that map to no event (segment
 	// traffic, snapshots, annotations, unknown actions, and the
@@ -72,14 +91,15 @@ type SnapshotReader struct {
 	Preexisting int
 }
 
-// NewSnapshotReader decodes the pickled snapshot in r. o may be nil.
-func NewSnapshotReader(r io.Reader, name string, o *Options) (*SnapshotReader, error) {
+// NewReader decodes the pickled snapshot in r. name is used in errors
+// and reports; o may be nil. Bad input is a *trace.ParseError.
+func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 	if o == nil {
-		o = &Options{}
+		o = &trace.Options{}
 	}
 	// A pickle has no lines: a bad one is placed by the bytes the
 	// decoder had consumed when it stopped, counted below its buffer.
-	cr := &countingReader{r: r}
+	cr := &byteCounter{r: r}
 	br := bufio.NewReaderSize(cr, 64<<10)
 	root, err := decodePickle(br)
 	consumed := cr.n - int64(br.Buffered())
@@ -90,15 +110,15 @@ func NewSnapshotReader(r io.Reader, name string, o *Options) (*SnapshotReader, e
 		_, err = io.Copy(io.Discard, br)
 	}
 	if err != nil {
-		var pe *ParseError
+		var pe *trace.ParseError
 		if errors.As(err, &pe) { // the gzip layer below failed
 			return nil, pe
 		}
-		return nil, &ParseError{File: name,
+		return nil, &trace.ParseError{File: name,
 			Msg: fmt.Sprintf("unreadable pickle (decoding stopped after byte %d): %v", consumed, err),
-			Err: errors.Join(ErrPickle, err)}
+			Err: errors.Join(trace.ErrPickle, err)}
 	}
-	sr := &SnapshotReader{name: name}
+	sr := &Reader{name: name}
 	if err := sr.build(root, o); err != nil {
 		return nil, err
 	}
@@ -107,7 +127,8 @@ func NewSnapshotReader(r io.Reader, name string, o *Options) (*SnapshotReader, e
 
 // decodePickle decodes one pickle. og-rek reports bad input as errors;
 // the recover is a second line of defence, so that a bug in a dependency
-// meeting hostile input is a ParseError and not a crash of the command.
+// meeting hostile input is a *trace.ParseError and not a crash of the
+// command.
 func decodePickle(r io.Reader) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -117,13 +138,25 @@ func decodePickle(r io.Reader) (v any, err error) {
 	return pickle.NewDecoder(r).Decode()
 }
 
+// byteCounter counts the bytes read through it.
+type byteCounter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *byteCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // Name returns the snapshot's name.
-func (sr *SnapshotReader) Name() string { return sr.name }
+func (sr *Reader) Name() string { return sr.name }
 
 // Next returns the next event, or io.EOF after the last.
-func (sr *SnapshotReader) Next() (Event, error) {
+func (sr *Reader) Next() (trace.Event, error) {
 	if sr.next >= len(sr.events) {
-		return Event{}, io.EOF
+		return trace.Event{}, io.EOF
 	}
 	ev := sr.events[sr.next]
 	sr.next++
@@ -131,10 +164,10 @@ func (sr *SnapshotReader) Next() (Event, error) {
 }
 
 // Len is the number of events in the snapshot.
-func (sr *SnapshotReader) Len() int { return len(sr.events) }
+func (sr *Reader) Len() int { return len(sr.events) }
 
 // Progress reports events returned out of events.
-func (sr *SnapshotReader) Progress() (done, total int64) {
+func (sr *Reader) Progress() (done, total int64) {
 	return int64(sr.next), int64(len(sr.events))
 }
 
@@ -147,7 +180,7 @@ type entry struct {
 	hasTime       bool
 }
 
-func (sr *SnapshotReader) build(root any, o *Options) error {
+func (sr *Reader) build(root any, o *trace.Options) error {
 	top, ok := root.(map[any]any)
 	if !ok {
 		return sr.errorf(0, "the pickle holds a %s, not a snapshot dictionary", pyType(root))
@@ -211,24 +244,24 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 		freeAction = "free_requested"
 	}
 	seen := make(map[uint64]bool) // addresses met so far
-	var pre []Event               // synthetic allocations of preexisting blocks
-	sr.events = make([]Event, 0, len(entries))
+	var pre []trace.Event         // synthetic allocations of preexisting blocks
+	sr.events = make([]trace.Event, 0, len(entries))
 	for _, e := range entries {
-		var op Op
+		var op trace.Op
 		switch e.action {
 		case "alloc":
-			op = Alloc
+			op = trace.Alloc
 		case freeAction, "free":
-			op = Free
+			op = trace.Free
 		case "oom":
-			op = AllocFailure
+			op = trace.AllocFailure
 		default:
 			sr.Skipped++
 			continue
 		}
 		line := int64(e.index + 1)
 		where := fmt.Sprintf("device_traces[%d][%d] (%s)", e.device, e.index, e.action)
-		ev := Event{Op: op, Line: line}
+		ev := trace.Event{Op: op, Line: line}
 		if e.hasTime {
 			ev.Time = time.Duration(e.time) * time.Microsecond
 		}
@@ -237,8 +270,8 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 			return sr.errorf(line, "%s: size: %v", where, err)
 		}
 		if size < 0 {
-			return &ParseError{File: sr.name, Line: line, Msg: fmt.Sprintf("%s: size %d is negative", where, size),
-				Err: errors.Join(ErrSnapshot, ErrNegativeSize)}
+			return &trace.ParseError{File: sr.name, Line: line, Msg: fmt.Sprintf("%s: size %d is negative", where, size),
+				Err: errors.Join(trace.ErrSnapshot, trace.ErrNegativeSize)}
 		}
 		ev.Size = size
 		if s, ok := e.fields["stream"]; ok {
@@ -246,12 +279,12 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 				return sr.errorf(line, "%s: stream: %v", where, err)
 			}
 		}
-		if op != AllocFailure {
+		if op != trace.AllocFailure {
 			if ev.Ptr, err = asUint64(e.fields["addr"]); err != nil {
 				return sr.errorf(line, "%s: addr: %v", where, err)
 			}
-			if op == Free && !seen[ev.Ptr] {
-				pre = append(pre, Event{Op: Alloc, Ptr: ev.Ptr, Size: ev.Size, Stream: ev.Stream})
+			if op == trace.Free && !seen[ev.Ptr] {
+				pre = append(pre, trace.Event{Op: trace.Alloc, Ptr: ev.Ptr, Size: ev.Size, Stream: ev.Stream})
 			}
 			seen[ev.Ptr] = true
 		}
@@ -287,7 +320,7 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 					continue
 				}
 				seen[addr] = true
-				pre = append(pre, Event{Op: Alloc, Ptr: addr, Size: size, Stream: stream})
+				pre = append(pre, trace.Event{Op: trace.Alloc, Ptr: addr, Size: size, Stream: stream})
 			}
 		}
 	}
@@ -305,8 +338,8 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 	return nil
 }
 
-func (sr *SnapshotReader) errorf(line int64, format string, args ...any) error {
-	return &ParseError{File: sr.name, Line: line, Msg: fmt.Sprintf(format, args...), Err: ErrSnapshot}
+func (sr *Reader) errorf(line int64, format string, args ...any) error {
+	return &trace.ParseError{File: sr.name, Line: line, Msg: fmt.Sprintf(format, args...), Err: trace.ErrSnapshot}
 }
 
 // asUint64 accepts a Python int as an address or a stream handle. Negative
