@@ -47,7 +47,7 @@ func readAll(t testing.TB, r trace.Reader) ([]trace.Event, error) {
 }
 
 // The events of the fixture, both devices merged by time_us (see the
-// mapping in snapshot.go): P0 and A0 were allocated before the history
+// mapping in the package comment): P0 and A0 were allocated before the history
 // began, free_requested entries give way to free_completed, oom is a
 // failure, segment/snapshot/annotate/unknown entries are skipped.
 var fixtureAll = []trace.Event{
