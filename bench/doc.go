@@ -23,7 +23,8 @@
 // how long it runs. Suite lists the cases (workload, resource,
 // parameters) under names that match the go test benchmarks
 // (Pair/resource=pool/size=4KiB is BenchmarkPair/resource=pool/size=4KiB),
-// and Resources builds the resources they run on.
+// and NewResource builds the resources they run on from the table of
+// package registry (mr/registry), which the command's replay shares.
 //
 // # Invariants
 //

@@ -16,10 +16,11 @@ package mr_test
 //	                                          a consumer uses and frees them; time
 //	                                          per buffer, peak reserved MiB
 //
-// The workloads, the cases and the resources they run on (the pool
-// included) live in package bench, which `streamalloc bench` runs too, so
-// both measure the same code under the same names. Add resources or
-// parameters there (bench.Resources, bench.Suite) rather than here.
+// The workloads and the cases live in package bench, which
+// `streamalloc bench` runs too, so both measure the same code under the
+// same names; the resources they run on (the pool included) come from the
+// table of mr/registry. Add resources there and parameters to bench.Suite
+// rather than here.
 //
 // The device is internal/testdev's: the simulator by default, the GPU
 // with STREAMALLOC_DEVICE=cuda (the GPU script), from the same binary.

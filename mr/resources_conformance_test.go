@@ -85,6 +85,7 @@ func TestResourcesConformance(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.DetectsDoubleFree = true
+			tc.opts.Foreign = testdev.Foreign(t)
 			mrtest.Run(t, tc.make, dev, tc.opts)
 		})
 	}

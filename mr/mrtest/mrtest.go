@@ -17,7 +17,7 @@
 //				tb.Fatal(err)
 //			}
 //			return p
-//		}, dev, mrtest.Options{DetectsDoubleFree: true})
+//		}, dev, mrtest.Options{DetectsDoubleFree: true, Foreign: testdev.Foreign(t)})
 //	}
 //
 // The cases, as Run names its subtests:
@@ -43,6 +43,10 @@
 // Release Usage().Reserved is 0, and on the simulator the device's memory
 // is back where it was before the resource was made.
 //
+// The suite names no backend: what it needs besides dev, a device whose
+// streams the resources must refuse, comes from the caller
+// (Options.Foreign; a simulated device will do, also when dev is a GPU).
+//
 // Every subtest makes a fresh resource, so a failure in one does not leak
 // into the next. The suite runs on the simulator (where a missing event
 // wait is a data race under -race, and device memory use is exact) and on
@@ -66,7 +70,6 @@ import (
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
-	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
@@ -91,6 +94,10 @@ type Options struct {
 	// (pinned host memory); the data tests then check the contracts
 	// without writing patterns.
 	NoKernels bool
+	// Foreign is a device that the resources under test do not belong
+	// to, of another backend or not: BadInput checks that a stream of it
+	// is refused with gpu.ErrWrongDevice. Required.
+	Foreign gpu.Device
 	// Goroutines is the number of goroutines (each on its own stream) of
 	// the concurrency test (default 8); Iterations the operations per
 	// goroutine or sequence (default 200; a quarter under -short).
@@ -123,6 +130,9 @@ func (o *Options) defaults() {
 // dev. Subtests run one after another (they measure the device's memory).
 func Run(t *testing.T, newResource Factory, dev gpu.Device, opts Options) {
 	t.Helper()
+	if opts.Foreign == nil || opts.Foreign == dev {
+		t.Fatal("mrtest: Options.Foreign must be a device other than dev, to check that its streams are refused (a simulated device will do)")
+	}
 	opts.defaults()
 	for _, tc := range []struct {
 		name string
@@ -399,11 +409,7 @@ func testBadInput(e *env) {
 		}
 	}
 
-	other, err := sim.New(sim.Config{}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	foreign, err := other.NewStream()
+	foreign, err := e.opts.Foreign.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
