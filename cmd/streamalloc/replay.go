@@ -80,13 +80,23 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	if err != nil {
 		return fmt.Errorf("device 0: %w", err)
 	}
-	var logOut *os.File
-	var logw *trace.CSVWriter
+	var outputs []namedPath
 	if f.log != "" {
-		if logOut, err = os.Create(f.log); err != nil {
-			return err
+		outputs = append(outputs, namedPath{"--log", f.log})
+	}
+	if f.html != "" {
+		outputs = append(outputs, namedPath{"--html", f.html})
+	}
+	if err := checkOutputs(outputs, traces); err != nil {
+		return err
+	}
+	var logw *trace.CSVWriter
+	var logOut *outputFile
+	if f.log != "" {
+		if logOut, err = createOutput(f.log); err != nil {
+			return fmt.Errorf("--log: %w", err)
 		}
-		defer logOut.Close()
+		defer logOut.abort()
 		logw = trace.NewCSVWriter(logOut)
 	}
 	var results []*replay.Result
@@ -101,17 +111,25 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 			rows = append(rows, row)
 		}
 	}
+	var page *outputFile
+	if f.html != "" {
+		if page, err = writeHTML(f.html, results); err != nil {
+			return err
+		}
+		defer page.abort()
+	}
+	// Every output is complete: only now does any replace what was there.
 	if logw != nil {
 		if err := logw.Flush(); err != nil {
 			return fmt.Errorf("--log %s: %w", f.log, err)
 		}
-		if err := logOut.Close(); err != nil {
+		if err := logOut.commit(); err != nil {
 			return fmt.Errorf("--log %s: %w", f.log, err)
 		}
 	}
-	if f.html != "" {
-		if err := writeHTML(f.html, results); err != nil {
-			return err
+	if page != nil {
+		if err := page.commit(); err != nil {
+			return fmt.Errorf("--html %s: %w", f.html, err)
 		}
 	}
 	if f.json {
