@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +154,53 @@ func assertNoTemp(t *testing.T, dir string) {
 		if strings.Contains(e.Name(), ".tmp-") {
 			t.Errorf("temporary file %s left behind", e.Name())
 		}
+	}
+}
+
+// A trace from a pipe (/dev/stdin) is read once for all resources: every resource
+// replays every event, whether it is a CSV log (spooled) or a snapshot
+// (decoded once).
+func TestReplayPipe(t *testing.T) {
+	pkl, err := os.ReadFile("../../trace/torchsnap/testdata/snapshot.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		data   string
+		events float64
+	}{
+		{"csv", smallTrace, 5},
+		{"gzip csv", gzipped(t, smallTrace), 5},
+		{"snapshot", string(pkl), -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			// As a shell's pipe to /dev/stdin: opening the path again
+			// reads an empty pipe once the writer is done.
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			go func() {
+				w.Write([]byte(tc.data))
+				w.Close()
+			}()
+			p := fmt.Sprintf("/dev/fd/%d", r.Fd())
+			out, _, err := run(t, "replay", "--device", "sim", "--resource", "direct,pool,arena", "--json", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rows []map[string]any
+			if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 3 {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			for _, r := range rows {
+				if ev, _ := r["events"].(float64); ev <= 0 || ev != rows[0]["events"] || (tc.events > 0 && ev != tc.events) {
+					t.Errorf("%s: %v events, want %v (as the first resource: %v)", r["resource"], r["events"], tc.events, rows[0]["events"])
+				}
+			}
+		})
 	}
 }

@@ -102,14 +102,14 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	var results []*replay.Result
 	var rows []replayRow
 	for _, path := range traces {
-		for _, name := range names {
-			row, err := replayOne(ctx, stderr, dev, path, name, logw, f)
-			if err != nil {
-				return err
-			}
-			results = append(results, row.Result)
-			rows = append(rows, row)
+		tr, err := replayTrace(ctx, stderr, dev, path, names, logw, f)
+		rows = append(rows, tr...)
+		if err != nil {
+			return err
 		}
+	}
+	for _, row := range rows {
+		results = append(results, row.Result)
 	}
 	var page *outputFile
 	if f.html != "" {
@@ -140,16 +140,38 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	return writeReplayTable(stdout, rows)
 }
 
-// replayOne replays one trace against a fresh resource. With --sanitize
-// the device and the resource are wrapped by one sanitizer, so that it sees
-// every allocation and free of the replay and every event the resource
-// records or waits on; its reports are counted and the first few printed.
-func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name string, logw *trace.CSVWriter, f replayFlags) (_ replayRow, err error) {
+// replayTrace replays the trace at path against each resource of names in
+// turn. The input is read once: the trace is opened once and rewound for
+// each further resource (trace.File.Rewind: a snapshot is decoded once, a
+// pipe is read once).
+func replayTrace(ctx context.Context, stderr io.Writer, dev gpu.Device, path string, names []string, logw *trace.CSVWriter, f replayFlags) ([]replayRow, error) {
 	tf, err := trace.Open(path, nil)
 	if err != nil {
-		return replayRow{}, err
+		return nil, err
 	}
 	defer tf.Close()
+	var rows []replayRow
+	for i, name := range names {
+		if i > 0 {
+			if err := tf.Rewind(); err != nil {
+				return rows, err
+			}
+		}
+		row, err := replayOne(ctx, stderr, dev, tf, path, name, logw, f)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// replayOne replays the trace tf (read from path) against a fresh
+// resource. With --sanitize the device and the resource are wrapped by one
+// sanitizer, so that it sees every allocation and free of the replay and
+// every event the resource records or waits on; its reports are counted and
+// the first few printed.
+func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.File, path, name string, logw *trace.CSVWriter, f replayFlags) (_ replayRow, err error) {
 	var z *sanitize.Sanitizer
 	reports := 0
 	if f.sanitize {

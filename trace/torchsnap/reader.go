@@ -160,6 +160,13 @@ func (sr *Reader) Next() (trace.Event, error) {
 	return ev, nil
 }
 
+// Rewind starts the events again from the first (a trace.Rewinder): the
+// snapshot is decoded once however many times it is replayed.
+func (sr *Reader) Rewind() error {
+	sr.next = 0
+	return nil
+}
+
 // Len is the number of events in the snapshot.
 func (sr *Reader) Len() int { return len(sr.events) }
 
