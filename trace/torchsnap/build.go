@@ -19,6 +19,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -111,14 +112,37 @@ func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, erro
 				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] has no action string", d, i)
 			}
 			e := entry{device: d, index: i, action: action, fields: m}
-			if t, ok := m["time_us"]; ok {
-				e.time, err = pickle.AsInt64(t)
-				e.hasTime = err == nil
+			if e.time, e.hasTime, err = sr.timeOf(m["time_us"], d, i); err != nil {
+				return nil, err
 			}
 			entries = append(entries, e)
 		}
 	}
 	return entries, nil
+}
+
+// maxTimeUS is the largest time_us whose nanoseconds fit a
+// time.Duration (about 292 years after the epoch).
+const maxTimeUS = math.MaxInt64 / int64(time.Microsecond)
+
+// timeOf reads the time_us of entry i of device d: absent or None is no
+// time; an int from 0 to maxTimeUS is one; anything else is an error
+// matching trace.ErrSnapshot and trace.ErrTime, never a time wrapped by
+// the conversion to nanoseconds.
+func (sr *Reader) timeOf(t any, d, i int) (us int64, ok bool, err error) {
+	if t == nil || t == (pickle.None{}) {
+		return 0, false, nil
+	}
+	us, err = pickle.AsInt64(t)
+	if err == nil && (us < 0 || us > maxTimeUS) {
+		err = fmt.Errorf("%d is outside 0 to %d, the times a trace can hold", us, maxTimeUS)
+	}
+	if err != nil {
+		return 0, false, &trace.ParseError{File: sr.name, Line: int64(i + 1),
+			Msg: fmt.Sprintf("device_traces[%d][%d]: time_us: %v", d, i, err),
+			Err: errors.Join(trace.ErrSnapshot, trace.ErrTime)}
+	}
+	return us, true, nil
 }
 
 // allTimed reports whether every entry has a time.
