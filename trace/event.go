@@ -141,6 +141,9 @@ var (
 	// ErrSnapshot: a pickle that decodes but is not a PyTorch memory
 	// snapshot, or a snapshot trace entry with missing or bad fields.
 	ErrSnapshot = errors.New("trace: not a valid PyTorch memory snapshot")
+	// ErrExpansion: a snapshot whose repeated references expand it
+	// beyond Options.MaxExpansion (trace/torchsnap).
+	ErrExpansion = errors.New("trace: snapshot expands beyond its bound")
 	// ErrRead: the underlying reader failed.
 	ErrRead = errors.New("trace: read error")
 )

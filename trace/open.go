@@ -49,7 +49,28 @@ type Options struct {
 	// read; nil reads all of them, merged in time order. Ignored for
 	// CSV logs, which do not record the device.
 	Devices []int
+	// MaxExpansion bounds what a PyTorch snapshot may expand to. A pickle
+	// can name one list or dictionary again and again at two bytes a
+	// reference, so a file of a few megabytes can describe a billion
+	// trace entries. The snapshot reader visits at most MaxExpansion trace
+	// entries and segment blocks per KiB of pickle, counting an object
+	// each time it is referenced, and at least MinExpansionBudget whatever
+	// the size; beyond that it refuses the snapshot with ErrExpansion. An
+	// entry that maps to an event takes at least 10 bytes written out, and
+	// PyTorch's take a hundred or more with their stack frames, so the
+	// default (DefaultMaxExpansion, one per 4 bytes) refuses only
+	// snapshots that repeat themselves. 0 or less means the default.
+	// Ignored for CSV logs.
+	MaxExpansion int
 }
+
+// DefaultMaxExpansion is MaxExpansion's default, in trace entries and
+// segment blocks per KiB of pickle.
+const DefaultMaxExpansion = 256
+
+// MinExpansionBudget is the number of trace entries and segment blocks
+// that a snapshot may hold whatever its size.
+const MinExpansionBudget = 1 << 16
 
 // Progresser is implemented by readers that know how far through their
 // input they are: done out of total units (bytes of the file, or events).

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/streamalloc/streamalloc/trace"
 )
 
 // An output that names an input, or another output, is refused before
@@ -202,5 +204,22 @@ func TestReplayPipe(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// --max-expansion raises the bound on a snapshot's expansion: refused by
+// default, replayed with a higher bound.
+func TestReplayMaxExpansion(t *testing.T) {
+	p := writeFile(t, "rep.pickle", expandingSnapshot(100, 700)) // 70,000 entries in 1.7 KB
+	if _, _, err := run(t, "replay", "--device", "sim", "--resource", "direct", p); !errors.Is(err, trace.ErrExpansion) {
+		t.Fatalf("default bound: error %v, want %v", err, trace.ErrExpansion)
+	}
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "direct", "--max-expansion", "100000", "--json", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["events"] != 70000.0 {
+		t.Errorf("%v\n%s", err, out)
 	}
 }

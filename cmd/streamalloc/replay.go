@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,7 +29,13 @@ type replayFlags struct {
 	html      string
 	log       string
 	sanitize  bool
+	// maxExpansion bounds a snapshot's trace entries and segment blocks
+	// per KiB of pickle (trace.Options.MaxExpansion).
+	maxExpansion int
 }
+
+// errNotPositive is the error of a numeric flag that must be above 0.
+var errNotPositive = errors.New("must be a positive number")
 
 // replayRow is one line of output: a replay's result and, with
 // --sanitize, the number of hazards the sanitizer reported.
@@ -64,6 +71,7 @@ are counted, not fatal.`,
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
 	cmd.Flags().BoolVar(&f.sanitize, "sanitize", false, "run each replay under the stream-order sanitizer and count the hazards it reports")
+	cmd.Flags().IntVar(&f.maxExpansion, "max-expansion", trace.DefaultMaxExpansion, "refuse a PyTorch snapshot with more than `N` trace entries and segment blocks per KiB of pickle, counting each reference to a repeated one")
 	return cmd
 }
 
@@ -71,6 +79,9 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	names, err := registry.Replay().Parse(f.resources)
 	if err != nil {
 		return fmt.Errorf("--resource: %w", err)
+	}
+	if f.maxExpansion <= 0 {
+		return fmt.Errorf("--max-expansion %d: %w", f.maxExpansion, errNotPositive)
 	}
 	b, err := backend.Open(kind)
 	if err != nil {
@@ -145,7 +156,7 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 // each further resource (trace.File.Rewind: a snapshot is decoded once, a
 // pipe is read once).
 func replayTrace(ctx context.Context, stderr io.Writer, dev gpu.Device, path string, names []string, logw *trace.CSVWriter, f replayFlags) ([]replayRow, error) {
-	tf, err := trace.Open(path, nil)
+	tf, err := trace.Open(path, &trace.Options{MaxExpansion: f.maxExpansion})
 	if err != nil {
 		return nil, err
 	}

@@ -57,7 +57,11 @@ func (sr *Reader) build(root any, o *trace.Options) error {
 	if err != nil {
 		return err
 	}
-	pre = append(pre, liveBlocks(top["segments"], selected, seen)...)
+	live, err := sr.liveBlocks(top["segments"], selected, seen)
+	if err != nil {
+		return err
+	}
+	pre = append(pre, live...)
 	if len(pre) > 0 {
 		var t0 time.Duration
 		if len(sr.events) > 0 {
@@ -103,6 +107,9 @@ func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, erro
 			return nil, sr.errorf(0, "device_traces[%d] is a %s, not a list", d, pyType(dv))
 		}
 		for i, ev := range list {
+			if err := sr.spend(); err != nil {
+				return nil, err
+			}
 			m, ok := ev.(map[any]any)
 			if !ok {
 				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] is a %s, not a dictionary", d, i, pyType(ev))
@@ -226,8 +233,9 @@ func (sr *Reader) event(e entry, op trace.Op) (trace.Event, error) {
 // selected devices hold as active (allocated, or freed but not yet
 // completed) at addresses not in seen, which were live through the whole
 // recorded window, and adds their addresses to seen. Their size is the
-// requested size where the snapshot has it.
-func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) []trace.Event {
+// requested size where the snapshot has it. Its only error is
+// trace.ErrExpansion.
+func (sr *Reader) liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) ([]trace.Event, error) {
 	segs, _ := segments.([]any)
 	var pre []trace.Event
 	for _, sv := range segs {
@@ -241,6 +249,9 @@ func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) []t
 		stream, _ := asUint64(seg["stream"])
 		blocks, _ := seg["blocks"].([]any)
 		for _, bv := range blocks {
+			if err := sr.spend(); err != nil {
+				return nil, err
+			}
 			addr, size, ok := activeBlock(bv)
 			if !ok || seen[addr] {
 				continue
@@ -249,7 +260,7 @@ func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) []t
 			pre = append(pre, trace.Event{Op: trace.Alloc, Ptr: addr, Size: size, Stream: stream})
 		}
 	}
-	return pre
+	return pre, nil
 }
 
 // activeBlock returns the address and size of a segment's block if it is

@@ -47,7 +47,11 @@
 // which never executes code from the pickle (classes decode as inert
 // values) and bounds what a lying length field can make it allocate. The
 // events are then copied into a slice of Events and the decoded tree,
-// frames included, is dropped before the first Next.
+// frames included, is dropped before the first Next. Decoding costs time
+// and memory in proportion to the pickle's size: a guard refuses decimal
+// integers longer than Python reads (guard.go), and the build refuses a
+// tree that repeated references expand beyond trace.Options.MaxExpansion
+// (expansion.go).
 
 package torchsnap
 
@@ -86,6 +90,11 @@ type Reader struct {
 	// Preexisting counts the synthetic allocations of blocks that were
 	// live before the recorded history began.
 	Preexisting int
+	// budget is what is left of the trace entries and segment blocks the
+	// build may still visit (expansion.go), out of initial, for a pickle
+	// of size bytes at perKiB units per KiB.
+	budget, initial, size int64
+	perKiB                int
 }
 
 // NewReader decodes the pickled snapshot in r. name is used in errors
@@ -96,8 +105,11 @@ func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 	}
 	// A pickle has no lines: a bad one is placed by the bytes the
 	// decoder had consumed when it stopped, counted below its buffer.
+	// The guard sits below the buffer, which the decoder reads directly
+	// (og-rek keeps a *bufio.Reader it is given), so that the count
+	// stays exact.
 	cr := &byteCounter{r: r}
-	br := bufio.NewReaderSize(cr, 64<<10)
+	br := bufio.NewReaderSize(newGuard(cr, name), 64<<10)
 	root, err := decodePickle(br)
 	consumed := cr.n - int64(br.Buffered())
 	if err == nil {
@@ -116,6 +128,13 @@ func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 			Err: errors.Join(trace.ErrPickle, err)}
 	}
 	sr := &Reader{name: name}
+	sr.perKiB = o.MaxExpansion
+	if sr.perKiB <= 0 {
+		sr.perKiB = trace.DefaultMaxExpansion
+	}
+	sr.size = consumed
+	sr.budget = expansionBudget(consumed, sr.perKiB)
+	sr.initial = sr.budget
 	if err := sr.build(root, o); err != nil {
 		return nil, err
 	}
