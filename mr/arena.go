@@ -172,14 +172,8 @@ func (r *Arena) lockArena(s gpu.Stream) *arenaStream {
 // Allocate serves size bytes from s's arena, or from the upstream if size
 // exceeds LargeSize.
 func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("arena: allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc("arena", r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	if size > r.largeSize {
 		return r.allocateLarge(size, s)
@@ -429,17 +423,8 @@ func (r *Arena) allocateLarge(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 
 // Deallocate frees p in stream order on s.
 func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("arena: deallocate", r.dev, s); err != nil {
+	if null, err := checkFree("arena", r.dev, p, size, s); null || err != nil {
 		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("arena: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("arena: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
 	}
 	sb, base, ok := r.index.find(p)
 	if !ok {

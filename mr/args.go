@@ -1,10 +1,34 @@
-// Argument checks shared by the resources of this package.
+// Argument checks shared by every resource and adaptor of this package.
 //
-// Every resource checks its arguments in the same order, before it touches
-// any state, so that a bad call changes nothing: the stream first (nil, then
-// another device's), then the size (negative, then too large to align).
-// Sizes are rounded up to Alignment only where a resource carves memory
-// itself; the driver-backed resources pass the caller's size through.
+// Allocate(size, s) and Deallocate(p, size, s) check their arguments here,
+// in this order, before they touch any state, so that a bad call changes
+// nothing and every resource answers the same bad call with the same
+// sentinel:
+//
+//  1. the stream: nil matches gpu.ErrInvalidHandle, a stream of another
+//     device gpu.ErrWrongDevice;
+//  2. the size: negative matches ErrInvalidSize;
+//  3. Allocate of 0 bytes is answered with the null pointer and no error;
+//     Deallocate of the null pointer with size 0 returns nil, with any
+//     other size it matches ErrSizeMismatch. Either way nothing is touched.
+//
+// What comes after is each resource's own: a limit on the size (the Pool
+// refuses a size it cannot round up to Alignment with ErrInvalidSize, via
+// sizeError; FixedSize refuses more than its block, Limit more than its
+// budget, both as out of memory), then whether the pointer is live.
+//
+// Messages read "<name>: allocate: nil stream", "<name>: allocate -1
+// bytes", "<name>: deallocate null pointer as 8 bytes". The resource's
+// name and the operation are passed apart and joined only in a failure's
+// message, so a check that passes builds no string and allocates nothing:
+// the checks cost a few comparisons on every resource's hot path. The
+// functions that build the messages are kept out of line (go:noinline), so
+// that the checks themselves are small enough to be inlined there.
+//
+// A resource that keeps per-stream state may check a stream once, when it
+// first sees it (stream IDs are never reused): the Pool does, and runs
+// checkStream only for a stream it does not know, then checkAllocSize or
+// checkFreeArgs, which are checkAlloc and checkFree without the stream.
 
 package mr
 
@@ -15,27 +39,89 @@ import (
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
-// checkStream reports whether s may be used with a resource of dev: a nil
-// stream matches gpu.ErrInvalidHandle, one of another device
-// gpu.ErrWrongDevice.
-func checkStream(op string, dev gpu.Device, s gpu.Stream) error {
-	if s == nil {
-		return fmt.Errorf("%s: nil stream: %w", op, gpu.ErrInvalidHandle)
+// The operations named in the checks' messages.
+const (
+	opAllocate   = "allocate"
+	opDeallocate = "deallocate"
+)
+
+// checkAlloc checks the arguments of name's Allocate(size, s) on a
+// resource of dev (steps 1 to 3 of the file comment). zero reports a
+// request of 0 bytes, which the caller answers with the null pointer,
+// touching nothing.
+func checkAlloc(name string, dev gpu.Device, size int, s gpu.Stream) (zero bool, err error) {
+	if err := checkStream(name, opAllocate, dev, s); err != nil {
+		return false, err
 	}
-	if s.Device() != dev {
-		return fmt.Errorf("%s: stream %d: %w", op, s.ID(), gpu.ErrWrongDevice)
+	return checkAllocSize(name, size)
+}
+
+// checkFree checks the arguments of name's Deallocate(p, size, s) on a
+// resource of dev (steps 1 to 3 of the file comment). null reports a free
+// of the null pointer with size 0, which the caller answers with nil,
+// touching nothing.
+func checkFree(name string, dev gpu.Device, p gpu.DevicePtr, size int, s gpu.Stream) (null bool, err error) {
+	if err := checkStream(name, opDeallocate, dev, s); err != nil {
+		return false, err
+	}
+	return checkFreeArgs(name, p, size)
+}
+
+// checkAllocSize is checkAlloc after the stream's check (steps 2 and 3).
+func checkAllocSize(name string, size int) (zero bool, err error) {
+	if size < 0 {
+		return false, sizeError(name, opAllocate, size)
+	}
+	return size == 0, nil
+}
+
+// checkFreeArgs is checkFree after the stream's check (steps 2 and 3).
+func checkFreeArgs(name string, p gpu.DevicePtr, size int) (null bool, err error) {
+	if p != 0 && size >= 0 {
+		return false, nil
+	}
+	return size == 0, freeArgsError(name, size)
+}
+
+// freeArgsError is the error of a free of the null pointer, or with a
+// negative size: nil for the null pointer with size 0.
+//
+//go:noinline
+func freeArgsError(name string, size int) error {
+	switch {
+	case size < 0:
+		return sizeError(name, opDeallocate, size)
+	case size > 0:
+		return fmt.Errorf("%s: %s null pointer as %d bytes: %w", name, opDeallocate, size, ErrSizeMismatch)
 	}
 	return nil
 }
 
-// checkStreamOf is checkStream for a resource whose name is not a
-// constant: the message is only built on error, so the check allocates
-// nothing on the hot path.
-func checkStreamOf(name, op string, dev gpu.Device, s gpu.Stream) error {
+// checkStream reports whether s may be used with a resource of dev (step 1
+// of the file comment): a nil stream matches gpu.ErrInvalidHandle, one of
+// another device gpu.ErrWrongDevice.
+func checkStream(name, op string, dev gpu.Device, s gpu.Stream) error {
 	if s != nil && s.Device() == dev {
 		return nil
 	}
-	return checkStream(name+": "+op, dev, s)
+	return streamError(name, op, s)
+}
+
+// streamError is the error of a nil stream or one of another device.
+//
+//go:noinline
+func streamError(name, op string, s gpu.Stream) error {
+	if s == nil {
+		return fmt.Errorf("%s: %s: nil stream: %w", name, op, gpu.ErrInvalidHandle)
+	}
+	return fmt.Errorf("%s: %s: stream %d: %w", name, op, s.ID(), gpu.ErrWrongDevice)
+}
+
+// sizeError is the error of a size that name's op refuses as an argument.
+//
+//go:noinline
+func sizeError(name, op string, size int) error {
+	return fmt.Errorf("%s: %s %d bytes: %w", name, op, size, ErrInvalidSize)
 }
 
 // maxAlignable is the largest size that alignUp can round without

@@ -237,14 +237,8 @@ func (r *Async) configure(opts AsyncOptions) error {
 // Allocate enqueues cuMemAllocAsync (or cuMemAllocFromPoolAsync on the
 // resource's own pool) on s. It does not block the host.
 func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("async: allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc("async", r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("async: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	r.closeMu.RLock()
 	defer r.closeMu.RUnlock()
@@ -285,17 +279,8 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // the device is synchronized: see eventCache.order).
 // Deallocate keeps working after Close.
 func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("async: deallocate", r.dev, s); err != nil {
+	if null, err := checkFree("async", r.dev, p, size, s); null || err != nil {
 		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("async: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("async: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
 	}
 	e, err := r.live.take(p, size)
 	if err != nil {

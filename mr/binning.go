@@ -162,14 +162,8 @@ func (r *Binning) bin(n int) *binEntry {
 // Allocate serves size bytes from the smallest bin that holds them, or
 // from the upstream.
 func (r *Binning) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("binning: allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc("binning", r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("binning: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	var p gpu.DevicePtr
 	var err error
@@ -200,17 +194,8 @@ func (r *Binning) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 
 // Deallocate frees p through the bin (or upstream) its size selects.
 func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("binning: deallocate", r.dev, s); err != nil {
+	if null, err := checkFree("binning", r.dev, p, size, s); null || err != nil {
 		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("binning: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("binning: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
 	}
 	b := r.bin(size)
 	if b == nil {

@@ -73,14 +73,8 @@ type syncCore struct {
 }
 
 func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStreamOf(c.name, "allocate", c.dev, s); err != nil {
+	if zero, err := checkAlloc(c.name, c.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("%s: allocate %d bytes: %w", c.name, size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	var p gpu.DevicePtr
 	var err error
@@ -120,17 +114,8 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 }
 
 func (c *syncCore) deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStreamOf(c.name, "deallocate", c.dev, s); err != nil {
+	if null, err := checkFree(c.name, c.dev, p, size, s); null || err != nil {
 		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("%s: deallocate %d bytes: %w", c.name, size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("%s: deallocate null pointer as %d bytes: %w", c.name, size, ErrSizeMismatch)
 	}
 	e, err := c.live.take(p, size)
 	if err != nil {

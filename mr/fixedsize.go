@@ -164,11 +164,8 @@ func (b fsBlock) ptr(bs int) gpu.DevicePtr { return b.c.base + gpu.DevicePtr(b.i
 // Allocate returns a block for a request of at most BlockSize bytes; a
 // larger request is out of memory for this resource (Limit: BlockSize).
 func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStreamOf(r.name, "allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc(r.name, r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("%s: allocate %d bytes: %w", r.name, size, ErrInvalidSize)
 	}
 	if size > r.blockSize {
 		// Like RMM's bad_alloc: this resource cannot serve it, whatever
@@ -176,9 +173,6 @@ func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		u := r.meter.snapshot()
 		return 0, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
 			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize)}
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	st := r.lockStream(s)
 	var b fsBlock
@@ -275,17 +269,8 @@ func (r *FixedSize) grow(size int, s gpu.Stream) ([]fsBlock, error) {
 // Deallocate frees p in stream order on s; the block is reusable on s at
 // once and on other streams after an event wait.
 func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStreamOf(r.name, "deallocate", r.dev, s); err != nil {
+	if null, err := checkFree(r.name, r.dev, p, size, s); null || err != nil {
 		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("%s: deallocate %d bytes: %w", r.name, size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("%s: deallocate null pointer as %d bytes: %w", r.name, size, ErrSizeMismatch)
 	}
 	b, err := r.block(p)
 	if err != nil {

@@ -53,7 +53,7 @@ func (p *Pinned) Device() gpu.Device { return p.dev }
 // ErrInvalidSize; failure to allocate an *OutOfMemoryError.
 func (p *Pinned) Allocate(n int) ([]byte, error) {
 	if n < 0 {
-		return nil, fmt.Errorf("pinned: allocate %d bytes: %w", n, ErrInvalidSize)
+		return nil, sizeError("pinned", opAllocate, n)
 	}
 	if n == 0 {
 		return nil, nil
@@ -129,7 +129,7 @@ func (p *Pinned) Free(b []byte) error {
 // FreeAfter synchronizes s, so that copies enqueued on s that use b have
 // completed, then frees b as Free does. It blocks the host until then.
 func (p *Pinned) FreeAfter(b []byte, s gpu.Stream) error {
-	if err := checkStream("pinned: free", p.dev, s); err != nil {
+	if err := checkStream("pinned", "free", p.dev, s); err != nil {
 		return err
 	}
 	if len(b) == 0 {

@@ -236,22 +236,22 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if s == nil {
-		return 0, checkStream("pool: allocate", p.dev, s)
-	}
 	// A stream the pool knows was checked when it was added (IDs are
-	// never reused), so the hot path skips the device comparison.
-	st := p.lookupStream(s.ID())
+	// never reused), so the hot path skips the device comparison (args.go).
+	var st *poolStream
+	if s != nil {
+		st = p.lookupStream(s.ID())
+	}
 	if st == nil {
-		if err := checkStream("pool: allocate", p.dev, s); err != nil {
+		if err := checkStream("pool", opAllocate, p.dev, s); err != nil {
 			return 0, err
 		}
 	}
-	if size < 0 || size > maxAlignable {
-		return 0, fmt.Errorf("pool: allocate %d bytes: %w", size, ErrInvalidSize)
+	if zero, err := checkAllocSize("pool", size); zero || err != nil {
+		return 0, err
 	}
-	if size == 0 {
-		return 0, nil
+	if size > maxAlignable {
+		return 0, sizeError("pool", opAllocate, size)
 	}
 	if p.closed.Load() {
 		return 0, fmt.Errorf("pool: allocate: %w", ErrClosed)
@@ -278,23 +278,17 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	if s == nil {
-		return checkStream("pool: deallocate", p.dev, s)
+	var st *poolStream
+	if s != nil {
+		st = p.lookupStream(s.ID())
 	}
-	st := p.lookupStream(s.ID())
 	if st == nil {
-		if err := checkStream("pool: deallocate", p.dev, s); err != nil {
+		if err := checkStream("pool", opDeallocate, p.dev, s); err != nil {
 			return err
 		}
 	}
-	if size < 0 {
-		return fmt.Errorf("pool: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if ptr == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("pool: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
+	if null, err := checkFreeArgs("pool", ptr, size); null || err != nil {
+		return err
 	}
 	if st != nil {
 		st.mu.Lock()

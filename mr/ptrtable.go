@@ -147,35 +147,3 @@ func (t *ptrTable[V]) count() (n int, bytes uint64) {
 	})
 	return n, bytes
 }
-
-// checkAlloc checks the arguments of an adaptor's Allocate in the order the
-// resources do (stream, then size). zero reports a request of 0 bytes,
-// which the adaptor answers with the null pointer, touching nothing.
-func checkAlloc(op string, dev gpu.Device, size int, s gpu.Stream) (zero bool, err error) {
-	if err := checkStream(op, dev, s); err != nil {
-		return false, err
-	}
-	if size < 0 {
-		return false, fmt.Errorf("%s %d bytes: %w", op, size, ErrInvalidSize)
-	}
-	return size == 0, nil
-}
-
-// checkFree checks the arguments of an adaptor's Deallocate. null reports
-// a free of the null pointer with size 0, which succeeds touching nothing;
-// the null pointer with any other size matches ErrSizeMismatch.
-func checkFree(op string, dev gpu.Device, p gpu.DevicePtr, size int, s gpu.Stream) (null bool, err error) {
-	if err := checkStream(op, dev, s); err != nil {
-		return false, err
-	}
-	if size < 0 {
-		return false, fmt.Errorf("%s %d bytes: %w", op, size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return true, nil
-		}
-		return false, fmt.Errorf("%s null pointer as %d bytes: %w", op, size, ErrSizeMismatch)
-	}
-	return false, nil
-}
