@@ -23,7 +23,8 @@
 // message, so a check that passes builds no string and allocates nothing:
 // the checks cost a few comparisons on every resource's hot path. The
 // functions that build the messages are kept out of line (go:noinline), so
-// that the checks themselves are small enough to be inlined there.
+// that checkAllocSize and checkFreeArgs are small enough to be inlined
+// into the Pool's hot path.
 //
 // A resource that keeps per-stream state may check a stream once, when it
 // first sees it (stream IDs are never reused): the Pool does, and runs
