@@ -61,7 +61,7 @@ type Aligned struct {
 	passThrough
 	dev   gpu.Device
 	align int
-	live  ptrTable[alignedBlock]
+	live  ptrTable[gpu.DevicePtr, alignedBlock]
 }
 
 // NewAligned returns an adaptor over upstream whose Allocate aligns to

@@ -90,7 +90,7 @@ type Arena struct {
 		mu   sync.Mutex
 		free []*superblock
 	}
-	large     liveTable
+	large     ptrTable[gpu.DevicePtr, gpu.Stream]
 	events    eventCache
 	usage     usageMeter
 	releaseMu sync.Mutex
@@ -415,7 +415,7 @@ func (r *Arena) allocateLarge(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		}
 		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, err)
 	}
-	r.large.insert(p, liveEntry{size: size, stream: s})
+	r.large.insert(p, size, s, nil)
 	r.usage.addReserved(size)
 	r.usage.addUsed(size)
 	return p, nil
@@ -513,18 +513,18 @@ func (r *Arena) maybeReturn(s gpu.Stream, sb *superblock) {
 }
 
 func (r *Arena) deallocateLarge(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	e, err := r.large.take(p, size)
+	alloc, err := r.large.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("arena: deallocate: %w", err)
 	}
 	// Order the free after the allocation's stream too, whatever the
 	// upstream does about cross-stream frees.
-	if err := r.events.order(s, e.stream); err != nil {
-		r.large.restore(p, e)
+	if err := r.events.order(s, alloc); err != nil {
+		r.large.restore(p, size, alloc)
 		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
 	}
 	if err := r.up.Deallocate(p, size, s); err != nil {
-		r.large.restore(p, e)
+		r.large.restore(p, size, alloc)
 		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
 	}
 	r.usage.subUsed(size)

@@ -65,7 +65,7 @@ type Binning struct {
 	bins  []binEntry
 	sizes []int     // bins[i].size, for the search
 	start [65]int32 // start[k]: the first bin above 1<<(k-1), where bin's search begins
-	large liveTable
+	large ptrTable[gpu.DevicePtr, gpu.Stream]
 	// usage counts every live allocation (Used) and the large allocations
 	// and chunks of the created bins (Reserved); the created bins count
 	// their own operations into it directly.
@@ -183,7 +183,7 @@ func (r *Binning) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	switch {
 	case b == nil:
-		r.large.insert(p, liveEntry{size: size, stream: s})
+		r.large.insert(p, size, s, nil)
 		r.usage.addReserved(size)
 		r.usage.addUsed(size)
 	case !b.owned:
@@ -199,7 +199,7 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	b := r.bin(size)
 	if b == nil {
-		e, err := r.large.take(p, size)
+		alloc, err := r.large.take(p, size, nil)
 		if err != nil {
 			err = r.diagnose(p, size, err)
 		}
@@ -207,7 +207,7 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 			return fmt.Errorf("binning: deallocate: %w", err)
 		}
 		if err := r.up.Deallocate(p, size, s); err != nil {
-			r.large.restore(p, e)
+			r.large.restore(p, size, alloc)
 			return fmt.Errorf("binning: deallocate: %w", err)
 		}
 		r.usage.subReserved(size)

@@ -68,7 +68,7 @@ type syncCore struct {
 	name    string
 	dev     gpu.Device
 	managed bool // cuMemAllocManaged instead of cuMemAlloc
-	live    liveTable
+	live    ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage   usageMeter
 }
 
@@ -107,7 +107,7 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("%s: allocate %d bytes: driver returned misaligned %#x: %w",
 			c.name, size, uint64(p), gpu.ErrInvalidValue)
 	}
-	c.live.insert(p, liveEntry{size: size, stream: s})
+	c.live.insert(p, size, s, nil)
 	c.usage.addUsed(size)
 	c.usage.addReserved(size)
 	return p, nil
@@ -117,16 +117,16 @@ func (c *syncCore) deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if null, err := checkFree(c.name, c.dev, p, size, s); null || err != nil {
 		return err
 	}
-	e, err := c.live.take(p, size)
+	alloc, err := c.live.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("%s: deallocate: %w", c.name, err)
 	}
-	if err := c.quiesce(e.stream, s); err != nil {
-		c.live.restore(p, e)
+	if err := c.quiesce(alloc, s); err != nil {
+		c.live.restore(p, size, alloc)
 		return fmt.Errorf("%s: deallocate %#x: %w", c.name, uint64(p), err)
 	}
 	if err := c.dev.Free(p); err != nil {
-		c.live.restore(p, e)
+		c.live.restore(p, size, alloc)
 		return fmt.Errorf("%s: deallocate %#x: %w", c.name, uint64(p), err)
 	}
 	c.usage.subUsed(size)

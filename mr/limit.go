@@ -70,7 +70,7 @@ type Limit struct {
 	passThrough
 	dev    gpu.Device
 	budget *Budget
-	live   ptrTable[uint64] // the charge
+	live   ptrTable[gpu.DevicePtr, uint64] // the charge
 	used   atomic.Uint64
 }
 

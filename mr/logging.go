@@ -59,7 +59,7 @@ type Logging struct {
 	w      *trace.CSVWriter
 	thread uint64
 	now    func() time.Time
-	live   ptrTable[struct{}]
+	live   ptrTable[gpu.DevicePtr, struct{}]
 
 	errMu sync.Mutex
 	err   error

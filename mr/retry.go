@@ -73,7 +73,7 @@ type Retry struct {
 	dev      gpu.Device
 	opts     RetryOptions
 	attempts int
-	live     ptrTable[struct{}]
+	live     ptrTable[gpu.DevicePtr, struct{}]
 
 	oom, recovered, failed, retries, reaped atomic.Uint64
 }

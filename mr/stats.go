@@ -113,7 +113,7 @@ func (c *statCounters) resetPeaks() {
 type Stats struct {
 	passThrough
 	dev       gpu.Device
-	live      ptrTable[*statCounters] // the allocating stream's counters, or nil
+	live      ptrTable[gpu.DevicePtr, *statCounters] // the allocating stream's counters, or nil
 	all       statCounters
 	perStream bool
 	streams   sync.Map // Stream.ID -> *statCounters

@@ -87,7 +87,7 @@ type Tracking struct {
 	dev    gpu.Device
 	depth  int
 	skip   int
-	live   ptrTable[trackRecord]
+	live   ptrTable[gpu.DevicePtr, trackRecord]
 	stacks [stackShards]stackShard
 	seq    atomic.Uint64
 }
