@@ -97,11 +97,9 @@ type Arena struct {
 }
 
 type arenaStream struct {
-	s    gpu.Stream
-	mu   sync.Mutex
-	sbs  []*superblock
-	cur  int  // the superblock tried first
-	dead bool // dropped from the table by Release: look the stream up again
+	streamState
+	sbs []*superblock
+	cur int // the superblock tried first
 	// deferred counts the deferred ranges in sbs (read without mu to skip
 	// the reclaim scan when there are none).
 	deferred atomic.Int64
@@ -159,14 +157,7 @@ func (r *Arena) ResetPeaks() { r.usage.resetPeaks() }
 
 // lockArena returns s's arena, locked.
 func (r *Arena) lockArena(s gpu.Stream) *arenaStream {
-	for {
-		a := r.arenas.get(s.ID(), func() *arenaStream { return &arenaStream{s: s} })
-		a.mu.Lock()
-		if !a.dead {
-			return a
-		}
-		a.mu.Unlock()
-	}
+	return lockState(&r.arenas, s, func() *arenaStream { return &arenaStream{streamState: streamState{s: s}} })
 }
 
 // Allocate serves size bytes from s's arena, or from the upstream if size

@@ -97,10 +97,8 @@ type fsBlock struct {
 }
 
 type fsStream struct {
-	s    gpu.Stream
-	mu   sync.Mutex
+	streamState
 	free []fsBlock
-	dead bool // dropped from the table by Release: look the stream up again
 }
 
 // NewFixedSize returns a FixedSize resource that takes its chunks from
@@ -149,14 +147,7 @@ func (r *FixedSize) ResetPeaks() { r.meter.resetPeaks() }
 
 // lockStream returns s's state, locked.
 func (r *FixedSize) lockStream(s gpu.Stream) *fsStream {
-	for {
-		st := r.streams.get(s.ID(), func() *fsStream { return &fsStream{s: s} })
-		st.mu.Lock()
-		if !st.dead {
-			return st
-		}
-		st.mu.Unlock()
-	}
+	return lockState(&r.streams, s, func() *fsStream { return &fsStream{streamState: streamState{s: s}} })
 }
 
 func (b fsBlock) ptr(bs int) gpu.DevicePtr { return b.c.base + gpu.DevicePtr(b.i*bs) }

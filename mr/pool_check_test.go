@@ -37,7 +37,7 @@ func (p *Pool) checkInvariants() error {
 	if uint64(reserved) != p.usage.reserved.Load() {
 		return fmt.Errorf("reserved %d, chunks sum to %d", p.usage.reserved.Load(), reserved)
 	}
-	for _, st := range p.table.Load().list {
+	for _, st := range p.streams.all() {
 		if err := st.check(idx); err != nil {
 			return fmt.Errorf("stream %d: %w", st.id, err)
 		}

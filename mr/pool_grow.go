@@ -126,7 +126,7 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, e
 // take one back, and streams would pass chunks around instead of growing
 // to one each. Caller holds p.mu.
 func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, error) {
-	for _, o := range p.table.Load().list {
+	for _, o := range p.streams.all() {
 		if o == st {
 			continue
 		}
@@ -259,7 +259,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		home *poolStream
 	}
 	var cands []cand
-	for _, o := range p.table.Load().list {
+	for _, o := range p.streams.all() {
 		o.mu.Lock()
 		o.quickFlush()
 		for _, c := range o.homed {
@@ -348,7 +348,7 @@ func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 	if requester != nil && requester != o {
 		candidates = append(candidates, requester.s)
 	}
-	for _, x := range p.table.Load().list {
+	for _, x := range p.streams.all() {
 		if x != o {
 			candidates = append(candidates, x.s)
 		}

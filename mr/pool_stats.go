@@ -58,7 +58,7 @@ func (p *Pool) Stats() PoolStats {
 		Releases: p.wide.releases,
 		Chunks:   len(*p.chunks.Load()),
 	}
-	for _, st := range p.table.Load().list {
+	for _, st := range p.streams.all() {
 		st.mu.Lock()
 		c := st.stats
 		live := st.live.len()
