@@ -143,7 +143,7 @@ type Pool struct {
 
 	streams streamTable[poolStream]
 
-	chunks atomic.Pointer[poolChunkIndex] // replaced under mu
+	chunks spanIndex[*poolChunk] // changed under mu
 
 	// mu serializes growth, steals and releases; taken before any
 	// stream's mutex.
@@ -203,7 +203,6 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts, tune: defaultPoolTune}
 	p.tune.bigMin = max(opts.ChunkSize/2, p.tune.smallMax+Alignment)
-	p.chunks.Store(&poolChunkIndex{})
 	return p, nil
 }
 

@@ -227,7 +227,7 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	p.grown = true
 	p.wide.growths++
 	c := &poolChunk{base: ptr, size: g, small: small}
-	p.chunks.Store(indexRef(p.chunks.Load().with(c)))
+	p.chunks.add(c.base, c.size, c)
 	p.usage.addReserved(g)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -243,8 +243,6 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	st.markLive(b, size)
 	return b.ptr, nil
 }
-
-func indexRef(x poolChunkIndex) *poolChunkIndex { return &x }
 
 // releaseIdle gives idle chunks back to the upstream, largest first,
 // until the pool reserves at most keep bytes (keep <= 0: every idle
@@ -319,7 +317,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			errs = append(errs, err)
 			continue
 		}
-		p.chunks.Store(indexRef(p.chunks.Load().without(c)))
+		p.chunks.remove(map[gpu.DevicePtr]bool{c.base: true})
 		p.usage.subReserved(c.size)
 		released += c.size
 		p.wide.releases++
@@ -378,8 +376,8 @@ func (p *Pool) trim(st *poolStream) error {
 // chunks: memory of another stream's chunk (a cross-stream free), or bad
 // input, which it diagnoses without changing anything.
 func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	c := p.chunks.Load().find(ptr)
-	if c == nil {
+	c, _, ok := p.chunks.find(ptr)
+	if !ok {
 		return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
 	}
 	var from *poolStream

@@ -56,7 +56,7 @@ func (p *Pool) Stats() PoolStats {
 		Steals:   p.wide.steals,
 		Growths:  p.wide.growths,
 		Releases: p.wide.releases,
-		Chunks:   len(*p.chunks.Load()),
+		Chunks:   len(p.chunks.all()),
 	}
 	for _, st := range p.streams.all() {
 		st.mu.Lock()
