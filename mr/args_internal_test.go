@@ -9,16 +9,15 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
 
-// TestChecks runs the argument checks on every kind of bad input, in the
-// order args.go states: the stream before the size, the size before the
-// null pointer.
-func TestChecks(t *testing.T) {
-	g := sim.New(sim.Config{Devices: 2})
-	dev, err := g.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := g.Device(1)
+// checksBackend has two simulated devices, for streams of the right and
+// the wrong device.
+var checksBackend = sim.New(sim.Config{Devices: 2})
+
+// checksStream returns device ordinal of checksBackend and a new stream
+// on it.
+func checksStream(t *testing.T, ordinal int) (gpu.Device, gpu.Stream) {
+	t.Helper()
+	dev, err := checksBackend.Device(ordinal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,12 +25,16 @@ func TestChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Destroy()
-	os, err := other.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Destroy()
+	t.Cleanup(func() { s.Destroy() })
+	return dev, s
+}
+
+// TestChecks runs the argument checks on every kind of bad input, in the
+// order args.go states: the stream before the size, the size before the
+// null pointer.
+func TestChecks(t *testing.T) {
+	dev, s := checksStream(t, 0)
+	_, os := checksStream(t, 1)
 
 	alloc := []struct {
 		name     string
@@ -91,15 +94,7 @@ func TestChecks(t *testing.T) {
 
 // TestChecksAllocateNothing: a check that passes builds no message.
 func TestChecksAllocateNothing(t *testing.T) {
-	dev, err := sim.New(sim.Config{}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	dev, s := checksStream(t, 0)
 	name := strings.Repeat("r", 3) // not a constant
 	allocs := testing.AllocsPerRun(100, func() {
 		if _, err := checkAlloc(name, dev, 4096, s); err != nil {
