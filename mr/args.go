@@ -20,16 +20,16 @@
 // Messages read "<name>: allocate: nil stream", "<name>: allocate -1
 // bytes", "<name>: deallocate null pointer as 8 bytes". The resource's
 // name and the operation are passed apart and joined only in a failure's
-// message, so a check that passes builds no string and allocates nothing:
-// the checks cost a few comparisons on every resource's hot path. The
-// functions that build the messages are kept out of line (go:noinline), so
-// that checkAllocSize and checkFreeArgs are small enough to be inlined
-// into the Pool's hot path.
+// message, so a check that passes builds no string and allocates nothing.
 //
-// A resource that keeps per-stream state may check a stream once, when it
-// first sees it (stream IDs are never reused): the Pool does, and runs
-// checkStream only for a stream it does not know, then checkAllocSize or
-// checkFreeArgs, which are checkAlloc and checkFree without the stream.
+// A hot path may test the ordinary case itself and call the checks only
+// outside it, so that they cost it nothing: the Pool checks a stream once,
+// when it first sees it (stream IDs are never reused), and runs
+// checkStream only for a stream it does not know; it calls checkAllocSize
+// only for a size that is not positive (or too large to align), and
+// checkFreeArgs only for the null pointer or a negative size. These two are
+// checkAlloc and checkFree without the stream, so the answers and their
+// order are the same as everywhere else.
 
 package mr
 
@@ -78,24 +78,16 @@ func checkAllocSize(name string, size int) (zero bool, err error) {
 
 // checkFreeArgs is checkFree after the stream's check (steps 2 and 3).
 func checkFreeArgs(name string, p gpu.DevicePtr, size int) (null bool, err error) {
-	if p != 0 && size >= 0 {
-		return false, nil
+	if size < 0 {
+		return false, sizeError(name, opDeallocate, size)
 	}
-	return size == 0, freeArgsError(name, size)
-}
-
-// freeArgsError is the error of a free of the null pointer, or with a
-// negative size: nil for the null pointer with size 0.
-//
-//go:noinline
-func freeArgsError(name string, size int) error {
-	switch {
-	case size < 0:
-		return sizeError(name, opDeallocate, size)
-	case size > 0:
-		return fmt.Errorf("%s: %s null pointer as %d bytes: %w", name, opDeallocate, size, ErrSizeMismatch)
+	if p == 0 {
+		if size == 0 {
+			return true, nil
+		}
+		return false, fmt.Errorf("%s: %s null pointer as %d bytes: %w", name, opDeallocate, size, ErrSizeMismatch)
 	}
-	return nil
+	return false, nil
 }
 
 // checkStream reports whether s may be used with a resource of dev (step 1
@@ -109,8 +101,6 @@ func checkStream(name, op string, dev gpu.Device, s gpu.Stream) error {
 }
 
 // streamError is the error of a nil stream or one of another device.
-//
-//go:noinline
 func streamError(name, op string, s gpu.Stream) error {
 	if s == nil {
 		return fmt.Errorf("%s: %s: nil stream: %w", name, op, gpu.ErrInvalidHandle)
@@ -119,8 +109,6 @@ func streamError(name, op string, s gpu.Stream) error {
 }
 
 // sizeError is the error of a size that name's op refuses as an argument.
-//
-//go:noinline
 func sizeError(name, op string, size int) error {
 	return fmt.Errorf("%s: %s %d bytes: %w", name, op, size, ErrInvalidSize)
 }

@@ -228,10 +228,12 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 			return 0, err
 		}
 	}
-	if zero, err := checkAllocSize("pool", size); zero || err != nil {
-		return 0, err
-	}
-	if size > maxAlignable {
+	if size <= 0 || size > maxAlignable {
+		// Zero, negative, or too large to align: checked off the hot
+		// path (args.go).
+		if zero, err := checkAllocSize("pool", size); zero || err != nil {
+			return 0, err
+		}
 		return 0, sizeError("pool", opAllocate, size)
 	}
 	if p.closed.Load() {
@@ -268,7 +270,10 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 			return err
 		}
 	}
-	if null, err := checkFreeArgs("pool", ptr, size); null || err != nil {
+	if ptr == 0 || size < 0 {
+		// The null pointer or a negative size: checked off the hot path
+		// (args.go), which answers nil or an error.
+		_, err := checkFreeArgs("pool", ptr, size)
 		return err
 	}
 	if st != nil {
