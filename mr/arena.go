@@ -157,7 +157,12 @@ func (r *Arena) ResetPeaks() { r.usage.resetPeaks() }
 
 // lockArena returns s's arena, locked.
 func (r *Arena) lockArena(s gpu.Stream) *arenaStream {
-	return lockState(&r.arenas, s, func() *arenaStream { return &arenaStream{streamState: streamState{s: s}} })
+	for {
+		a := r.arenas.get(s.ID(), func() *arenaStream { return &arenaStream{streamState: streamState{s: s}} })
+		if a.lockLive() {
+			return a
+		}
+	}
 }
 
 // Allocate serves size bytes from s's arena, or from the upstream if size

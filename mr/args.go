@@ -21,6 +21,8 @@
 // bytes", "<name>: deallocate null pointer as 8 bytes". The resource's
 // name and the operation are passed apart and joined only in a failure's
 // message, so a check that passes builds no string and allocates nothing.
+// The messages are built out of line, so that the checks are small
+// enough to be inlined into the resources' Allocate and Deallocate.
 //
 // A hot path may test the ordinary case itself and call the checks only
 // outside it, so that they cost it nothing: the Pool checks a stream once,
@@ -51,8 +53,8 @@ const (
 // request of 0 bytes, which the caller answers with the null pointer,
 // touching nothing.
 func checkAlloc(name string, dev gpu.Device, size int, s gpu.Stream) (zero bool, err error) {
-	if err := checkStream(name, opAllocate, dev, s); err != nil {
-		return false, err
+	if !streamOK(dev, s) {
+		return false, streamError(name, opAllocate, s)
 	}
 	return checkAllocSize(name, size)
 }
@@ -62,8 +64,8 @@ func checkAlloc(name string, dev gpu.Device, size int, s gpu.Stream) (zero bool,
 // of the null pointer with size 0, which the caller answers with nil,
 // touching nothing.
 func checkFree(name string, dev gpu.Device, p gpu.DevicePtr, size int, s gpu.Stream) (null bool, err error) {
-	if err := checkStream(name, opDeallocate, dev, s); err != nil {
-		return false, err
+	if !streamOK(dev, s) {
+		return false, streamError(name, opDeallocate, s)
 	}
 	return checkFreeArgs(name, p, size)
 }
@@ -78,29 +80,31 @@ func checkAllocSize(name string, size int) (zero bool, err error) {
 
 // checkFreeArgs is checkFree after the stream's check (steps 2 and 3).
 func checkFreeArgs(name string, p gpu.DevicePtr, size int) (null bool, err error) {
-	if size < 0 {
-		return false, sizeError(name, opDeallocate, size)
+	if size < 0 || p == 0 && size != 0 {
+		return false, freeArgsError(name, size)
 	}
-	if p == 0 {
-		if size == 0 {
-			return true, nil
-		}
-		return false, fmt.Errorf("%s: %s null pointer as %d bytes: %w", name, opDeallocate, size, ErrSizeMismatch)
-	}
-	return false, nil
+	return p == 0, nil
 }
 
 // checkStream reports whether s may be used with a resource of dev (step 1
 // of the file comment): a nil stream matches gpu.ErrInvalidHandle, one of
 // another device gpu.ErrWrongDevice.
 func checkStream(name, op string, dev gpu.Device, s gpu.Stream) error {
-	if s != nil && s.Device() == dev {
-		return nil
+	if !streamOK(dev, s) {
+		return streamError(name, op, s)
 	}
-	return streamError(name, op, s)
+	return nil
 }
 
+// streamOK reports whether s is a stream of dev.
+func streamOK(dev gpu.Device, s gpu.Stream) bool { return s != nil && s.Device() == dev }
+
+// The errors of the checks are built out of line, so that the checks are
+// small enough to be inlined into their callers.
+
 // streamError is the error of a nil stream or one of another device.
+//
+//go:noinline
 func streamError(name, op string, s gpu.Stream) error {
 	if s == nil {
 		return fmt.Errorf("%s: %s: nil stream: %w", name, op, gpu.ErrInvalidHandle)
@@ -109,8 +113,21 @@ func streamError(name, op string, s gpu.Stream) error {
 }
 
 // sizeError is the error of a size that name's op refuses as an argument.
+//
+//go:noinline
 func sizeError(name, op string, size int) error {
 	return fmt.Errorf("%s: %s %d bytes: %w", name, op, size, ErrInvalidSize)
+}
+
+// freeArgsError is the error of a free with a negative size, or of the
+// null pointer with a size other than 0.
+//
+//go:noinline
+func freeArgsError(name string, size int) error {
+	if size < 0 {
+		return sizeError(name, opDeallocate, size)
+	}
+	return fmt.Errorf("%s: %s null pointer as %d bytes: %w", name, opDeallocate, size, ErrSizeMismatch)
 }
 
 // maxAlignable is the largest size that alignUp can round without

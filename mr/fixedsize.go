@@ -147,7 +147,12 @@ func (r *FixedSize) ResetPeaks() { r.meter.resetPeaks() }
 
 // lockStream returns s's state, locked.
 func (r *FixedSize) lockStream(s gpu.Stream) *fsStream {
-	return lockState(&r.streams, s, func() *fsStream { return &fsStream{streamState: streamState{s: s}} })
+	for {
+		st := r.streams.get(s.ID(), func() *fsStream { return &fsStream{streamState: streamState{s: s}} })
+		if st.lockLive() {
+			return st
+		}
+	}
 }
 
 func (b fsBlock) ptr(bs int) gpu.DevicePtr { return b.c.base + gpu.DevicePtr(b.i*bs) }

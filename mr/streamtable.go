@@ -137,23 +137,15 @@ type streamState struct {
 	dead bool // dropped from the table: look the stream up again
 }
 
-func (h *streamState) head() *streamState { return h }
-
-// lockState returns the state of s in t, created with mk if there is none,
-// with its mutex held. A state dropped between the lookup and the lock is
-// looked up again, so the caller never works on a state that a Release
-// has forgotten.
-func lockState[T any, P interface {
-	*T
-	head() *streamState
-}](t *streamTable[T], s gpu.Stream, mk func() *T) *T {
-	for {
-		v := t.get(s.ID(), mk)
-		h := P(v).head()
-		h.mu.Lock()
-		if !h.dead {
-			return v
-		}
+// lockLive locks the state and reports whether it is still published;
+// if it was dropped meanwhile it unlocks it and returns false, and the
+// caller looks the stream up again, so that it never works on a state that
+// a Release has forgotten.
+func (h *streamState) lockLive() bool {
+	h.mu.Lock()
+	if h.dead {
 		h.mu.Unlock()
+		return false
 	}
+	return true
 }
