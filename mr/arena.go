@@ -471,15 +471,15 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 // check validates a free of size bytes at offset off. Called with sb.mu.
 func (sb *superblock) check(p gpu.DevicePtr, off, size int) error {
 	if off%Alignment != 0 {
-		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return pointerError(p, ErrUnknownPointer)
 	}
 	switch v := sb.starts[off/Alignment]; {
 	case v == 0:
-		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return pointerError(p, ErrUnknownPointer)
 	case v == freedMark:
-		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrDoubleFree)
+		return pointerError(p, ErrDoubleFree)
 	case int(v) != size:
-		return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), v, size, ErrSizeMismatch)
+		return sizeMismatchError(p, int(v), size)
 	}
 	return nil
 }

@@ -130,6 +130,24 @@ func freeArgsError(name string, size int) error {
 	return fmt.Errorf("%s: %s null pointer as %d bytes: %w", name, opDeallocate, size, ErrSizeMismatch)
 }
 
+// The errors of a free the checks above let through but the resource
+// refuses, worded the same by every resource: a pointer it does not know
+// (ErrUnknownPointer), one it has freed (ErrDoubleFree), one live with
+// another size (ErrSizeMismatch). The resource wraps them with its name
+// and operation.
+
+// pointerError is the error of a free of p that err (ErrUnknownPointer or
+// ErrDoubleFree) explains.
+func pointerError(p gpu.DevicePtr, err error) error {
+	return fmt.Errorf("pointer %#x: %w", uint64(p), err)
+}
+
+// sizeMismatchError is the error of a free of p, live with alloc bytes, as
+// size bytes.
+func sizeMismatchError(p gpu.DevicePtr, alloc, size int) error {
+	return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), alloc, size, ErrSizeMismatch)
+}
+
 // maxAlignable is the largest size that alignUp can round without
 // overflowing.
 const maxAlignable = math.MaxInt - (Alignment - 1)

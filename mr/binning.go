@@ -232,14 +232,14 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 // reverse).
 func (r *Binning) diagnose(p gpu.DevicePtr, size int, err error) error {
 	if e, ok := r.large.lookup(p); ok {
-		return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), e.size, size, ErrSizeMismatch)
+		return sizeMismatchError(p, e.size, size)
 	}
 	for _, b := range r.bins {
 		if b.fixed == nil {
 			continue
 		}
 		if n, ok := b.fixed.liveSize(p); ok {
-			return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), n, size, ErrSizeMismatch)
+			return sizeMismatchError(p, n, size)
 		}
 	}
 	return err

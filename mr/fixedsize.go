@@ -277,12 +277,11 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		cur := state.Load()
 		switch {
 		case cur == 0:
-			return fmt.Errorf("%s: deallocate: pointer %#x: %w", r.name, uint64(p), ErrUnknownPointer)
+			return fmt.Errorf("%s: deallocate: %w", r.name, pointerError(p, ErrUnknownPointer))
 		case cur == freedState:
-			return fmt.Errorf("%s: deallocate: pointer %#x: %w", r.name, uint64(p), ErrDoubleFree)
+			return fmt.Errorf("%s: deallocate: %w", r.name, pointerError(p, ErrDoubleFree))
 		case cur != int64(size):
-			return fmt.Errorf("%s: deallocate: pointer %#x of %d bytes freed as %d: %w",
-				r.name, uint64(p), cur, size, ErrSizeMismatch)
+			return fmt.Errorf("%s: deallocate: %w", r.name, sizeMismatchError(p, int(cur), size))
 		}
 		if state.CompareAndSwap(cur, freedState) {
 			break
@@ -305,7 +304,7 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 func (r *FixedSize) block(p gpu.DevicePtr) (fsBlock, error) {
 	c, base, ok := r.chunks.find(p)
 	if !ok || int(p-base)%r.blockSize != 0 {
-		return fsBlock{}, fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return fsBlock{}, pointerError(p, ErrUnknownPointer)
 	}
 	return fsBlock{c: c, i: int(p-base) / r.blockSize}, nil
 }

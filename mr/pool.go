@@ -308,7 +308,7 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 }
 
 func poolSizeMismatch(p gpu.DevicePtr, req, size int) error {
-	return fmt.Errorf("pool: deallocate %#x of %d bytes as %d: %w", uint64(p), req, size, ErrSizeMismatch)
+	return fmt.Errorf("pool: deallocate: %w", sizeMismatchError(p, req, size))
 }
 
 // Usage reports the bytes reserved from upstream and the bytes handed out

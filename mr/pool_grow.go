@@ -378,14 +378,14 @@ func (p *Pool) trim(st *poolStream) error {
 func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 	c, _, ok := p.chunks.find(ptr)
 	if !ok {
-		return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+		return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 	}
 	var from *poolStream
 	for {
 		h := c.home.Load()
 		if h == nil {
 			// Being released: it has no live block.
-			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 		}
 		if from == nil && h.id != s.ID() {
 			// Created before h.mu is taken: creating takes the table lock.
@@ -400,7 +400,7 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		if b == nil {
 			err := h.diagnose(c, ptr)
 			h.mu.Unlock()
-			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), err)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, err))
 		}
 		if b.req != size {
 			req := b.req

@@ -55,8 +55,9 @@
 package mr
 
 import (
-	"fmt"
 	"sync"
+
+	"github.com/streamalloc/streamalloc/gpu"
 )
 
 const (
@@ -131,13 +132,13 @@ func (t *ptrTable[K, V]) take(p K, size int, free func(v V) error) (V, error) {
 		var zero V
 		for _, f := range sh.freed {
 			if f == p {
-				return zero, fmt.Errorf("pointer %#x: %w", uint64(p), ErrDoubleFree)
+				return zero, pointerError(gpu.DevicePtr(p), ErrDoubleFree)
 			}
 		}
-		return zero, fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return zero, pointerError(gpu.DevicePtr(p), ErrUnknownPointer)
 	}
 	if r.size != size {
-		return r.v, fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), r.size, size, ErrSizeMismatch)
+		return r.v, sizeMismatchError(gpu.DevicePtr(p), r.size, size)
 	}
 	if free != nil {
 		if err := free(r.v); err != nil {
