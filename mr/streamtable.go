@@ -140,7 +140,10 @@ type streamState struct {
 // lockLive locks the state and reports whether it is still published;
 // if it was dropped meanwhile it unlocks it and returns false, and the
 // caller looks the stream up again, so that it never works on a state that
-// a Release has forgotten.
+// a Release has forgotten. FixedSize and Arena each loop over get and
+// lockLive themselves: a generic loop would call lockLive through its
+// type's dictionary, an indirect call on every operation (7 more
+// instructions a call, measured on the FixedSize pair).
 func (h *streamState) lockLive() bool {
 	h.mu.Lock()
 	if h.dead {
