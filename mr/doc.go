@@ -63,7 +63,8 @@
 // Adaptors: stats.go (Stats), tracking.go (Tracking), logging.go (Logging,
 // RMM CSV), limit.go (Limit and Budget), retry.go (Retry), aligned.go
 // (Aligned). Packages below: mrtest, the conformance suite every resource
-// and adaptor passes; mrprom, Prometheus collectors.
+// and adaptor passes; mrprom, Prometheus collectors; registry, resources by
+// name for the command and the benchmarks.
 //
 // # Why the Pool is not a package of its own
 //
@@ -107,8 +108,8 @@
 //     concurrency tests, and the conformance suite (mrtest.Run) over a
 //     pool. Add it to the stack of FuzzAdaptorStack if its counters can be
 //     checked against the fuzz test's model.
-//  5. Register it in the command's registry, so that replay and bench can
-//     stack it.
+//  5. If the command should offer it, stack it in cmd/streamalloc behind a
+//     flag, as --log stacks Logging and --sanitize the sanitizer.
 //
 // # Writing a resource
 //
@@ -133,6 +134,6 @@
 //     fuzzResources in resources_fuzz_test.go, which checks operation
 //     sequences against a reference model. Run go test -race ./mr/...
 //     on the simulator, and the GPU suite on a device.
-//  6. Register it in the command's registry, so that replay and bench can
-//     run it.
+//  6. Add one entry to the table of mr/registry (its package doc has the
+//     recipe), so that replay and bench can run it by name.
 package mr
