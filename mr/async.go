@@ -151,7 +151,7 @@ type Async struct {
 	// returnWait: a cross-stream free makes the allocating stream wait on
 	// the freeing one (not AsyncOptions.NoReturnWait).
 	returnWait bool
-	live       liveTable
+	live       ptrTable[gpu.DevicePtr, gpu.Stream]
 	events     eventCache
 
 	// pending is the pending-free accounting: AddLive after each
@@ -237,14 +237,8 @@ func (r *Async) configure(opts AsyncOptions) error {
 // Allocate enqueues cuMemAllocAsync (or cuMemAllocFromPoolAsync on the
 // resource's own pool) on s. It does not block the host.
 func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("async: allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc("async", r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("async: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	r.closeMu.RLock()
 	defer r.closeMu.RUnlock()
@@ -271,7 +265,7 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("async: allocate %d bytes: driver returned misaligned %#x: %w",
 			size, uint64(p), gpu.ErrInvalidValue)
 	}
-	r.live.insert(p, liveEntry{size: size, stream: s})
+	r.live.insert(p, size, s, nil)
 	r.pending.AddLive(uint64(size))
 	return p, nil
 }
@@ -285,34 +279,25 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // the device is synchronized: see eventCache.order).
 // Deallocate keeps working after Close.
 func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("async: deallocate", r.dev, s); err != nil {
+	if null, err := checkFree("async", r.dev, p, size, s); null || err != nil {
 		return err
 	}
-	if size < 0 {
-		return fmt.Errorf("async: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("async: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
-	}
-	e, err := r.live.take(p, size)
+	alloc, err := r.live.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("async: deallocate: %w", err)
 	}
-	if err := r.events.order(s, e.stream); err != nil {
-		r.live.restore(p, e)
+	if err := r.events.order(s, alloc); err != nil {
+		r.live.restore(p, size, alloc)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
 	if err := r.dev.FreeAsync(p, s); err != nil {
-		r.live.restore(p, e)
+		r.live.restore(p, size, alloc)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
 	if r.returnWait {
 		// Let the allocation's stream reuse the memory at once (see the
 		// file comment); best effort, the free has been enqueued.
-		r.events.order(e.stream, s)
+		r.events.order(alloc, s)
 	}
 	// Cannot fail: this resource alone moves its bytes, each once.
 	r.pending.Add(s, uint64(size))

@@ -126,7 +126,7 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, e
 // take one back, and streams would pass chunks around instead of growing
 // to one each. Caller holds p.mu.
 func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, error) {
-	for _, o := range p.table.Load().list {
+	for _, o := range p.streams.all() {
 		if o == st {
 			continue
 		}
@@ -227,7 +227,7 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	p.grown = true
 	p.wide.growths++
 	c := &poolChunk{base: ptr, size: g, small: small}
-	p.chunks.Store(indexRef(p.chunks.Load().with(c)))
+	p.chunks.add(c.base, c.size, c)
 	p.usage.addReserved(g)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -244,8 +244,6 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	return b.ptr, nil
 }
 
-func indexRef(x poolChunkIndex) *poolChunkIndex { return &x }
-
 // releaseIdle gives idle chunks back to the upstream, largest first,
 // until the pool reserves at most keep bytes (keep <= 0: every idle
 // chunk). Unless force is set, it keeps the working chunks of streams
@@ -259,7 +257,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		home *poolStream
 	}
 	var cands []cand
-	for _, o := range p.table.Load().list {
+	for _, o := range p.streams.all() {
 		o.mu.Lock()
 		o.quickFlush()
 		for _, c := range o.homed {
@@ -319,7 +317,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			errs = append(errs, err)
 			continue
 		}
-		p.chunks.Store(indexRef(p.chunks.Load().without(c)))
+		p.chunks.remove(map[gpu.DevicePtr]bool{c.base: true})
 		p.usage.subReserved(c.size)
 		released += c.size
 		p.wide.releases++
@@ -348,7 +346,7 @@ func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 	if requester != nil && requester != o {
 		candidates = append(candidates, requester.s)
 	}
-	for _, x := range p.table.Load().list {
+	for _, x := range p.streams.all() {
 		if x != o {
 			candidates = append(candidates, x.s)
 		}
@@ -378,16 +376,16 @@ func (p *Pool) trim(st *poolStream) error {
 // chunks: memory of another stream's chunk (a cross-stream free), or bad
 // input, which it diagnoses without changing anything.
 func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	c := p.chunks.Load().find(ptr)
-	if c == nil {
-		return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+	c, _, ok := p.chunks.find(ptr)
+	if !ok {
+		return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 	}
 	var from *poolStream
 	for {
 		h := c.home.Load()
 		if h == nil {
 			// Being released: it has no live block.
-			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 		}
 		if from == nil && h.id != s.ID() {
 			// Created before h.mu is taken: creating takes the table lock.
@@ -402,7 +400,7 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		if b == nil {
 			err := h.diagnose(c, ptr)
 			h.mu.Unlock()
-			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), err)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, err))
 		}
 		if b.req != size {
 			req := b.req

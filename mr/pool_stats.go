@@ -56,9 +56,9 @@ func (p *Pool) Stats() PoolStats {
 		Steals:   p.wide.steals,
 		Growths:  p.wide.growths,
 		Releases: p.wide.releases,
-		Chunks:   len(*p.chunks.Load()),
+		Chunks:   len(p.chunks.all()),
 	}
-	for _, st := range p.table.Load().list {
+	for _, st := range p.streams.all() {
 		st.mu.Lock()
 		c := st.stats
 		live := st.live.len()

@@ -87,7 +87,7 @@ type Tracking struct {
 	dev    gpu.Device
 	depth  int
 	skip   int
-	live   ptrTable[trackRecord]
+	live   ptrTable[gpu.DevicePtr, trackRecord]
 	stacks [stackShards]stackShard
 	seq    atomic.Uint64
 }
@@ -133,7 +133,7 @@ func (t *Tracking) intern(pcs []uintptr) *stackRecord {
 
 // Allocate allocates from the upstream and records the caller's stack.
 func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("tracking: allocate", t.dev, size, s); zero || err != nil {
+	if zero, err := checkAlloc("tracking", t.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	var buf [maxStackDepth]uintptr
@@ -160,7 +160,7 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate frees p through the upstream and forgets it. Bad frees are
 // refused with typed errors before they reach the upstream.
 func (t *Tracking) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("tracking: deallocate", t.dev, p, size, s); null || err != nil {
+	if null, err := checkFree("tracking", t.dev, p, size, s); null || err != nil {
 		return err
 	}
 	_, err := t.live.take(p, size, func(r trackRecord) error {
