@@ -6,6 +6,10 @@ package cuda
 // Capture results. ErrStreamCaptureUnsupported is ErrStreamCapture by
 // its full name.
 const (
+	// ErrIllegalState: the call is not valid in the object's state, as
+	// cuStreamBeginCapture on a stream already capturing, or
+	// cuStreamEndCapture on one that is not (measured on the H100).
+	ErrIllegalState Result = 401
 	// ErrStreamCaptureUnsupported: the call is not permitted while the
 	// stream (or, in global mode, any stream) is capturing.
 	ErrStreamCaptureUnsupported Result = 900
@@ -35,6 +39,7 @@ const (
 
 func init() {
 	for r, n := range map[Result]string{
+		ErrIllegalState:             "CUDA_ERROR_ILLEGAL_STATE",
 		ErrStreamCaptureInvalidated: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
 		ErrStreamCaptureMerge:       "CUDA_ERROR_STREAM_CAPTURE_MERGE",
 		ErrStreamCaptureUnmatched:   "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",

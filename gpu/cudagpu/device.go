@@ -192,6 +192,9 @@ func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) erro
 	if err != nil {
 		return err
 	}
+	if err := d.captureCopy("CopyHtoDAsync", cs, src); err != nil {
+		return err
+	}
 	return d.ctx.MemcpyHtoDAsync(cuda.DevicePtr(dst), src, cs.h)
 }
 
@@ -201,6 +204,9 @@ func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) erro
 func (d *Device) CopyDtoHAsync(dst []byte, src gpu.DevicePtr, s gpu.Stream) error {
 	cs, err := d.stream("CopyDtoHAsync", s)
 	if err != nil {
+		return err
+	}
+	if err := d.captureCopy("CopyDtoHAsync", cs, dst); err != nil {
 		return err
 	}
 	return d.ctx.MemcpyDtoHAsync(dst, cuda.DevicePtr(src), cs.h)

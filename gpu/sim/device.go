@@ -36,6 +36,7 @@ type Device struct {
 	hostAllocs map[*byte]int          // MallocHost slices by first byte
 	pinned     uint64
 	streams    map[*stream]struct{} // live streams, and destroyed ones not yet drained
+	gmem       graphMem             // graph memory (graph.go)
 
 	injMu sync.Mutex
 	inj   map[Op]*injection
@@ -146,6 +147,9 @@ func (d *Device) MemGetInfo() (free, total uint64, err error) {
 // sticky error of its streams.
 func (d *Device) Synchronize() error {
 	if err := d.inject(OpCtxSynchronize); err != nil {
+		return err
+	}
+	if err := d.deviceGate("cuCtxSynchronize"); err != nil {
 		return err
 	}
 	err := d.syncAll("cuCtxSynchronize")

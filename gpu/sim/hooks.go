@@ -16,7 +16,7 @@ import (
 // release does nothing.
 func (d *Device) Hold(gs gpu.Stream) (release func()) {
 	s, err := d.stream("sim.Hold", gs)
-	if err != nil {
+	if err != nil || s.cs.capt.Load() != nil {
 		return func() {}
 	}
 	ch := make(chan struct{})

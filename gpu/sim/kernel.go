@@ -121,6 +121,9 @@ func (d *Device) LoadModule(ptx string) (gpu.Module, error) {
 	if err := d.inject(OpModuleLoad); err != nil {
 		return nil, err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return nil, err
+	}
 	entries, err := parsePTX(ptx)
 	if err != nil {
 		return nil, driverErrf(call, cuda.ErrInvalidPTX, "%v", err)
@@ -250,6 +253,9 @@ func (d *Device) Launch(gf gpu.Function, grid, block gpu.Dim3, sharedMem int, gs
 		}
 	}
 	l := &Launch{Entry: f.name, Grid: g, Block: b, SharedMem: sharedMem, Args: append([]any(nil), args...), dev: d, fn: f.fn}
+	if s.cs.capt.Load() != nil {
+		return s.captureOp(&op{kind: opLaunch, name: call, launch: l}, nil)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {

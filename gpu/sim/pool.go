@@ -184,9 +184,18 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 	if err := d.checkSize(call, size); err != nil {
 		return 0, err
 	}
+	capturing := s.cs.capt.Load() != nil
+	if !capturing {
+		if err := d.unsafeCall(call); err != nil {
+			return 0, err
+		}
+	}
 	d.reapLocked()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if capturing {
+		return d.captureAllocLocked(call, s, size)
+	}
 	b, waits, acquires, err := p.allocLocked(call, s, uint64(size))
 	if err != nil {
 		return 0, err
@@ -552,6 +561,11 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 // stay reserved.
 func (p *memPool) TrimTo(minBytesToKeep uint64) error {
 	const call = "cuMemPoolTrimTo"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	if err := p.enter(call, OpMemPoolTrimTo); err != nil {
 		return err
 	}
