@@ -76,9 +76,9 @@ type graphAlloc struct {
 	addr, size uint64
 	seg        *segment
 	c          *capture // the capture that recorded it
-	g          *graph    // its graph, once the capture ended with one
-	freed      bool      // the graph frees it
-	live       bool      // a launch allocated it and nothing freed it yet
+	g          *graph   // its graph, once the capture ended with one
+	freed      bool     // the graph frees it
+	live       bool     // a launch allocated it and nothing freed it yet
 }
 
 // graph implements gpu.Graph.
