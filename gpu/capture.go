@@ -164,6 +164,9 @@ type GraphDevice interface {
 	// GraphMemTrim gives graph memory that no executable graph holds
 	// back to the device.
 	GraphMemTrim() error
+	// CaptureActive reports whether a capture begun through this interface
+	// on one of the device's streams has not ended. It asks no driver.
+	CaptureActive() bool
 	// RelaxCapture runs fn with its driver calls exempt from what
 	// CaptureGlobal captures forbid elsewhere (the calling thread's capture
 	// mode set to relaxed for the duration, as cuThreadExchangeStreamCaptureMode
@@ -202,6 +205,15 @@ func CaptureID(s Stream) uint64 {
 
 // Capturing reports whether s is part of a capture: CaptureID(s) != 0.
 func Capturing(s Stream) bool { return CaptureID(s) != 0 }
+
+// DeviceCapturing reports whether a capture of d is active (CaptureActive);
+// false for a device without capture.
+func DeviceCapturing(d Device) bool {
+	if gd, ok := d.(GraphDevice); ok {
+		return gd.CaptureActive()
+	}
+	return false
+}
 
 // RelaxCapture runs fn under d's RelaxCapture, or as it is on a device
 // without capture.

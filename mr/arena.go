@@ -172,6 +172,9 @@ func (r *Arena) lockArena(s gpu.Stream) *arenaStream {
 // Allocate serves size bytes from s's arena, or from the upstream if size
 // exceeds LargeSize.
 func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(r.captureClient(), id, size, s)
+	}
 	if err := checkStream("arena: allocate", r.dev, s); err != nil {
 		return 0, err
 	}
@@ -332,6 +335,9 @@ func (r *Arena) take(s gpu.Stream) (*superblock, error) {
 // whose events completed, or, with wait, all of them after making the
 // arena's stream wait on their events. Called with a.mu.
 func (r *Arena) reclaim(a *arenaStream, wait bool) error {
+	if gpu.Capturing(a.s) {
+		return nil // a wait on it would join the capture to outside work (capture.go)
+	}
 	var errs []error
 	for _, sb := range a.sbs {
 		sb.mu.Lock()
@@ -429,6 +435,9 @@ func (r *Arena) allocateLarge(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 
 // Deallocate frees p in stream order on s.
 func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(r.captureClient(), id, p, size, s, r.knows)
+	}
 	if err := checkStream("arena: deallocate", r.dev, s); err != nil {
 		return err
 	}
@@ -443,6 +452,11 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	sb, base, ok := r.index.find(p)
 	if !ok {
+		if _, live := r.large.lookup(p); !live {
+			if handled, err := freeOutsideCapture(r.captureClient(), p, size, s); handled {
+				return err
+			}
+		}
 		return r.deallocateLarge(p, size, s)
 	}
 	off := int(p - base)

@@ -271,6 +271,10 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("async: allocate %d bytes: driver returned misaligned %#x: %w",
 			size, uint64(p), gpu.ErrInvalidValue)
 	}
+	if id := gpu.CaptureID(s); id != 0 {
+		r.captured(id, p, size, s)
+		return p, nil
+	}
 	r.live.insert(p, liveEntry{size: size, stream: s})
 	r.pending.AddLive(uint64(size))
 	return p, nil
@@ -300,6 +304,9 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	e, err := r.live.take(p, size)
 	if err != nil {
 		return fmt.Errorf("async: deallocate: %w", err)
+	}
+	if id := gpu.CaptureID(s); id != 0 || e.graph != 0 {
+		return r.deallocateCaptured(id, p, size, s, e)
 	}
 	if err := r.events.order(s, e.stream); err != nil {
 		r.live.restore(p, e)

@@ -76,6 +76,9 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if err := checkStreamOf(c.name, "allocate", c.dev, s); err != nil {
 		return 0, err
 	}
+	if gpu.Capturing(s) {
+		return 0, fmt.Errorf("%s: allocate on stream %d: %w", c.name, s.ID(), ErrStreamCapturing)
+	}
 	if size < 0 {
 		return 0, fmt.Errorf("%s: allocate %d bytes: %w", c.name, size, ErrInvalidSize)
 	}
@@ -132,9 +135,16 @@ func (c *syncCore) deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		}
 		return fmt.Errorf("%s: deallocate null pointer as %d bytes: %w", c.name, size, ErrSizeMismatch)
 	}
+	if gpu.Capturing(s) {
+		return fmt.Errorf("%s: deallocate on stream %d: %w", c.name, s.ID(), ErrStreamCapturing)
+	}
 	e, err := c.live.take(p, size)
 	if err != nil {
 		return fmt.Errorf("%s: deallocate: %w", c.name, err)
+	}
+	if gpu.Capturing(e.stream) {
+		c.live.restore(p, e)
+		return fmt.Errorf("%s: deallocate %#x: its allocation stream %d: %w", c.name, uint64(p), e.stream.ID(), ErrStreamCapturing)
 	}
 	if err := c.quiesce(e.stream, s); err != nil {
 		c.live.restore(p, e)
@@ -161,7 +171,7 @@ func (c *syncCore) quiesce(alloc, free gpu.Stream) error {
 	}
 	err := alloc.Synchronize()
 	if errors.Is(err, gpu.ErrDestroyed) {
-		err = c.dev.Synchronize()
+		err = synchronizeDevice(c.dev)
 	}
 	if err != nil {
 		return fmt.Errorf("synchronize allocation stream %d: %w", alloc.ID(), err)

@@ -31,6 +31,9 @@ func (c *eventCache) order(waiter, signaler gpu.Stream) error {
 	if waiter.ID() == signaler.ID() {
 		return nil
 	}
+	if err := captureOrderable(waiter, signaler); err != nil {
+		return err
+	}
 	e, err := c.Get()
 	if err != nil {
 		return err
@@ -38,7 +41,7 @@ func (c *eventCache) order(waiter, signaler gpu.Stream) error {
 	if err := e.Record(signaler); err != nil {
 		c.Put(e)
 		if errors.Is(err, gpu.ErrDestroyed) {
-			if err := c.Device.Synchronize(); err != nil {
+			if err := synchronizeDevice(c.Device); err != nil {
 				return fmt.Errorf("synchronize after destroyed stream %d: %w", signaler.ID(), err)
 			}
 			return nil
@@ -64,11 +67,14 @@ func (c *eventCache) order(waiter, signaler gpu.Stream) error {
 // (Release), never per operation.
 func usableStream(dev gpu.Device, candidates []gpu.Stream) (s gpu.Stream, done func(), err error) {
 	for _, c := range candidates {
+		if gpu.Capturing(c) {
+			continue // querying it would invalidate its capture
+		}
 		if err := c.Query(); !errors.Is(err, gpu.ErrDestroyed) {
 			return c, func() {}, nil
 		}
 	}
-	if err := dev.Synchronize(); err != nil {
+	if err := synchronizeDevice(dev); err != nil {
 		return nil, nil, fmt.Errorf("synchronize after destroyed streams: %w", err)
 	}
 	if s, err = dev.NewStream(); err != nil {

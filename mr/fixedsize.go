@@ -177,6 +177,9 @@ func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
 			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize)}
 	}
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(r.captureClient(), id, size, s)
+	}
 	if size == 0 {
 		return 0, nil
 	}
@@ -230,7 +233,7 @@ func (r *FixedSize) steal(st *fsStream) ([]fsBlock, error) {
 		}
 		v.mu.Lock()
 		n := len(v.free)
-		if n == 0 || v.dead {
+		if n == 0 || v.dead || gpu.Capturing(v.s) {
 			v.mu.Unlock()
 			continue
 		}
@@ -278,6 +281,9 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if err := checkStreamOf(r.name, "deallocate", r.dev, s); err != nil {
 		return err
 	}
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(r.captureClient(), id, p, size, s, r.knows)
+	}
 	if size < 0 {
 		return fmt.Errorf("%s: deallocate %d bytes: %w", r.name, size, ErrInvalidSize)
 	}
@@ -289,6 +295,9 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	b, err := r.block(p)
 	if err != nil {
+		if handled, ferr := freeOutsideCapture(r.captureClient(), p, size, s); handled {
+			return ferr
+		}
 		return fmt.Errorf("%s: deallocate: %w", r.name, err)
 	}
 	state := &b.c.state[b.i]

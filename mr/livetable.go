@@ -35,6 +35,7 @@ const (
 type liveEntry struct {
 	size   int
 	stream gpu.Stream // the allocation's stream
+	graph  uint64     // the capture that allocated it (a graph allocation), or 0
 }
 
 type liveShard struct {

@@ -323,6 +323,9 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	if from == st {
 		return nil
 	}
+	if err := captureOrderable(st.s, from.s); err != nil {
+		return err
+	}
 	var e gpu.Event
 	if n := len(st.events); n > 0 {
 		e = st.events[n-1]
@@ -342,7 +345,7 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 			st.stats.waits++
 		}
 	} else if errors.Is(err, gpu.ErrDestroyed) {
-		if err = st.pool.dev.Synchronize(); err != nil {
+		if err = synchronizeDevice(st.pool.dev); err != nil {
 			err = fmt.Errorf("synchronize after destroyed stream %d: %w", from.id, err)
 		}
 	} else {

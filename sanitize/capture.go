@@ -108,3 +108,6 @@ func (d *Device) GraphMemTrim() error {
 
 // RelaxCapture is the real device's.
 func (d *Device) RelaxCapture(fn func() error) error { return gpu.RelaxCapture(d.Device, fn) }
+
+// CaptureActive is the real device's.
+func (d *Device) CaptureActive() bool { return gpu.DeviceCapturing(d.Device) }

@@ -125,6 +125,7 @@ func (s *Stream) BeginCapture(mode gpu.CaptureMode) error {
 		t.stop()
 		return err
 	}
+	s.dev.captures.Add(1)
 	s.capt.Store(&capture{id: id, mode: mode, origin: s, thread: t})
 	return nil
 }
@@ -161,6 +162,7 @@ func (c *capture) end() {
 		return
 	}
 	c.ended = true
+	c.origin.dev.captures.Add(-1)
 	members := c.members
 	c.members = nil
 	c.mu.Unlock()
@@ -301,6 +303,10 @@ func (d *Device) SetGraphMemAttribute(a gpu.GraphMemAttr, v uint64) error {
 
 // GraphMemTrim is cuDeviceGraphMemTrim.
 func (d *Device) GraphMemTrim() error { return d.ctx.DeviceGraphMemTrim(d.dev) }
+
+// CaptureActive reports whether a capture begun with BeginCapture on one
+// of the device's streams has not ended.
+func (d *Device) CaptureActive() bool { return d.captures.Load() > 0 }
 
 // RelaxCapture runs fn on the calling goroutine, locked to its OS thread,
 // with the thread's capture mode relaxed; the mode is put back after.

@@ -11,6 +11,7 @@ package cudagpu
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/streamalloc/streamalloc/cuda"
@@ -27,6 +28,8 @@ type Device struct {
 
 	hostMu sync.Mutex
 	host   map[*byte]int // live MallocHost allocations: first byte -> size
+
+	captures atomic.Int32 // captures begun and not ended (capture.go)
 }
 
 // Context is the device's primary context, for code that calls package

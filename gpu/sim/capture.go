@@ -130,6 +130,7 @@ func (c *capture) endLocked() {
 	c.ended = true
 	b := c.dev.b
 	delete(b.active, c)
+	c.dev.captures.Add(-1)
 	if c.mode == gpu.CaptureGlobal {
 		b.global.Add(-1)
 	}
@@ -362,6 +363,7 @@ func (s *stream) BeginCapture(mode gpu.CaptureMode) error {
 	}
 	c := &capture{id: captureIDs.Add(1), mode: mode, dev: s.dev, origin: s, lanes: []*stream{s}}
 	b.active[c] = struct{}{}
+	s.dev.captures.Add(1)
 	if mode == gpu.CaptureGlobal {
 		b.global.Add(1)
 	}
@@ -470,6 +472,9 @@ func (s *stream) CaptureStatus() (gpu.CaptureStatus, error) {
 	}
 	return gpu.CaptureActive, nil
 }
+
+// CaptureActive reports whether a capture of the device has not ended.
+func (d *Device) CaptureActive() bool { return d.captures.Load() > 0 }
 
 // RelaxCapture runs fn with global-mode captures forbidding nothing. The
 // simulator does not tell goroutines apart: while fn runs, calls of every

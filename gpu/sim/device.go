@@ -10,6 +10,7 @@ package sim
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
@@ -37,6 +38,7 @@ type Device struct {
 	pinned     uint64
 	streams    map[*stream]struct{} // live streams, and destroyed ones not yet drained
 	gmem       graphMem             // graph memory (graph.go)
+	captures   atomic.Int32         // captures not ended (capture.go)
 
 	injMu sync.Mutex
 	inj   map[Op]*injection

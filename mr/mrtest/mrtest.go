@@ -68,6 +68,10 @@ type Options struct {
 	// (pinned host memory); the data tests then check the contracts
 	// without writing patterns.
 	NoKernels bool
+	// RefusesCapture: the resource cannot serve a capturing stream (Direct,
+	// Managed) and must refuse with mr.ErrStreamCapturing; otherwise the
+	// capture tests check that it serves captures safely.
+	RefusesCapture bool
 	// Goroutines is the number of goroutines (each on its own stream) of
 	// the concurrency test (default 8); Iterations the operations per
 	// goroutine or sequence (default 200; a quarter under -short).
@@ -114,6 +118,7 @@ func Run(t *testing.T, newResource Factory, dev gpu.Device, opts Options) {
 		{"CrossStreamReuse", testCrossStreamReuse},
 		{"OutOfMemory", testOutOfMemory},
 		{"ReleaseAll", testReleaseAll},
+		{"Capture", testCapture},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, dev, newResource, opts)
