@@ -51,15 +51,15 @@ var graphPools sync.Map // *GraphPool -> struct{}
 type GraphPool struct {
 	dev gpu.Device
 
-	mu       sync.Mutex
-	active   *Capture // the capture drawing from it now
-	captures []*Capture
-	privs    map[Resource]*privatePool
-	internal gpu.Stream // where chunks are allocated
-	events   []gpu.Event
+	mu        sync.Mutex
+	active    *Capture // the capture drawing from it now
+	captures  []*Capture
+	privs     map[Resource]*privatePool
+	internal  gpu.Stream // where chunks are allocated
+	events    []gpu.Event
 	strangers map[uint64]gpu.Stream // streams that freed its blocks outside captures
-	released bool
-	usage    usageMeter
+	released  bool
+	usage     usageMeter
 }
 
 // NewGraphPool returns an empty GraphPool for captures on dev.
@@ -207,13 +207,13 @@ type privChunk struct {
 }
 
 type privBlock struct {
-	ptr        gpu.DevicePtr
-	size, req  int
-	ch         *privChunk
-	allocOn    gpu.Stream // the stream that allocated it last
-	allocIn    uint64     // the capture that allocated it
-	freedOn    gpu.Stream // the stream that freed it (nil: a fresh block)
-	freedIn    uint64     // the capture that freed it (0: outside any)
+	ptr       gpu.DevicePtr
+	size, req int
+	ch        *privChunk
+	allocOn   gpu.Stream // the stream that allocated it last
+	allocIn   uint64     // the capture that allocated it
+	freedOn   gpu.Stream // the stream that freed it (nil: a fresh block)
+	freedIn   uint64     // the capture that freed it (0: outside any)
 }
 
 // captureClient describes a suballocating resource to the GraphPool.
