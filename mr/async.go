@@ -364,6 +364,17 @@ func (r *Async) SetAttribute(a gpu.PoolAttr, v uint64) error {
 // every user of that pool. An attribute the driver fails to report reads
 // as zero.
 func (r *Async) Usage() Usage {
+	if gpu.DeviceCapturing(r.dev) {
+		// Pool attributes are "potentially unsafe": a global-mode
+		// capture forbids reading them except from a relaxed thread.
+		var u Usage
+		gpu.RelaxCapture(r.dev, func() error { u = r.usage(); return nil })
+		return u
+	}
+	return r.usage()
+}
+
+func (r *Async) usage() Usage {
 	var u Usage
 	for _, f := range []struct {
 		a gpu.PoolAttr

@@ -37,7 +37,7 @@ func synchronizeDevice(dev gpu.Device) error {
 }
 
 func (p *Pool) captureClient() captureClient {
-	return captureClient{name: "pool", res: p, up: p.upstream, chunk: p.opts.ChunkSize}
+	return captureClient{name: "pool", res: p, up: p.upstream}
 }
 
 // knows reports whether ptr is a live block of size bytes of the pool.
@@ -69,7 +69,7 @@ func (p *Pool) knows(ptr gpu.DevicePtr, size int) error {
 }
 
 func (r *Arena) captureClient() captureClient {
-	return captureClient{name: "arena", res: r, up: r.up, chunk: r.sbSize}
+	return captureClient{name: "arena", res: r, up: r.up}
 }
 
 // knows reports whether p is a live allocation of size bytes of the arena.
@@ -91,7 +91,7 @@ func (r *Arena) knows(p gpu.DevicePtr, size int) error {
 }
 
 func (r *FixedSize) captureClient() captureClient {
-	return captureClient{name: r.name, res: r, up: r.up, chunk: r.chunkSize, block: r.blockSize}
+	return captureClient{name: r.name, res: r, up: r.up, block: r.blockSize}
 }
 
 // knows reports whether p is a live block of the resource allocated for

@@ -192,7 +192,6 @@ func (gp *GraphPool) eventLocked() (gpu.Event, error) {
 type privatePool struct {
 	name  string
 	up    Resource
-	chunk int // least growth
 	block int // every block is this size (FixedSize); 0: the rounded request
 
 	chunks []*privChunk
@@ -221,14 +220,13 @@ type captureClient struct {
 	name  string   // for errors: "pool", "arena", "fixed-size"
 	res   Resource // the resource itself
 	up    Resource // where chunks come from
-	chunk int      // least growth of its private pool
 	block int      // FixedSize's block size; 0 otherwise
 }
 
 func (gp *GraphPool) privLocked(cl captureClient) *privatePool {
 	pp := gp.privs[cl.res]
 	if pp == nil {
-		pp = &privatePool{name: cl.name, up: cl.up, chunk: cl.chunk, block: cl.block, live: make(map[gpu.DevicePtr]*privBlock)}
+		pp = &privatePool{name: cl.name, up: cl.up, block: cl.block, live: make(map[gpu.DevicePtr]*privBlock)}
 		gp.privs[cl.res] = pp
 	}
 	return pp
@@ -345,7 +343,7 @@ func (gp *GraphPool) orderLocked(s gpu.Stream, others ...gpu.Stream) error {
 // growLocked takes a chunk for a block of need bytes from the upstream,
 // on the pool's own stream, synchronized, inside gpu.RelaxCapture.
 func (gp *GraphPool) growLocked(pp *privatePool, need int) (*privBlock, error) {
-	size := max(poolRoundUp(need, graphPoolGranularity), pp.chunk)
+	size := poolRoundUp(need, graphPoolGranularity)
 	var base gpu.DevicePtr
 	err := gpu.RelaxCapture(gp.dev, func() error {
 		if gp.internal == nil {

@@ -24,9 +24,9 @@
 //     is refused, on any stream, unless made inside RelaxCapture: stream
 //     and event queries and synchronization, cuMemAlloc, cuMemFree,
 //     managed and page-locked host memory, cuMemAllocAsync and
-//     cuMemFreeAsync on streams that do not capture, trimming a pool,
-//     loading a module; asynchronous work on other streams, events,
-//     stream creation and MemGetInfo are allowed. Thread-local mode
+//     cuMemFreeAsync on streams that do not capture, a pool's attributes
+//     and trimming; asynchronous work on other streams, events, stream
+//     creation, loading a module and MemGetInfo are allowed. Thread-local mode
 //     refuses them on the capturing thread only, which never runs a call
 //     of the program (the backends capture on a thread of their own), so
 //     it behaves like relaxed mode;

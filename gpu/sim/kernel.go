@@ -121,9 +121,6 @@ func (d *Device) LoadModule(ptx string) (gpu.Module, error) {
 	if err := d.inject(OpModuleLoad); err != nil {
 		return nil, err
 	}
-	if err := d.unsafeCall(call); err != nil {
-		return nil, err
-	}
 	entries, err := parsePTX(ptx)
 	if err != nil {
 		return nil, driverErrf(call, cuda.ErrInvalidPTX, "%v", err)

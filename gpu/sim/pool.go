@@ -473,6 +473,11 @@ func (p *memPool) checkLive(call string) error {
 // Attribute reads a pool attribute.
 func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 	const call = "cuMemPoolGetAttribute"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return 0, err
+		}
+	}
 	if err := p.enter(call, OpMemPoolGetAttribute); err != nil {
 		return 0, err
 	}
@@ -529,6 +534,11 @@ func (p *memPool) enter(call string, op Op) error {
 // resets them to the current amounts.
 func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 	const call = "cuMemPoolSetAttribute"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	if err := p.enter(call, OpMemPoolSetAttribute); err != nil {
 		return err
 	}
