@@ -83,6 +83,7 @@ package mr
 import (
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"sync"
@@ -359,12 +360,13 @@ func (x *captureExec) Destroy() error {
 }
 
 // UnreleasedCapture describes a capture begun with BeginCapture and not
-// released: its ID, whether it ended, and where it began.
+// released: its ID, its device, whether it ended, and where it began.
 type UnreleasedCapture struct {
-	ID    uint64
-	Ended bool
-	Stack []uintptr
-	Bytes uint64 // bytes its GraphPool reserves (0 for a shared pool)
+	ID     uint64
+	Device gpu.Device
+	Ended  bool
+	Stack  []uintptr
+	Bytes  uint64 // bytes its GraphPool reserves (0 for a shared pool)
 }
 
 // Unreleased lists the captures not yet released, for leak reports
@@ -374,7 +376,7 @@ func Unreleased() []UnreleasedCapture {
 	unreleased.Range(func(k, _ any) bool {
 		c := k.(*Capture)
 		c.mu.Lock()
-		u := UnreleasedCapture{ID: c.id, Ended: c.ended, Stack: c.stack}
+		u := UnreleasedCapture{ID: c.id, Device: c.dev, Ended: c.ended, Stack: c.stack}
 		c.mu.Unlock()
 		if c.ownGP {
 			u.Bytes = c.gp.Usage().Reserved
@@ -403,4 +405,29 @@ func captureOf(op string, id uint64, s gpu.Stream) (*Capture, error) {
 	}
 	return nil, fmt.Errorf("%s on stream %d: capture %d was not begun with mr.BeginCapture, so nothing owns the memory its graph keeps: %w",
 		op, s.ID(), id, ErrStreamCapturing)
+}
+
+// writeUnreleasedCaptures appends to a leak report the captures of dev not
+// released.
+func writeUnreleasedCaptures(w io.Writer, dev gpu.Device) {
+	var us []UnreleasedCapture
+	for _, u := range Unreleased() {
+		if u.Device == dev {
+			us = append(us, u)
+		}
+	}
+	if len(us) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%d captures not released (mr.Capture.Release):\n", len(us))
+	for _, u := range us {
+		state := "running"
+		if u.Ended {
+			state = "ended"
+		}
+		fmt.Fprintf(w, "\ncapture %d, %s, holding %d bytes of graph pool, begun at:\n", u.ID, state, u.Bytes)
+		for _, f := range trimFrames(Allocation{Stack: u.Stack}.Frames()) {
+			fmt.Fprintf(w, "\t%s\n\t\t%s:%d\n", f.Function, f.File, f.Line)
+		}
+	}
 }
