@@ -27,6 +27,15 @@
 //   - Out of memory is an error matching ErrOutOfMemory (gpu.ErrOutOfMemory),
 //     an *OutOfMemoryError carrying the request and the state of the
 //     resource that refused it.
+//
+// # CUDA graphs
+//
+// Every resource and adaptor is safe on a stream being captured into a
+// graph, if the capture is begun with BeginCapture: suballocators serve it
+// from a private pool that is the graph's until Capture.Release, Async's
+// calls become the graph's memory nodes, Direct and Managed refuse with
+// ErrStreamCapturing, and nothing a resource does on the side touches a
+// capturing stream. The rules are decided once, in capture.go.
 package mr
 
 import (
