@@ -87,6 +87,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -126,9 +127,10 @@ type Capture struct {
 	ownGP  bool
 	stack  []uintptr // where BeginCapture was called, for leak reports
 
+	released atomic.Bool // read without mu by GraphPool.Release
+
 	mu       sync.Mutex
 	ended    bool
-	released bool
 	graph    *captureGraph
 	deferred []deferredFree
 	forget   []func() // what resources drop at Release (Async's graph allocations)
@@ -245,7 +247,7 @@ func (c *Capture) Release(s gpu.Stream) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case c.released:
+	case c.released.Load():
 		return fmt.Errorf("mr: release capture %d: %w", c.id, ErrReleased)
 	case !c.ended:
 		return fmt.Errorf("mr: release capture %d: %w", c.id, ErrCaptureActive)
@@ -274,7 +276,7 @@ func (c *Capture) Release(s gpu.Stream) error {
 			errs = append(errs, err)
 		}
 	}
-	c.released = true
+	c.released.Store(true)
 	unreleased.Delete(c)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("mr: release capture %d: %w", c.id, err)

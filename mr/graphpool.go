@@ -169,11 +169,9 @@ func (gp *GraphPool) Release(s gpu.Stream) error {
 	return nil
 }
 
-func (c *Capture) isReleased() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.released
-}
+// isReleased reads the flag without c.mu: GraphPool.Release holds gp.mu,
+// and a Capture takes gp.mu under c.mu.
+func (c *Capture) isReleased() bool { return c.released.Load() }
 
 // eventLocked returns an event of the pool's own (one is enough: a wait
 // takes the event as it is when enqueued).
