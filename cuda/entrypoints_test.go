@@ -51,7 +51,7 @@ func entryPoints() []entryPoint {
 	var params cuda.Params
 	params.U32(1)
 	first := func(_ any, err error) error { return err }
-	return []entryPoint{
+	eps := []entryPoint{
 		{"Init", cuda.Init},
 		{"DeviceCount", func() error { return first(cuda.DeviceCount()) }},
 		{"GetDevice", func() error { return first(cuda.GetDevice(0)) }},
@@ -106,6 +106,7 @@ func entryPoints() []entryPoint {
 			return ctx.LaunchKernel(fn, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, s, &params)
 		}},
 	}
+	return append(eps, captureEntryPoints()...)
 }
 
 // checkAll reports every entry point whose error does not match want.

@@ -171,6 +171,9 @@ func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc("arena", r.dev, size, s); zero || err != nil {
 		return 0, err
 	}
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(r.captureClient(), id, size, s)
+	}
 	if size > r.largeSize {
 		return r.allocateLarge(size, s)
 	}
@@ -322,6 +325,9 @@ func (r *Arena) take(s gpu.Stream) (*superblock, error) {
 // whose events completed, or, with wait, all of them after making the
 // arena's stream wait on their events. Called with a.mu.
 func (r *Arena) reclaim(a *arenaStream, wait bool) error {
+	if gpu.Capturing(a.s) {
+		return nil // a wait on it would join the capture to outside work (capture.go)
+	}
 	var errs []error
 	for _, sb := range a.sbs {
 		sb.mu.Lock()
@@ -422,8 +428,16 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if null, err := checkFree("arena", r.dev, p, size, s); null || err != nil {
 		return err
 	}
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(r.captureClient(), id, p, size, s, r.knows)
+	}
 	sb, base, ok := r.index.find(p)
 	if !ok {
+		if _, live := r.large.lookup(p); !live {
+			if handled, err := freeOutsideCapture(r.captureClient(), p, size, s); handled {
+				return err
+			}
+		}
 		return r.deallocateLarge(p, size, s)
 	}
 	off := int(p - base)

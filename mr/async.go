@@ -142,6 +142,14 @@ type AsyncOptions struct {
 	Pending *PendingFrees
 }
 
+// asyncLive is what Async remembers of a live allocation: the stream it
+// was allocated on, and the capture that allocated it (a graph allocation,
+// async_capture.go) or 0.
+type asyncLive struct {
+	stream gpu.Stream
+	graph  uint64
+}
+
 // Async is a resource over the driver's stream-ordered allocator. It is
 // safe for concurrent use.
 type Async struct {
@@ -151,7 +159,7 @@ type Async struct {
 	// returnWait: a cross-stream free makes the allocating stream wait on
 	// the freeing one (not AsyncOptions.NoReturnWait).
 	returnWait bool
-	live       ptrTable[gpu.DevicePtr, gpu.Stream]
+	live       ptrTable[gpu.DevicePtr, asyncLive]
 	events     eventCache
 
 	// pending is the pending-free accounting: AddLive after each
@@ -265,7 +273,11 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("async: allocate %d bytes: driver returned misaligned %#x: %w",
 			size, uint64(p), gpu.ErrInvalidValue)
 	}
-	r.live.insert(p, size, s, nil)
+	if id := gpu.CaptureID(s); id != 0 {
+		r.captured(id, p, size, s)
+		return p, nil
+	}
+	r.live.insert(p, size, asyncLive{stream: s}, nil)
 	r.pending.AddLive(uint64(size))
 	return p, nil
 }
@@ -286,7 +298,10 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if err != nil {
 		return fmt.Errorf("async: deallocate: %w", err)
 	}
-	if err := r.events.order(s, alloc); err != nil {
+	if id := gpu.CaptureID(s); id != 0 || alloc.graph != 0 {
+		return r.deallocateCaptured(id, p, size, s, alloc)
+	}
+	if err := r.events.order(s, alloc.stream); err != nil {
 		r.live.restore(p, size, alloc)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
@@ -297,7 +312,7 @@ func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if r.returnWait {
 		// Let the allocation's stream reuse the memory at once (see the
 		// file comment); best effort, the free has been enqueued.
-		r.events.order(alloc, s)
+		r.events.order(alloc.stream, s)
 	}
 	// Cannot fail: this resource alone moves its bytes, each once.
 	r.pending.Add(s, uint64(size))
@@ -342,6 +357,17 @@ func (r *Async) SetAttribute(a gpu.PoolAttr, v uint64) error {
 // every user of that pool. An attribute the driver fails to report reads
 // as zero.
 func (r *Async) Usage() Usage {
+	if gpu.DeviceCapturing(r.dev) {
+		// Pool attributes are "potentially unsafe": a global-mode
+		// capture forbids reading them except from a relaxed thread.
+		var u Usage
+		gpu.RelaxCapture(r.dev, func() error { u = r.usage(); return nil })
+		return u
+	}
+	return r.usage()
+}
+
+func (r *Async) usage() Usage {
 	var u Usage
 	for _, f := range []struct {
 		a gpu.PoolAttr

@@ -231,14 +231,14 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 // may have been a large allocation once and a bin's block now, or the
 // reverse).
 func (r *Binning) diagnose(p gpu.DevicePtr, size int, err error) error {
-	if e, ok := r.large.lookup(p); ok {
+	if e, ok := r.large.lookup(p); ok && e.size != size {
 		return sizeMismatchError(p, e.size, size)
 	}
 	for _, b := range r.bins {
 		if b.fixed == nil {
 			continue
 		}
-		if n, ok := b.fixed.liveSize(p); ok {
+		if n, ok := b.fixed.liveSize(p); ok && n != size {
 			return sizeMismatchError(p, n, size)
 		}
 	}

@@ -76,6 +76,9 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc(c.name, c.dev, size, s); zero || err != nil {
 		return 0, err
 	}
+	if gpu.Capturing(s) {
+		return 0, fmt.Errorf("%s: allocate on stream %d: %w", c.name, s.ID(), ErrStreamCapturing)
+	}
 	var p gpu.DevicePtr
 	var err error
 	if c.managed {
@@ -117,9 +120,16 @@ func (c *syncCore) deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if null, err := checkFree(c.name, c.dev, p, size, s); null || err != nil {
 		return err
 	}
+	if gpu.Capturing(s) {
+		return fmt.Errorf("%s: deallocate on stream %d: %w", c.name, s.ID(), ErrStreamCapturing)
+	}
 	alloc, err := c.live.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("%s: deallocate: %w", c.name, err)
+	}
+	if gpu.Capturing(alloc) {
+		c.live.restore(p, size, alloc)
+		return fmt.Errorf("%s: deallocate %#x: its allocation stream %d: %w", c.name, uint64(p), alloc.ID(), ErrStreamCapturing)
 	}
 	if err := c.quiesce(alloc, s); err != nil {
 		c.live.restore(p, size, alloc)
@@ -146,7 +156,7 @@ func (c *syncCore) quiesce(alloc, free gpu.Stream) error {
 	}
 	err := alloc.Synchronize()
 	if errors.Is(err, gpu.ErrDestroyed) {
-		err = c.dev.Synchronize()
+		err = synchronizeDevice(c.dev)
 	}
 	if err != nil {
 		return fmt.Errorf("synchronize allocation stream %d: %w", alloc.ID(), err)

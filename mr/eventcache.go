@@ -32,6 +32,9 @@ func (c *eventCache) order(waiter, signaler gpu.Stream) error {
 	if waiter.ID() == signaler.ID() {
 		return nil
 	}
+	if err := captureOrderable(waiter, signaler); err != nil {
+		return err
+	}
 	e, err := c.Get()
 	if err != nil {
 		return err
@@ -52,7 +55,7 @@ func (c *eventCache) order(waiter, signaler gpu.Stream) error {
 func orderAfter(dev gpu.Device, e gpu.Event, waiter, signaler gpu.Stream) (waited bool, err error) {
 	if err := e.Record(signaler); err != nil {
 		if errors.Is(err, gpu.ErrDestroyed) {
-			if err := dev.Synchronize(); err != nil {
+			if err := synchronizeDevice(dev); err != nil {
 				return false, fmt.Errorf("synchronize after destroyed stream %d: %w", signaler.ID(), err)
 			}
 			return false, nil
@@ -74,11 +77,14 @@ func orderAfter(dev gpu.Device, e gpu.Event, waiter, signaler gpu.Stream) (waite
 // (Release), never per operation.
 func usableStream(dev gpu.Device, candidates []gpu.Stream) (s gpu.Stream, done func(), err error) {
 	for _, c := range candidates {
+		if gpu.Capturing(c) {
+			continue // querying it would invalidate its capture
+		}
 		if err := c.Query(); !errors.Is(err, gpu.ErrDestroyed) {
 			return c, func() {}, nil
 		}
 	}
-	if err := dev.Synchronize(); err != nil {
+	if err := synchronizeDevice(dev); err != nil {
 		return nil, nil, fmt.Errorf("synchronize after destroyed streams: %w", err)
 	}
 	if s, err = dev.NewStream(); err != nil {

@@ -170,6 +170,9 @@ func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
 			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize)}
 	}
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(r.captureClient(), id, size, s)
+	}
 	st := r.lockStream(s)
 	var b fsBlock
 	n := len(st.free)
@@ -220,7 +223,7 @@ func (r *FixedSize) steal(st *fsStream) ([]fsBlock, error) {
 		}
 		v.mu.Lock()
 		n := len(v.free)
-		if n == 0 || v.dead {
+		if n == 0 || v.dead || gpu.Capturing(v.s) {
 			v.mu.Unlock()
 			continue
 		}
@@ -268,8 +271,14 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if null, err := checkFree(r.name, r.dev, p, size, s); null || err != nil {
 		return err
 	}
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(r.captureClient(), id, p, size, s, r.knows)
+	}
 	b, err := r.block(p)
 	if err != nil {
+		if handled, ferr := freeOutsideCapture(r.captureClient(), p, size, s); handled {
+			return ferr
+		}
 		return fmt.Errorf("%s: deallocate: %w", r.name, err)
 	}
 	state := &b.c.state[b.i]

@@ -237,6 +237,9 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(p.captureClient(), id, size, s)
+	}
 	// A stream the pool knows was checked when it was added (IDs are
 	// never reused), so the hot path skips the device comparison (args.go).
 	var st *poolStream
@@ -281,6 +284,9 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(p.captureClient(), id, ptr, size, s, p.knows)
+	}
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())

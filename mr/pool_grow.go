@@ -127,7 +127,7 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, e
 // to one each. Caller holds p.mu.
 func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, error) {
 	for _, o := range p.streams.all() {
-		if o == st {
+		if o == st || gpu.Capturing(o.s) {
 			continue
 		}
 		o.mu.Lock()
@@ -258,6 +258,9 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 	}
 	var cands []cand
 	for _, o := range p.streams.all() {
+		if gpu.Capturing(o.s) {
+			continue // its chunks cannot be freed on it now (capture.go)
+		}
 		o.mu.Lock()
 		o.quickFlush()
 		for _, c := range o.homed {
@@ -292,7 +295,9 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		if werr != nil {
 			o.refile(c)
 			o.mu.Unlock()
-			errs = append(errs, fmt.Errorf("pool: release chunk %#x: %w", uint64(c.base), werr))
+			if !errors.Is(werr, ErrStreamCapturing) { // kept until the capture ends (capture.go)
+				errs = append(errs, fmt.Errorf("pool: release chunk %#x: %w", uint64(c.base), werr))
+			}
 			continue
 		}
 		// Every block of c is free and ordered before o's later work:
@@ -314,7 +319,9 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			o.addHomed(c)
 			o.putFree(b)
 			o.mu.Unlock()
-			errs = append(errs, err)
+			if !errors.Is(err, ErrStreamCapturing) { // kept until the capture ends (capture.go)
+				errs = append(errs, err)
+			}
 			continue
 		}
 		p.chunks.remove(map[gpu.DevicePtr]bool{c.base: true})
@@ -339,7 +346,7 @@ func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 		}
 		return nil
 	}
-	if err := p.dev.Synchronize(); err != nil {
+	if err := synchronizeDevice(p.dev); err != nil {
 		return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
 	}
 	var candidates []gpu.Stream
@@ -378,6 +385,9 @@ func (p *Pool) trim(st *poolStream) error {
 func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 	c, _, ok := p.chunks.find(ptr)
 	if !ok {
+		if handled, err := freeOutsideCapture(p.captureClient(), ptr, size, s); handled {
+			return err
+		}
 		return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 	}
 	var from *poolStream

@@ -324,6 +324,9 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	if from == st {
 		return nil
 	}
+	if err := captureOrderable(st.s, from.s); err != nil {
+		return err
+	}
 	var e gpu.Event
 	if n := len(st.events); n > 0 {
 		e = st.events[n-1]

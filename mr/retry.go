@@ -111,7 +111,16 @@ func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error) {
 	var recErrs []error
 	for attempt := 1; attempt <= r.attempts; attempt++ {
-		if rerr := r.reclaim(attempt > 1); rerr != nil {
+		var rerr error
+		if gpu.Capturing(s) {
+			// The request's stream captures: what reclaim does on other
+			// streams must not be forbidden by a global-mode capture
+			// (capture.go), and it leaves capturing streams alone.
+			gpu.RelaxCapture(r.dev, func() error { rerr = r.reclaim(attempt > 1); return nil })
+		} else {
+			rerr = r.reclaim(attempt > 1)
+		}
+		if rerr != nil {
 			recErrs = append(recErrs, rerr)
 		}
 		if r.opts.OnOutOfMemory != nil && !r.opts.OnOutOfMemory(size, s, attempt, err) {

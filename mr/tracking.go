@@ -228,8 +228,10 @@ func (t *Tracking) liveAllocs() []liveAlloc {
 
 // WriteLeakReport writes the live allocations to w, grouped by call stack,
 // the stacks holding the most bytes first, each with its source location
-// (frames of package mr at the innermost end left out). With nothing live
-// it writes only the summary line.
+// (frames of package mr at the innermost end left out), then the captures
+// of the device begun with BeginCapture and not released (their graphs'
+// memory is held until Capture.Release), with where each began. With
+// nothing live it writes only the summary line.
 func (t *Tracking) WriteLeakReport(w io.Writer) error {
 	type group struct {
 		stack        []uintptr
@@ -261,6 +263,7 @@ func (t *Tracking) WriteLeakReport(w io.Writer) error {
 			fmt.Fprintf(bw, "\t%s\n\t\t%s:%d\n", f.Function, f.File, f.Line)
 		}
 	}
+	writeUnreleasedCaptures(bw, t.dev)
 	return bw.Flush()
 }
 

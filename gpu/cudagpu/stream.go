@@ -24,6 +24,7 @@ type Stream struct {
 	h    cuda.Stream
 	id   uint64
 	dead atomic.Bool
+	capt atomic.Pointer[capture] // the capture the stream is part of (capture.go)
 }
 
 // NewStream creates a non-blocking stream.
@@ -80,7 +81,11 @@ func (s *Stream) WaitEvent(e gpu.Event) error {
 	if err != nil {
 		return err
 	}
-	return s.dev.ctx.StreamWaitEvent(s.h, ce.h)
+	if err := s.dev.ctx.StreamWaitEvent(s.h, ce.h); err != nil {
+		return err
+	}
+	s.joinCapture(ce)
+	return nil
 }
 
 // Destroy is cuStreamDestroy; work already enqueued still runs. A second
@@ -104,6 +109,7 @@ type Event struct {
 	h      cuda.Event
 	timing bool
 	dead   atomic.Bool
+	capt   atomic.Pointer[capture] // the capture of the stream it was last recorded on (capture.go)
 }
 
 // NewEvent creates an event; only timing events can measure time.
@@ -144,7 +150,11 @@ func (e *Event) Record(s gpu.Stream) error {
 	if err != nil {
 		return err
 	}
-	return e.dev.ctx.EventRecord(e.h, cs.h)
+	if err := e.dev.ctx.EventRecord(e.h, cs.h); err != nil {
+		return err
+	}
+	e.capt.Store(cs.capt.Load())
+	return nil
 }
 
 // Query is cuEventQuery: nil when completed or never recorded,

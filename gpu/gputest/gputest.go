@@ -62,6 +62,7 @@ func Run(t *testing.T, dev gpu.Device) {
 		{"TimingEvents", testTimingEvents},
 		{"Streams", testStreams},
 		{"BadInput", testBadInput},
+		{"Capture", RunCapture},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, dev) })
 	}

@@ -10,6 +10,7 @@ package sim
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -35,6 +36,8 @@ type Device struct {
 	hostAllocs map[*byte]int          // MallocHost slices by first byte
 	pinned     uint64
 	streams    map[*stream]struct{} // live streams, and destroyed ones not yet drained
+	gmem       graphMem             // graph memory (graph.go)
+	captures   atomic.Int32         // captures not ended (capture.go)
 
 	injMu sync.Mutex
 	inj   map[Op]*injection
@@ -145,6 +148,9 @@ func (d *Device) MemGetInfo() (free, total uint64, err error) {
 // sticky error of its streams.
 func (d *Device) Synchronize() error {
 	if err := d.inject(OpCtxSynchronize); err != nil {
+		return err
+	}
+	if err := d.deviceGate("cuCtxSynchronize"); err != nil {
 		return err
 	}
 	err := d.syncAll("cuCtxSynchronize")

@@ -22,7 +22,7 @@ import (
 // nothing.
 func (d *Device) Hold(gs gpu.Stream) (release func()) {
 	s, err := d.stream("sim.Hold", gs)
-	if err != nil {
+	if err != nil || s.cs.capt.Load() != nil {
 		return func() {}
 	}
 	ch := make(chan struct{})

@@ -183,9 +183,18 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 	if err := d.checkSize(call, size); err != nil {
 		return 0, err
 	}
+	capturing := s.cs.capt.Load() != nil
+	if !capturing {
+		if err := d.unsafeCall(call); err != nil {
+			return 0, err
+		}
+	}
 	d.reapLocked()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if capturing {
+		return d.captureAllocLocked(call, s, size)
+	}
 	b, waits, acquires, err := p.allocLocked(call, s, uint64(size))
 	if err != nil {
 		return 0, err
@@ -463,6 +472,11 @@ func (p *memPool) checkLive(call string) error {
 // Attribute reads a pool attribute.
 func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 	const call = "cuMemPoolGetAttribute"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return 0, err
+		}
+	}
 	if err := p.enter(call, OpMemPoolGetAttribute); err != nil {
 		return 0, err
 	}
@@ -519,6 +533,11 @@ func (p *memPool) enter(call string, op Op) error {
 // resets them to the current amounts.
 func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 	const call = "cuMemPoolSetAttribute"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	if err := p.enter(call, OpMemPoolSetAttribute); err != nil {
 		return err
 	}
@@ -551,6 +570,11 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 // stay reserved.
 func (p *memPool) TrimTo(minBytesToKeep uint64) error {
 	const call = "cuMemPoolTrimTo"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	if err := p.enter(call, OpMemPoolTrimTo); err != nil {
 		return err
 	}

@@ -63,6 +63,7 @@ const (
 	opCopyDtoH
 	opCopyDtoD
 	opLaunch
+	opGraphJoin // a wait on another lane of a graph launch, taking its sticky error (graph.go)
 )
 
 // op is one operation on a stream. Fields above next are written by the
@@ -110,6 +111,7 @@ type stream struct {
 	deps      vclock
 	hostGen   uint64
 	hist      []histEntry
+	cs        capState // its part in a capture (capture.go)
 
 	tailSync byte // race-detector address chaining the stream's workers
 
@@ -326,6 +328,13 @@ func (s *stream) exec(o *op) {
 			r.s.waitSeq(r.seq)
 			raceAcquire(unsafe.Pointer(r))
 		}
+	case opGraphJoin:
+		r := o.rec
+		r.s.waitSeq(r.seq)
+		raceAcquire(unsafe.Pointer(r))
+		if err := r.s.stickyErr(); err != nil {
+			s.setSticky(err)
+		}
 	case opAlloc:
 		for _, w := range o.waits {
 			w.s.waitSeq(w.seq)
@@ -390,6 +399,9 @@ func (s *stream) Synchronize() error {
 	if err := s.dev.inject(OpStreamSynchronize); err != nil {
 		return err
 	}
+	if err := s.streamGate("cuStreamSynchronize"); err != nil {
+		return err
+	}
 	err := s.syncNow("cuStreamSynchronize")
 	s.dev.afterSync()
 	return err
@@ -405,6 +417,9 @@ func (s *stream) Query() error {
 		return wrap("cuStreamQuery", gpu.ErrDestroyed)
 	}
 	if err := s.dev.inject(OpStreamQuery); err != nil {
+		return err
+	}
+	if err := s.streamGate("cuStreamQuery"); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -434,6 +449,9 @@ func (s *stream) WaitEvent(ge gpu.Event) error {
 		return err
 	}
 	if err := s.dev.inject(OpStreamWaitEvent); err != nil {
+		return err
+	}
+	if done, err := s.captureWait(e, call); done {
 		return err
 	}
 	e.mu.Lock()

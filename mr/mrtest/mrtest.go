@@ -40,6 +40,12 @@
 //	                  2 MiB of 2^63 (no rounding may overflow); usage
 //	                  unchanged; the resource works afterwards
 //	ReleaseAll        blocks allocated on several streams, freed on others
+//	Capture           a loop of allocate, fill, check, free captured on one and
+//	                  on two streams and replayed while other streams allocate
+//	                  and fill with another pattern: no corrupted word; a block
+//	                  allocated before the capture and freed in it, graph
+//	                  outputs; or, with RefusesCapture, ErrStreamCapturing
+//	                  with the capture left intact
 //
 // After each case every allocation is freed: Usage().Used is 0, after
 // Release Usage().Reserved is 0, and on the simulator the device's memory
@@ -100,6 +106,10 @@ type Options struct {
 	// to, of another backend or not: BadInput checks that a stream of it
 	// is refused with gpu.ErrWrongDevice. Required.
 	Foreign gpu.Device
+	// RefusesCapture: the resource cannot serve a capturing stream (Direct,
+	// Managed) and must refuse with mr.ErrStreamCapturing; otherwise the
+	// capture tests check that it serves captures safely.
+	RefusesCapture bool
 	// Goroutines is the number of goroutines (each on its own stream) of
 	// the concurrency test (default 8); Iterations the operations per
 	// goroutine or sequence (default 200; a quarter under -short).
@@ -149,6 +159,7 @@ func Run(t *testing.T, newResource Factory, dev gpu.Device, opts Options) {
 		{"CrossStreamReuse", testCrossStreamReuse},
 		{"OutOfMemory", testOutOfMemory},
 		{"ReleaseAll", testReleaseAll},
+		{"Capture", testCapture},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, dev, newResource, opts)
