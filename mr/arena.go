@@ -53,6 +53,7 @@
 package mr
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -94,12 +95,24 @@ type Arena struct {
 	events    eventCache
 	usage     usageMeter
 	releaseMu sync.Mutex
+
+	// The arenas that may keep an empty superblock, which scavenge visits
+	// (rather than every arena: when the device is full, every request
+	// that finds its arena without room scavenges). An arena lists itself
+	// under its mutex when it keeps one (maybeReturn, reclaim); scavenge
+	// unlists it after taking its empty superblocks. scavMu is a leaf lock.
+	scavMu   sync.Mutex
+	scav     map[*arenaStream]struct{}
+	arenaSeq uint64 // numbers arenas in order of creation, under the table's lock
 }
 
 type arenaStream struct {
 	streamState
 	sbs []*superblock
 	cur int // the superblock tried first
+	// listed: in Arena.scav; seq: order of creation. Guarded by mu.
+	listed bool
+	seq    uint64
 	// deferred counts the deferred ranges in sbs (read without mu to skip
 	// the reclaim scan when there are none).
 	deferred atomic.Int64
@@ -158,7 +171,10 @@ func (r *Arena) ResetPeaks() { r.usage.resetPeaks() }
 // lockArena returns s's arena, locked.
 func (r *Arena) lockArena(s gpu.Stream) *arenaStream {
 	for {
-		a := r.arenas.get(s.ID(), func() *arenaStream { return &arenaStream{streamState: streamState{s: s}} })
+		a := r.arenas.get(s.ID(), func() *arenaStream {
+			r.arenaSeq++
+			return &arenaStream{streamState: streamState{s: s}, seq: r.arenaSeq}
+		})
 		if a.lockLive() {
 			return a
 		}
@@ -349,6 +365,9 @@ func (r *Arena) reclaim(a *arenaStream, wait bool) error {
 			sb.insert(d.off, d.n)
 			a.deferred.Add(-1)
 			r.events.Put(d.e)
+			if sb.empty() {
+				r.keepsEmpty(a)
+			}
 		}
 		clear(sb.deferred[len(kept):])
 		sb.deferred = kept
@@ -357,16 +376,43 @@ func (r *Arena) reclaim(a *arenaStream, wait bool) error {
 	return errors.Join(errs...)
 }
 
-// scavenge moves the empty superblocks of every arena to the global
-// arena. Called with no arena locked.
+// scavenge moves the empty superblocks of every arena that may keep one
+// to the global arena, in the order the arenas were made. Called with no
+// arena locked.
 func (r *Arena) scavenge() {
-	for _, a := range r.arenas.all() {
+	r.scavMu.Lock()
+	list := make([]*arenaStream, 0, len(r.scav))
+	for a := range r.scav {
+		list = append(list, a)
+	}
+	r.scavMu.Unlock()
+	slices.SortFunc(list, func(a, b *arenaStream) int { return cmp.Compare(a.seq, b.seq) })
+	for _, a := range list {
 		a.mu.Lock()
 		if !a.dead {
 			r.returnEmpty(a, 0)
 		}
+		a.listed = false
+		r.scavMu.Lock()
+		delete(r.scav, a)
+		r.scavMu.Unlock()
 		a.mu.Unlock()
 	}
+}
+
+// keepsEmpty lists a, which keeps an empty superblock, for scavenge.
+// Called with a.mu.
+func (r *Arena) keepsEmpty(a *arenaStream) {
+	if a.listed {
+		return
+	}
+	a.listed = true
+	r.scavMu.Lock()
+	if r.scav == nil {
+		r.scav = make(map[*arenaStream]struct{})
+	}
+	r.scav[a] = struct{}{}
+	r.scavMu.Unlock()
 }
 
 // returnEmpty moves a's empty superblocks to the global arena, keeping at
@@ -503,13 +549,17 @@ func (sb *superblock) check(p gpu.DevicePtr, off, size int) error {
 func (r *Arena) maybeReturn(s gpu.Stream, sb *superblock) {
 	a := r.lockArena(s)
 	defer a.mu.Unlock()
-	if len(a.sbs) < 2 || sb.owner.Load() != a {
+	if sb.owner.Load() != a {
 		return
 	}
 	sb.mu.Lock()
 	empty := sb.empty()
 	sb.mu.Unlock()
 	if !empty {
+		return
+	}
+	if len(a.sbs) < 2 {
+		r.keepsEmpty(a) // kept: scavenge takes it when memory is short
 		return
 	}
 	i := slices.Index(a.sbs, sb)
@@ -627,10 +677,12 @@ func (r *Arena) Release() error {
 		r.returnEmpty(a, 0)
 		if len(a.sbs) == 0 {
 			a.dead = true
-			r.arenas.drop(a.s.ID(), a)
 		}
 		a.mu.Unlock()
 	}
+	// Dead arenas stay dead (nothing clears the flag), so reading it here
+	// needs no lock; one pass drops them all.
+	r.arenas.dropIf(func(a *arenaStream) bool { return a.dead })
 	if err := r.releaseGlobal(); err != nil {
 		errs = append(errs, err)
 	}

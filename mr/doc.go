@@ -62,6 +62,7 @@
 //	pool_chunk.go          chunks and blocks
 //	pool_grow.go           the Pool's slow paths: steal, growth, release, cross-stream frees
 //	pool_stats.go          PoolStats
+//	pool_walk.go           which streams the slow paths visit: the cost of many streams
 //
 // Adaptors: stats.go (Stats), tracking.go (Tracking), logging.go (Logging,
 // RMM CSV), limit.go (Limit and Budget), retry.go (Retry), aligned.go

@@ -83,6 +83,16 @@ type FixedSize struct {
 	// meter: one set of counters per operation, whoever reports them.
 	meter     *usageMeter
 	releaseMu sync.Mutex // one Release (or Close) at a time
+
+	// donors are the streams that may have free blocks to spare, in the
+	// order they came to have some: steal takes from the first that has,
+	// rather than walking every stream (a program whose thousands of
+	// streams each take blocks once would pay O(streams) per refill). A
+	// stream queues itself when its list becomes non-empty (offer); fsStream
+	// .queued says whether it is queued. stealMu is a leaf lock, taken under
+	// a stream's mutex; it guards donors and queued.
+	stealMu sync.Mutex
+	donors  []*fsStream
 }
 
 type fsChunk struct {
@@ -98,7 +108,35 @@ type fsBlock struct {
 
 type fsStream struct {
 	streamState
-	free []fsBlock
+	free   []fsBlock
+	queued bool // in FixedSize.donors; guarded by FixedSize.stealMu
+}
+
+// offer queues st, whose list has blocks, as a donor. Called with st.mu.
+func (r *FixedSize) offer(st *fsStream) {
+	r.stealMu.Lock()
+	if !st.queued {
+		st.queued = true
+		r.donors = append(r.donors, st)
+	}
+	r.stealMu.Unlock()
+}
+
+// nextDonor takes the first queued donor off the queue, or returns nil.
+func (r *FixedSize) nextDonor() *fsStream {
+	r.stealMu.Lock()
+	defer r.stealMu.Unlock()
+	if len(r.donors) == 0 {
+		return nil
+	}
+	v := r.donors[0]
+	r.donors[0] = nil
+	r.donors = r.donors[1:]
+	if len(r.donors) == 0 {
+		r.donors = nil // let the backing array go
+	}
+	v.queued = false
+	return v
 }
 
 // NewFixedSize returns a FixedSize resource that takes its chunks from
@@ -209,6 +247,7 @@ func (r *FixedSize) refill(st *fsStream, size int, s gpu.Stream) (fsBlock, error
 	if rest := batch[:len(batch)-1]; len(rest) > 0 {
 		st := r.lockStream(s)
 		st.free = append(st.free, rest...)
+		r.offer(st)
 		st.mu.Unlock()
 	}
 	return b, nil
@@ -216,31 +255,57 @@ func (r *FixedSize) refill(st *fsStream, size int, s gpu.Stream) (fsBlock, error
 
 // steal takes half the free list of some other stream t, after making s
 // wait on an event recorded on t. It returns nil if no list has a block.
+// It visits the queued donors (see FixedSize.donors) and drops those whose
+// list is empty; a donor with blocks left, or one it skips (its own
+// stream, one under capture), is queued again behind the others.
 func (r *FixedSize) steal(st *fsStream) ([]fsBlock, error) {
-	for _, v := range r.streams.all() {
+	var skipped []*fsStream
+	defer func() {
+		for _, v := range skipped {
+			v.mu.Lock()
+			if len(v.free) > 0 && !v.dead {
+				r.offer(v)
+			}
+			v.mu.Unlock()
+		}
+	}()
+	for {
+		v := r.nextDonor()
+		if v == nil {
+			return nil, nil
+		}
 		if v == st {
+			skipped = append(skipped, v)
 			continue
 		}
 		v.mu.Lock()
 		n := len(v.free)
-		if n == 0 || v.dead || gpu.Capturing(v.s) {
+		if n == 0 || v.dead {
 			v.mu.Unlock()
+			continue
+		}
+		if gpu.Capturing(v.s) {
+			v.mu.Unlock()
+			skipped = append(skipped, v)
 			continue
 		}
 		take := (n + 1) / 2
 		batch := slices.Clone(v.free[n-take:])
 		clear(v.free[n-take:])
 		v.free = v.free[:n-take]
+		if len(v.free) > 0 {
+			r.offer(v)
+		}
 		v.mu.Unlock()
 		if err := r.events.order(st.s, v.s); err != nil {
 			back := r.lockStream(v.s)
 			back.free = append(back.free, batch...)
+			r.offer(back)
 			back.mu.Unlock()
 			return nil, fmt.Errorf("steal from stream %d: %w", v.s.ID(), err)
 		}
 		return batch, nil
 	}
-	return nil, nil
 }
 
 // grow allocates a chunk from the upstream on s and returns its blocks,
@@ -304,6 +369,9 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	st := r.lockStream(s)
 	st.free = append(st.free, b)
+	if len(st.free) == 1 {
+		r.offer(st)
+	}
 	st.mu.Unlock()
 	r.meter.subUsed(size)
 	return nil
@@ -375,9 +443,9 @@ func (r *FixedSize) Release() error {
 		}
 		if len(st.free) == 0 {
 			st.dead = true
-			r.streams.drop(st.s.ID(), st)
 		}
 	}
+	r.streams.dropIf(func(st *fsStream) bool { return st.dead })
 	if len(release) > 0 {
 		r.chunks.remove(release)
 	}
@@ -446,6 +514,7 @@ func (r *FixedSize) restore(chunks []*fsChunk, s gpu.Stream) {
 			st.free = append(st.free, fsBlock{c: c, i: i})
 		}
 	}
+	r.offer(st)
 	st.mu.Unlock()
 }
 
@@ -456,7 +525,7 @@ func (r *FixedSize) Close() error {
 	if err := r.Release(); err != nil {
 		return err
 	}
-	if n := len(r.chunks.all()); n != 0 {
+	if n := r.chunks.len(); n != 0 {
 		return fmt.Errorf("%s: close: %d chunks still hold live blocks", r.name, n)
 	}
 	return r.events.Close()

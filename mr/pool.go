@@ -6,8 +6,9 @@
 // allocation and no lock that another stream takes on its own hot path.
 //
 // Streams. Every stream that uses the pool gets a poolStream, found by
-// Stream.ID in an immutable table that is replaced copy-on-write when a new
-// stream appears (pool_stream.go). Every chunk has one home stream; its
+// Stream.ID in a table that lookups read without a lock (streamtable.go,
+// pool_stream.go); the slow paths visit only the streams that can matter
+// to them (pool_walk.go). Every chunk has one home stream; its
 // blocks, free, live or pending, are guarded by the home's mutex alone, so
 // a stream splits and coalesces its own chunks without touching anyone
 // else's lock.
@@ -164,6 +165,16 @@ type Pool struct {
 	usedSum     atomic.Int64
 	usedQuantum atomic.Int64
 	_           [64]byte
+
+	// The streams the slow paths visit (pool_walk.go), under aux, a leaf
+	// lock taken under a stream's mutex; forgotten holds the counters of
+	// streams Release forgot, under mu; streamSeq numbers the streams,
+	// under the stream table's lock.
+	aux       sync.Mutex
+	dirty     []*poolStream
+	cands     map[*poolStream]struct{}
+	forgotten poolStreamStats
+	streamSeq uint64
 
 	tune poolTune
 }
@@ -344,15 +355,13 @@ func poolSizeMismatch(p gpu.DevicePtr, req, size int) error {
 // changes to the pool-wide total in steps of up to 1 MiB (so that they
 // share no counter on the hot path), and PeakUsed may be off by up to
 // 1 MiB per stream.
+//
+// It costs O(streams that changed since the last call), not O(streams)
+// (pool_walk.go).
 func (p *Pool) Usage() Usage {
+	p.flushDirty()
 	u := p.usage.snapshot()
-	var used int64
-	for _, st := range p.streams.all() {
-		st.mu.Lock()
-		used += st.used
-		st.mu.Unlock()
-	}
-	u.Used = uint64(max(used, 0))
+	u.Used = uint64(max(p.usedSum.Load(), 0))
 	u.PeakUsed = max(u.PeakUsed, u.Used)
 	return u
 }
@@ -361,14 +370,9 @@ func (p *Pool) Usage() Usage {
 func (p *Pool) ResetPeaks() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Flush every stream first, so that the total is not above the new
-	// peak (addUsed relies on the peak covering every value of the total).
-	for _, st := range p.streams.all() {
-		st.mu.Lock()
-		p.usedSum.Add(st.unflushed)
-		st.unflushed = 0
-		st.mu.Unlock()
-	}
+	// Usage flushes every stream first, so that the total is not above
+	// the new peak (addUsed relies on the peak covering every value of the
+	// total).
 	u := p.Usage()
 	p.usage.peakReserved.Store(p.usage.reserved.Load())
 	p.usage.peakUsed.Store(u.Used)
@@ -379,10 +383,15 @@ func (p *Pool) ResetPeaks() {
 // on the streams that freed blocks of the chunk. It does not block on
 // work still running. Chunks with live blocks are kept whole; after every
 // allocation has been freed, Release leaves nothing reserved.
+//
+// It also forgets the state of every stream that holds nothing now, so
+// that a program that makes and destroys streams does not keep one for
+// each (pool_walk.go).
 func (p *Pool) Release() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, err := p.releaseIdle(nil, 0, true)
+	p.forgetEmptyStreams()
 	return err
 }
 
@@ -420,7 +429,10 @@ func (p *Pool) streamOf(s gpu.Stream) *poolStream {
 			// pool-wide total in steps from now on (addUsed).
 			p.usedQuantum.Store(usedQuantum)
 		}
-		return newPoolStream(p, s)
+		st := newPoolStream(p, s)
+		p.streamSeq++
+		st.seq = p.streamSeq
+		return st
 	})
 }
 

@@ -31,6 +31,14 @@ import (
 func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Release may have forgotten st since the caller looked it up: a
+	// chunk homed at a forgotten state would be lost to lookups.
+	st.mu.Lock()
+	dropped := st.dropped
+	st.mu.Unlock()
+	if dropped {
+		st = p.streamOf(st.s)
+	}
 	small := rounded <= p.tune.smallMax
 	var errs []error
 	var upstreamErr error
@@ -126,7 +134,7 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, e
 // take one back, and streams would pass chunks around instead of growing
 // to one each. Caller holds p.mu.
 func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, error) {
-	for _, o := range p.streams.all() {
+	for _, o := range p.candidates() { // only streams that may home an idle chunk (pool_walk.go)
 		if o == st || gpu.Capturing(o.s) {
 			continue
 		}
@@ -140,11 +148,13 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 			}
 		}
 		if best == nil {
+			o.unmarkCandIfNone()
 			o.mu.Unlock()
 			continue
 		}
 		o.detach(best, nil)
 		o.removeHomed(best, st)
+		o.unmarkCandIfNone()
 		o.mu.Unlock()
 
 		p.wide.steals++
@@ -257,7 +267,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		home *poolStream
 	}
 	var cands []cand
-	for _, o := range p.streams.all() {
+	for _, o := range p.candidates() { // only streams that may home an idle chunk (pool_walk.go)
 		if gpu.Capturing(o.s) {
 			continue // its chunks cannot be freed on it now (capture.go)
 		}
@@ -268,11 +278,13 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 				cands = append(cands, cand{c, o})
 			}
 		}
+		o.unmarkCandIfNone()
 		o.mu.Unlock()
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.c.size, a.c.size) })
 	var errs []error
 	released := 0
+	gone := make(map[gpu.DevicePtr]bool)
 	for _, x := range cands {
 		if keep > 0 && int(p.usage.reserved.Load()) <= keep {
 			break
@@ -324,11 +336,15 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			}
 			continue
 		}
-		p.chunks.remove(map[gpu.DevicePtr]bool{c.base: true})
+		// Removed from the index below, all in one rebuild: until then a
+		// free of an address in c finds it with no home, an unknown
+		// pointer, as it is.
+		gone[c.base] = true
 		p.usage.subReserved(c.size)
 		released += c.size
 		p.wide.releases++
 	}
+	p.chunks.remove(gone)
 	return released, errors.Join(errs...)
 }
 

@@ -52,11 +52,17 @@ type poolWideStats struct {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	f := p.forgotten // streams Release forgot, which held no block
 	s := PoolStats{
-		Steals:   p.wide.steals,
-		Growths:  p.wide.growths,
-		Releases: p.wide.releases,
-		Chunks:   len(p.chunks.all()),
+		Steals:           p.wide.steals,
+		Growths:          p.wide.growths,
+		Releases:         p.wide.releases,
+		Chunks:           p.chunks.len(),
+		Allocations:      f.allocs,
+		QuickHits:        f.quickHits,
+		Frees:            f.allocs,
+		CrossStreamFrees: f.crossFrees,
+		Waits:            f.waits,
 	}
 	for _, st := range p.streams.all() {
 		st.mu.Lock()

@@ -32,9 +32,12 @@ import (
 )
 
 const (
-	// spareBatch is how many block descriptors a stream allocates at
-	// once when its spare list runs dry.
+	// poolSpareBatch is the most block descriptors a stream allocates at
+	// once when its spare list runs dry: the first batch is
+	// poolSpareFirst, and each next one twice the last, so that a stream
+	// with a block or two costs little.
 	poolSpareBatch = 64
+	poolSpareFirst = 4
 	// maxStreamEvents bounds the events a stream keeps for reuse.
 	poolStreamEvents = 4
 	// freedRing is how many freed pointers a stream remembers.
@@ -61,6 +64,7 @@ type poolStream struct {
 	quick        [poolQuick]*poolBlock // pool_quick.go
 	nquick       int
 	spare        *poolBlock
+	spareBatch   int // descriptors newBlock allocated last time
 	pendingLists []poolPending
 	pendingBytes int
 	homed        []*poolChunk
@@ -81,6 +85,11 @@ type poolStream struct {
 
 	stats poolStreamStats // pool_stats.go
 
+	// pool_walk.go: listed in Pool.dirty, listed in Pool.cands, forgotten
+	// by Release; seq orders the streams as the pool first saw them.
+	dirty, cand, dropped bool
+	seq                  uint64
+
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
 
@@ -98,7 +107,8 @@ func (st *poolStream) binsOf(c *poolChunk) *tlsf {
 // newBlock returns a zeroed descriptor from the spare list.
 func (st *poolStream) newBlock() *poolBlock {
 	if st.spare == nil {
-		bs := make([]poolBlock, poolSpareBatch)
+		st.spareBatch = min(max(2*st.spareBatch, poolSpareFirst), poolSpareBatch)
+		bs := make([]poolBlock, st.spareBatch)
 		for i := range bs[:len(bs)-1] {
 			bs[i].lnext = &bs[i+1]
 		}
@@ -219,6 +229,9 @@ func (st *poolStream) unlive(b *poolBlock) {
 	st.freed[st.freedPos%poolFreedRing] = b.ptr
 	st.freedPos++
 	b.c.live--
+	if b.c.live == 0 && !st.cand {
+		st.markCand()
+	}
 	st.addUsed(-b.req)
 	b.req = 0
 }
@@ -367,6 +380,9 @@ func (st *poolStream) addUsed(d int) {
 		st.pool.flushUsed(st.unflushed)
 		st.unflushed = 0
 	}
+	if st.unflushed != 0 && !st.dirty {
+		st.markDirty() // pool_walk.go
+	}
 }
 
 // isWorking reports whether c is one of the stream's working chunks.
@@ -377,6 +393,9 @@ func (st *poolStream) addHomed(c *poolChunk) {
 	c.homeIdx = len(st.homed)
 	st.homed = append(st.homed, c)
 	c.home.Store(st)
+	if c.live == 0 && !st.cand {
+		st.markCand() // pool_walk.go
+	}
 }
 
 // removeHomed forgets c, which stays with home set to next.

@@ -20,6 +20,9 @@
 // list of class mapping(b.size), which insert records in b.fl, b.sl so that
 // remove need not compute it again; bit (fl, sl) of the bitmaps is set iff
 // heads[fl][sl] != nil; bytes and n are the sums over the listed blocks.
+// A first level's row of list heads is allocated when a block is first
+// filed in it, so an idle stream costs hundreds of bytes, not the 10 KiB
+// that every row would take.
 // A tlsf belongs to one poolStream and is only touched under its mutex.
 
 package mr
@@ -41,9 +44,9 @@ const (
 type tlsf struct {
 	flMap uint64
 	slMap [tlsfFL]uint32
-	heads [tlsfFL][tlsfSL]*poolBlock
-	n     int // blocks listed
-	bytes int // their total size
+	heads [tlsfFL]*[tlsfSL]*poolBlock // nil until a block is filed in the row
+	n     int                         // blocks listed
+	bytes int                         // their total size
 }
 
 // tlsfClass returns the class of a block of size bytes (a positive multiple
@@ -65,12 +68,17 @@ func tlsfClass(size int) (fl, sl int) {
 func (t *tlsf) insert(b *poolBlock) {
 	fl, sl := tlsfClass(b.size)
 	b.fl, b.sl = uint8(fl), uint8(sl)
-	h := t.heads[fl][sl]
+	row := t.heads[fl]
+	if row == nil {
+		row = new([tlsfSL]*poolBlock)
+		t.heads[fl] = row
+	}
+	h := row[sl]
 	b.lprev, b.lnext = nil, h
 	if h != nil {
 		h.lprev = b
 	}
-	t.heads[fl][sl] = b
+	row[sl] = b
 	t.flMap |= 1 << fl
 	t.slMap[fl] |= 1 << sl
 	t.n++

@@ -13,24 +13,33 @@
 // that is its allocation policy.
 //
 // Every operation looks its stream's state up, while states are created
-// once per stream and dropped rarely. So the table is copy-on-write: a
-// lookup is an atomic load and, among up to streamScan streams, a scan of
-// an array of IDs (else a map read); adding or dropping a state, serialized
-// by mu, publishes a new table. The IDs sit in the table itself, not only
-// in the states: reading each state's ID would read the cache line of its
-// mutex, which its own goroutine writes on every operation, and with 4 or
-// 8 busy streams that false sharing made every Pool pair about ten times
-// slower. (sync.Map would box the uint64 key on every lookup.)
+// once per stream and dropped rarely. So lookups read a published index
+// (an atomic load and, among up to streamScan streams, a scan of an array
+// of IDs; else a map read) and take no lock. The IDs sit in the index
+// itself, not only in the states: reading each state's ID would read the
+// cache line of its mutex, which its own goroutine writes on every
+// operation, and with 4 or 8 busy streams that false sharing made every
+// Pool pair about ten times slower. (sync.Map would box the uint64 key on
+// every lookup.)
 //
-// Invariants: a published table is never modified; at most one state per
-// stream ID is published at any time; all lists the states in the order
-// their streams were first seen, so that a resource that walks its streams
-// (to steal, to release) does so in the same order on every run.
+// Building an index costs O(streams), so a state added to a table of more
+// than streamScan goes first into recent, a map under mu, and the index is
+// rebuilt only once lookups have found states in recent as many times as
+// the table has states (as sync.Map promotes its dirty map): a program
+// with a hundred thousand streams pays O(1) per stream, amortized, and a
+// stream's first few operations take mu. Dropping states rebuilds the
+// index at once (Release drops many in one call, dropIf).
+//
+// Invariants: a published index is never modified; every state is in the
+// published index or in recent (or both), at most one per stream ID; the
+// order list holds every state in the order their streams were first
+// seen, so that a resource that walks its streams (to steal, to release)
+// does so in the same order on every run, and a published order list is
+// never modified either (appends go beyond its length; drops copy).
 
 package mr
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -42,29 +51,55 @@ import (
 const streamScan = 8
 
 type streamTable[T any] struct {
-	mu  sync.Mutex
-	cur atomic.Pointer[streamList[T]]
+	cur   atomic.Pointer[streamIndex[T]] // lookups without a lock
+	order atomic.Pointer[[]*T]           // every state, in order of first use
+	// nrecent is len(recent), readable without mu, so that a lookup of a
+	// stream the table does not hold takes no lock when recent is empty.
+	nrecent atomic.Int64
+
+	mu     sync.Mutex
+	ids    []uint64 // ids[i] is the stream of (*order)[i]
+	recent map[uint64]*T
+	misses int // lookups served from recent since cur was built
 }
 
-// streamList is one published table: list[i] is the state of the
-// stream whose ID is keys[i].
-type streamList[T any] struct {
-	ids  [streamScan]uint64 // keys[:streamScan], inline for the scan
-	keys []uint64
-	list []*T
-	byID map[uint64]*T
+// streamIndex is one published index.
+type streamIndex[T any] struct {
+	n     int
+	ids   [streamScan]uint64 // the first n IDs, when n <= streamScan
+	small [streamScan]*T
+	byID  map[uint64]*T // when n > streamScan
 }
 
 // lookup returns the state of stream id, or nil.
 func (t *streamTable[T]) lookup(id uint64) *T {
-	l := t.cur.Load()
+	if v := t.cur.Load().find(id); v != nil {
+		return v
+	}
+	if t.nrecent.Load() == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := t.recent[id]
+	if v != nil {
+		t.misses++
+		if t.misses >= len(t.ids) {
+			t.publishLocked()
+		}
+	}
+	return v
+}
+
+// find looks id up in the index l (which may be nil).
+func (l *streamIndex[T]) find(id uint64) *T {
 	if l == nil {
 		return nil
 	}
-	if n := len(l.list); n <= streamScan {
-		for i, x := range l.ids[:n] {
+	if l.n <= streamScan {
+		for i, x := range l.ids[:l.n] {
 			if x == id {
-				return l.list[i]
+				return l.small[i]
 			}
 		}
 		return nil
@@ -73,60 +108,107 @@ func (t *streamTable[T]) lookup(id uint64) *T {
 }
 
 // get returns the state of stream id, creating it with mk if there is
-// none. mk runs under the table's lock, before the new state is published.
+// none. mk runs under the table's lock, before the new state is visible.
 func (t *streamTable[T]) get(id uint64, mk func() *T) *T {
 	if v := t.lookup(id); v != nil {
 		return v
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if v := t.lookup(id); v != nil {
+	if v := t.cur.Load().find(id); v != nil {
+		return v
+	}
+	if v := t.recent[id]; v != nil {
 		return v
 	}
 	v := mk()
-	var keys []uint64
+	t.ids = append(t.ids, id)
 	var list []*T
-	if l := t.cur.Load(); l != nil {
-		keys, list = l.keys, l.list
+	if o := t.order.Load(); o != nil {
+		list = *o
 	}
-	t.publish(append(slices.Clip(keys), id), append(slices.Clip(list), v))
+	list = append(list, v)
+	t.order.Store(&list)
+	if len(t.ids) <= streamScan {
+		t.publishLocked() // cheap, and small tables stay lock-free
+		return v
+	}
+	if t.recent == nil {
+		t.recent = make(map[uint64]*T)
+	}
+	t.recent[id] = v
+	t.nrecent.Store(int64(len(t.recent)))
 	return v
 }
 
-// drop unpublishes the state of stream id if it is v.
+// drop forgets the state of stream id if it is v.
 func (t *streamTable[T]) drop(id uint64, v *T) {
+	t.dropIf(func(x *T) bool { return x == v })
+}
+
+// dropIf forgets every state for which drop returns true, in one pass, and
+// returns how many it dropped. drop runs under the table's lock.
+func (t *streamTable[T]) dropIf(drop func(*T) bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := t.cur.Load()
-	if l == nil {
-		return
+	o := t.order.Load()
+	if o == nil {
+		return 0
 	}
-	i := slices.Index(l.keys, id)
-	if i < 0 || l.list[i] != v {
-		return
+	list := make([]*T, 0, len(*o))
+	ids := make([]uint64, 0, len(t.ids))
+	for i, v := range *o {
+		if drop(v) {
+			delete(t.recent, t.ids[i])
+			continue
+		}
+		list = append(list, v)
+		ids = append(ids, t.ids[i])
 	}
-	t.publish(slices.Delete(slices.Clone(l.keys), i, i+1), slices.Delete(slices.Clone(l.list), i, i+1))
+	n := len(*o) - len(list)
+	if n == 0 {
+		return 0
+	}
+	t.ids = ids
+	t.order.Store(&list)
+	t.publishLocked()
+	return n
 }
 
-// publish makes keys and list, which the caller built afresh, the table.
-// Called with t.mu.
-func (t *streamTable[T]) publish(keys []uint64, list []*T) {
-	l := &streamList[T]{keys: keys, list: list, byID: make(map[uint64]*T, len(list))}
-	copy(l.ids[:], keys)
-	for i, id := range keys {
-		l.byID[id] = list[i]
+// publishLocked builds and publishes the index of every state, and empties
+// recent. Called with t.mu.
+func (t *streamTable[T]) publishLocked() {
+	var list []*T
+	if o := t.order.Load(); o != nil {
+		list = *o
+	}
+	l := &streamIndex[T]{n: len(list)}
+	if l.n <= streamScan {
+		copy(l.ids[:], t.ids)
+		copy(l.small[:], list)
+	} else {
+		l.byID = make(map[uint64]*T, l.n)
+		for i, id := range t.ids {
+			l.byID[id] = list[i]
+		}
 	}
 	t.cur.Store(l)
+	clear(t.recent)
+	t.nrecent.Store(0)
+	t.misses = 0
 }
 
-// all returns the published states in the order their streams were first
-// seen (the slice must not be modified).
+// all returns every state in the order their streams were first seen
+// (the slice must not be modified).
 func (t *streamTable[T]) all() []*T {
-	if l := t.cur.Load(); l != nil {
-		return l.list
+	if o := t.order.Load(); o != nil {
+		return *o
 	}
 	return nil
 }
+
+// len is the number of states.
+func (t *streamTable[T]) len() int { return len(t.all()) }
 
 // streamState is the head of a per-stream state that a resource drops
 // from its table on Release (FixedSize, Arena): the stream, the mutex that

@@ -1,0 +1,145 @@
+package mr
+
+import (
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
+)
+
+// manyStreams allocates size bytes from r on each of n new streams,
+// reading r's Usage after every call as a replay does, then frees each
+// and releases r. It returns the streams, still alive.
+func manyStreams(t *testing.T, dev gpu.Device, r Resource, n, size int) []gpu.Stream {
+	t.Helper()
+	ss := make([]gpu.Stream, n)
+	ps := make([]gpu.DevicePtr, n)
+	for i := range ss {
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss[i] = s
+		if ps[i], err = r.Allocate(size, s); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if u := r.(UsageReporter).Usage(); u.Used != uint64((i+1)*size) {
+			t.Fatalf("after %d allocations: used %d", i+1, u.Used)
+		}
+	}
+	for i, s := range ss {
+		if err := r.Deallocate(ps[i], size, s); err != nil {
+			t.Fatal(err)
+		}
+		if u := r.(UsageReporter).Usage(); u.Used != uint64((n-i-1)*size) {
+			t.Fatalf("after %d frees: used %d", i+1, u.Used)
+		}
+	}
+	if rel, ok := r.(Releaser); ok {
+		if err := rel.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ss
+}
+
+// Many streams cost each resource O(1) per stream, amortized, and the
+// Pool forgets a stream's state once it holds nothing: 10,000 streams,
+// one allocation each and Usage read after every call, take about a second
+// each under -race (quadratic before: the stream table copied itself, Usage
+// summed every stream, steal and release scanned every stream, the span
+// index copied itself, the arena scavenged every arena, FixedSize searched
+// every stream for a block to steal, and the simulator's cuMemFree visited
+// every stream). FixedSize runs 2,000: its Release frees each chunk
+// through Direct, whose synchronization of a stream costs the simulator
+// O(streams) (its vector clocks are as long as the streams it knows), a
+// cost of the simulator's model, not of the resource.
+func TestManyStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+		make func(gpu.Device) Resource
+	}{
+		{"pool", 10_000, func(dev gpu.Device) Resource { p, _ := NewPool(NewDirect(dev), PoolOptions{}); return p }},
+		{"arena", 10_000, func(dev gpu.Device) Resource {
+			a, _ := NewArena(NewDirect(dev), ArenaOptions{SuperblockSize: 1 << 20})
+			return a
+		}},
+		{"fixedsize", 2_000, func(dev gpu.Device) Resource {
+			f, _ := NewFixedSize(NewDirect(dev), FixedSizeOptions{BlockSize: 4096, BlocksPerChunk: 4})
+			return f
+		}},
+		{"direct", 10_000, func(dev gpu.Device) Resource { return NewDirect(dev) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev, err := sim.New(sim.Config{}).Device(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := tc.make(dev)
+			start := time.Now()
+			n := tc.n
+			ss := manyStreams(t, dev, r, n, 4096)
+			if d := time.Since(start); d > 20*time.Second {
+				t.Errorf("%d streams took %v", n, d)
+			}
+			if u := r.(UsageReporter).Usage(); u.Used != 0 || u.Reserved != 0 {
+				t.Errorf("after release: %+v", u)
+			}
+			if p, ok := r.(*Pool); ok {
+				if k := p.streams.len(); k != 0 {
+					t.Errorf("the pool keeps %d stream states after Release", k)
+				}
+				if st := p.Stats(); st.Allocations != uint64(n) || st.Frees != uint64(n) {
+					t.Errorf("stats after forgetting the streams: %+v", st)
+				}
+			}
+			for _, s := range ss {
+				s.Destroy()
+			}
+		})
+	}
+}
+
+// The state a Pool keeps for a stream that has used it is small: its
+// struct, the rows of its two free-block indexes that it filed blocks in
+// (not all 80 of them, 10 KiB each index), and its first, small batch of
+// block descriptors.
+func TestPoolStreamStateSize(t *testing.T) {
+	dev, err := sim.New(sim.Config{}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := NewPool(NewDirect(dev), PoolOptions{})
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{4096, 1 << 20, 300 << 10} {
+		q, err := p.Allocate(n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Deallocate(q, n, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := p.streams.lookup(s.ID())
+	size := int(unsafe.Sizeof(*st))
+	rows := 0
+	for _, x := range []*tlsf{&st.small, &st.large} {
+		for _, r := range x.heads {
+			if r != nil {
+				rows++
+				size += int(unsafe.Sizeof(*r))
+			}
+		}
+	}
+	size += st.spareBatch * int(unsafe.Sizeof(poolBlock{}))
+	if rows > 4 || size > 4<<10 {
+		t.Errorf("a stream's state: %d bytes with %d index rows", size, rows)
+	}
+	t.Logf("a stream's state: %d bytes with %d index rows", size, rows)
+}
