@@ -124,14 +124,54 @@ type superblock struct {
 	// last is the stream that returned it to the global arena.
 	last gpu.Stream
 
+	// largest is the size of the largest free extent, written under mu
+	// and read without it: fit skips a superblock that cannot hold a
+	// request without locking it (once the device is full, an arena's
+	// superblocks are all full, and a request tried every one).
+	largest atomic.Int64
+
 	mu       sync.Mutex
 	free     []extent
 	used     int
-	starts   []uint32
+	starts   startMarks
 	deferred []deferredRange
 }
 
 type extent struct{ off, n int }
+
+// startMarks holds a superblock's starts marks (see the file comment), one
+// per Alignment bytes, in pages of startPage marks allocated when a mark is
+// first set in them: a superblock of a few large blocks costs a page or
+// two of host memory, not 4 bytes per 256 bytes of device memory (64 KiB
+// per 4 MiB superblock, over a gigabyte once an 80 GB device is full of
+// them, whatever the allocations).
+type startMarks struct{ pages []*[startPage]uint32 }
+
+// startPage is the number of marks in a page: 1 KiB, covering 64 KiB.
+const startPage = 256
+
+func newStartMarks(n int) startMarks {
+	return startMarks{pages: make([]*[startPage]uint32, (n+startPage-1)/startPage)}
+}
+
+func (m *startMarks) get(i int) uint32 {
+	if pg := m.pages[i/startPage]; pg != nil {
+		return pg[i%startPage]
+	}
+	return 0
+}
+
+func (m *startMarks) set(i int, v uint32) {
+	pg := m.pages[i/startPage]
+	if pg == nil {
+		if v == 0 {
+			return
+		}
+		pg = new([startPage]uint32)
+		m.pages[i/startPage] = pg
+	}
+	pg[i%startPage] = v
+}
 
 type deferredRange struct {
 	off, n int
@@ -245,6 +285,9 @@ func (a *arenaStream) fit(need, size int) (gpu.DevicePtr, bool) {
 	n := len(a.sbs)
 	for k := range n {
 		i := (a.cur + k) % n
+		if a.sbs[i].largest.Load() < int64(need) {
+			continue
+		}
 		if p, ok := a.sbs[i].carve(need, size); ok {
 			a.cur = i
 			return p, true
@@ -269,10 +312,21 @@ func (sb *superblock) carve(need, size int) (gpu.DevicePtr, bool) {
 			sb.free = slices.Delete(sb.free, i, i+1)
 		}
 		sb.used += need
-		sb.starts[off/Alignment] = uint32(size)
+		sb.starts.set(off/Alignment, uint32(size))
+		sb.noteLargest()
 		return sb.base + gpu.DevicePtr(off), true
 	}
 	return 0, false
+}
+
+// noteLargest records the size of the largest free extent. Called with
+// sb.mu.
+func (sb *superblock) noteLargest() {
+	m := 0
+	for _, e := range sb.free {
+		m = max(m, e.n)
+	}
+	sb.largest.Store(int64(m))
 }
 
 // insert returns [off, off+n) to the free extents, coalescing. Called with
@@ -294,6 +348,7 @@ func (sb *superblock) insert(off, n int) {
 		sb.free = slices.Insert(sb.free, i, extent{off, n})
 	}
 	sb.used -= n
+	sb.noteLargest()
 }
 
 // empty reports whether nothing is live or deferred. Called with sb.mu.
@@ -331,7 +386,8 @@ func (r *Arena) take(s gpu.Stream) (*superblock, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb = &superblock{base: base, free: []extent{{0, r.sbSize}}, starts: make([]uint32, r.sbSize/Alignment)}
+	sb = &superblock{base: base, free: []extent{{0, r.sbSize}}, starts: newStartMarks(r.sbSize / Alignment)}
+	sb.largest.Store(int64(r.sbSize))
 	r.index.add(base, r.sbSize, sb)
 	r.usage.addReserved(r.sbSize)
 	return sb, nil
@@ -495,7 +551,7 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	need := alignUp(size)
 	owner := sb.owner.Load() // cannot change: the block is live
 	if owner.s.ID() == s.ID() {
-		sb.starts[off/Alignment] = freedMark
+		sb.starts.set(off/Alignment, freedMark)
 		sb.insert(off, need)
 		empty := sb.empty()
 		sb.mu.Unlock()
@@ -507,7 +563,7 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	// Another stream's superblock: park the range until the owner is
 	// ordered after this free.
-	sb.starts[off/Alignment] = freedMark
+	sb.starts.set(off/Alignment, freedMark)
 	sb.mu.Unlock()
 	e, err := r.events.Get()
 	if err == nil {
@@ -517,7 +573,7 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	sb.mu.Lock()
 	if err != nil {
-		sb.starts[off/Alignment] = uint32(size)
+		sb.starts.set(off/Alignment, uint32(size))
 		sb.mu.Unlock()
 		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
 	}
@@ -533,7 +589,7 @@ func (sb *superblock) check(p gpu.DevicePtr, off, size int) error {
 	if off%Alignment != 0 {
 		return pointerError(p, ErrUnknownPointer)
 	}
-	switch v := sb.starts[off/Alignment]; {
+	switch v := sb.starts.get(off / Alignment); {
 	case v == 0:
 		return pointerError(p, ErrUnknownPointer)
 	case v == freedMark:

@@ -250,6 +250,9 @@ func poolModel(t *testing.T, steps int, next func(int) int) {
 				if b.addr != end || (b.next != nil && b.free && b.next.free && !b.settled() && !b.next.settled() && sameStreams(b.deps, b.next.deps)) {
 					t.Fatalf("step %d: chunk blocks not contiguous or not coalesced", step)
 				}
+				if _, ok := p.apart[b]; b.next != nil && b.free && b.next.free && !ok {
+					t.Fatalf("step %d: free neighbours kept apart, the first not noted for settleLocked", step)
+				}
 				end += b.size
 				if !b.free {
 					inChunks += b.size

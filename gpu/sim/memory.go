@@ -118,18 +118,23 @@ func newSegment(base, size uint64) *segment {
 
 // segIndex maps addresses to segments. It is a two-level radix table over
 // the device's address space: one entry per 1 GiB region, each a node of
-// 512 granules of 2 MiB, each granule an immutable list of the segments
+// 16384 granules of 64 KiB, each granule an immutable list of the segments
 // overlapping it. The host replaces granules (under Device.mu); readers
 // (stream workers) load them atomically, with race synchronization
 // disabled, and never lock: a lookup is two loads and a short scan, and an
-// update costs only the granules the segment covers.
+// update costs only the granules the segment covers. A segment covers
+// whole granules with one shared list of itself (a slot store each) and
+// copies the lists of at most the two it covers in part, which hold at
+// most 256 segments (64 KiB of 256-byte allocations): so a million live
+// small allocations cost O(1) each, where 2 MiB granules of 8192 segments
+// made each update copy thousands of pointers.
 type segIndex struct {
 	base    uint64
 	regions []atomic.Pointer[segNode]
 }
 
 const (
-	granuleShift = 21 // 2 MiB
+	granuleShift = 16 // 64 KiB
 	regionShift  = 30 // 1 GiB
 )
 
@@ -189,21 +194,34 @@ func (x *segIndex) find(p uint64) *segment {
 	return nil
 }
 
-// granules calls fn with the slot of every granule s overlaps (host only).
-func (x *segIndex) granules(s *segment, fn func(*atomic.Pointer[granule])) {
+// granules calls fn with the address and the slot of every granule s
+// overlaps (host only).
+func (x *segIndex) granules(s *segment, fn func(g uint64, sl *atomic.Pointer[granule])) {
 	first := s.base &^ (1<<granuleShift - 1)
 	for g := first; g < s.base+s.size; g += 1 << granuleShift {
-		fn(x.slot(g, true))
+		fn(g, x.slot(g, true))
 	}
+}
+
+// covers reports whether s spans the whole granule at g.
+func (s *segment) covers(g uint64) bool {
+	return s.base <= g && g+1<<granuleShift <= s.base+s.size
 }
 
 // add indexes s (host only, under Device.mu).
 func (x *segIndex) add(s *segment) {
-	x.granules(s, func(sl *atomic.Pointer[granule]) {
+	full := &granule{[]*segment{s}} // for the granules s covers whole
+	x.granules(s, func(g uint64, sl *atomic.Pointer[granule]) {
 		raceDisable()
 		old := sl.Load()
 		raceEnable()
 		var segs []*segment
+		if old == nil && s.covers(g) {
+			raceDisable()
+			sl.Store(full)
+			raceEnable()
+			return
+		}
 		if old != nil {
 			segs = make([]*segment, 0, len(old.segs)+1)
 			i := 0
@@ -222,7 +240,7 @@ func (x *segIndex) add(s *segment) {
 
 // remove unindexes s (host only, under Device.mu).
 func (x *segIndex) remove(s *segment) {
-	x.granules(s, func(sl *atomic.Pointer[granule]) {
+	x.granules(s, func(_ uint64, sl *atomic.Pointer[granule]) {
 		raceDisable()
 		old := sl.Load()
 		raceEnable()

@@ -51,7 +51,9 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -69,6 +71,12 @@ type memPool struct {
 	reserved, reservedHigh, used, usedHigh   uint64
 	chunks                                   []*chunk
 	free                                     *block // list of free blocks (fprev, fnext)
+	// apart holds every free block whose next neighbour is free too (kept
+	// apart because their frees could not coalesce yet), and perhaps
+	// blocks that no longer are: settleLocked visits these, not every
+	// block of every chunk, so an allocation costs O(free blocks), not
+	// O(blocks) (a million live blocks made each one walk a million).
+	apart map[*block]struct{}
 }
 
 type chunk struct {
@@ -301,6 +309,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		b.next = rest
 		b.size = need
 		p.listFree(rest)
+		p.noteApart(rest)
 	}
 	p.unlistFree(b)
 	b.free, b.deps = false, nil
@@ -323,9 +332,24 @@ func (p *memPool) freeBlockLocked(b *block, f *op) {
 	}
 	if pr := b.prev; pr != nil && pr.free && coalescible(pr, b) {
 		pr.absorb(b)
+		p.noteApart(pr)
 		return
 	}
 	p.listFree(b)
+	p.noteApart(b)
+	if pr := b.prev; pr != nil {
+		p.noteApart(pr)
+	}
+}
+
+// noteApart adds b to apart if it and its next neighbour are both free.
+func (p *memPool) noteApart(b *block) {
+	if b.free && b.next != nil && b.next.free {
+		if p.apart == nil {
+			p.apart = make(map[*block]struct{})
+		}
+		p.apart[b] = struct{}{}
+	}
 }
 
 // coalescible reports whether free neighbours a and b may become one
@@ -341,6 +365,7 @@ func coalescible(a, b *block) bool {
 
 // absorb makes b's next neighbour n, free and not listed, part of b.
 func (b *block) absorb(n *block) {
+	delete(b.pool.apart, n)
 	b.size += n.size
 	b.deps = mergeDeps(b.deps, n.deps)
 	b.next = n.next
@@ -379,16 +404,33 @@ func sameStreams(a, b []*op) bool {
 
 // settleLocked coalesces the free neighbours that were kept apart while a
 // free was pending and may be merged now: their frees have all completed
-// since, or an earlier merge left them waiting on the same streams.
+// since, or an earlier merge left them waiting on the same streams. It
+// visits the blocks in apart, in address order (coalescing is confined to
+// a chunk, and within one the order is the addresses').
 func (p *memPool) settleLocked() {
-	for _, c := range p.chunks {
-		for b := c.first; b != nil; {
-			if n := b.next; b.free && n != nil && n.free && coalescible(b, n) {
-				p.unlistFree(n)
-				b.absorb(n)
-				continue
+	if len(p.apart) == 0 {
+		return
+	}
+	bs := make([]*block, 0, len(p.apart))
+	for b := range p.apart {
+		bs = append(bs, b)
+	}
+	slices.SortFunc(bs, func(a, b *block) int { return cmp.Compare(a.addr, b.addr) })
+	for _, b := range bs {
+		if _, ok := p.apart[b]; !ok {
+			continue // absorbed by an earlier one
+		}
+		for {
+			n := b.next
+			if !b.free || n == nil || !n.free {
+				delete(p.apart, b)
+				break
 			}
-			b = b.next
+			if !coalescible(b, n) {
+				break // still apart
+			}
+			p.unlistFree(n)
+			b.absorb(n)
 		}
 	}
 }
