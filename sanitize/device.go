@@ -3,8 +3,9 @@
 // Streams and events made through it are wrappers that tell the sanitizer
 // of every record, wait and host synchronization (including a Query that
 // reports completion), and unwrap themselves before reaching the real
-// device. Everything else passes through: memory operations, launches and
-// pools are the real device's. Code built on the wrapped device (a pool,
+// device. The driver's stream-ordered allocations and frees are modelled
+// (driverpool.go). Everything else passes through: other memory
+// operations, launches and pools are the real device's. Code built on the wrapped device (a pool,
 // a buffer, a caller's own kernels) thereby has its orderings seen without
 // knowing about the sanitizer.
 //
@@ -108,21 +109,6 @@ func (d *Device) Synchronize() error {
 	}
 	d.z.hostSawDevice(d.Device)
 	return nil
-}
-
-// MallocAsync passes through with the stream unwrapped.
-func (d *Device) MallocAsync(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return d.Device.MallocAsync(size, unwrapStream(s))
-}
-
-// FreeAsync passes through with the stream unwrapped.
-func (d *Device) FreeAsync(p gpu.DevicePtr, s gpu.Stream) error {
-	return d.Device.FreeAsync(p, unwrapStream(s))
-}
-
-// MallocFromPoolAsync passes through with the stream unwrapped.
-func (d *Device) MallocFromPoolAsync(size int, pool gpu.MemPool, s gpu.Stream) (gpu.DevicePtr, error) {
-	return d.Device.MallocFromPoolAsync(size, pool, unwrapStream(s))
 }
 
 // MemsetD8Async passes through with the stream unwrapped.

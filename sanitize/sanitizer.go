@@ -25,8 +25,11 @@
 //   - Device wraps a gpu.Device. Streams and events made through it report
 //     records, waits and host synchronizations, so the orderings made by the
 //     caller's own code, by buffers and by resources built on the wrapped
-//     device (a pool ordering a reuse with an event) are all seen. Memory
-//     operations pass through unobserved: uses are what buffers declare.
+//     device (a pool ordering a reuse with an event) are all seen. It also
+//     models the driver's stream-ordered pool (driverpool.go): memory the
+//     driver hands out again is ordered after its free, as the driver
+//     guarantees. Other memory operations pass through unobserved: uses
+//     are what buffers declare.
 //   - Methods for code that uses raw handles: Use, Synchronize,
 //     SynchronizeEvent, SynchronizeDevice, RecordEvent and WaitEvent.
 //
@@ -126,6 +129,8 @@ type Sanitizer struct {
 	head    int
 	scratch []*region
 
+	drv driverPool // the driver's pools, as the instrumented devices see them
+
 	devMu   sync.Mutex
 	devices map[gpu.Device]*Device
 }
@@ -163,6 +168,8 @@ type region struct {
 
 	left, right *region
 	prio        uint64
+
+	freeClock clock // a range the driver's pool freed: its free's clock (driverpool.go)
 }
 
 // New returns a Sanitizer configured by opts.
