@@ -69,6 +69,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -170,6 +171,11 @@ type Async struct {
 	closeMu       sync.RWMutex // Allocate holds it shared; Close exclusively
 	closed        bool
 	poolDestroyed bool
+
+	// lastUsage holds the last value Usage read of each of its four
+	// attributes, which it reports when the driver fails to read one
+	// (but the used bytes, counted by the resource itself).
+	lastUsage [4]atomic.Uint64
 }
 
 // NewAsync returns an Async resource on dev configured by opts. It fails
@@ -354,8 +360,10 @@ func (r *Async) SetAttribute(a gpu.PoolAttr, v uint64) error {
 
 // Usage reports the pool's reserved and used bytes and their high-water
 // marks, read from the pool's attributes. On the default pool they count
-// every user of that pool. An attribute the driver fails to report reads
-// as zero.
+// every user of that pool. If the driver fails to report the used bytes,
+// Used is what this resource has live (its own accounting); any other
+// attribute it fails to report reads as the last value read of it: a
+// failed read is no reason for a monitor to see the pool empty.
 func (r *Async) Usage() Usage {
 	if gpu.DeviceCapturing(r.dev) {
 		// Pool attributes are "potentially unsafe": a global-mode
@@ -369,7 +377,7 @@ func (r *Async) Usage() Usage {
 
 func (r *Async) usage() Usage {
 	var u Usage
-	for _, f := range []struct {
+	for i, f := range []struct {
 		a gpu.PoolAttr
 		v *uint64
 	}{
@@ -378,7 +386,17 @@ func (r *Async) usage() Usage {
 		{gpu.PoolReservedMemHigh, &u.PeakReserved},
 		{gpu.PoolUsedMemHigh, &u.PeakUsed},
 	} {
-		*f.v, _ = r.pool.Attribute(f.a)
+		v, err := r.pool.Attribute(f.a)
+		switch {
+		case err != nil && f.a == gpu.PoolUsedMemCurrent:
+			_, live := r.live.count()
+			v = live
+		case err != nil:
+			v = r.lastUsage[i].Load()
+		default:
+			r.lastUsage[i].Store(v)
+		}
+		*f.v = v
 	}
 	return u
 }

@@ -391,8 +391,7 @@ func (p *Pool) Release() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, err := p.releaseIdle(nil, 0, true)
-	p.forgetEmptyStreams()
-	return err
+	return errors.Join(err, p.forgetEmptyStreams())
 }
 
 // Close releases every idle chunk and the pool's cached events; later

@@ -38,6 +38,8 @@ package mr
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"slices"
 )
 
@@ -114,13 +116,28 @@ func (p *Pool) candidates() []*poolStream {
 }
 
 // forgetEmptyStreams drops the state of every stream that holds nothing,
-// keeping its counters in the pool's. Caller holds p.mu.
-func (p *Pool) forgetEmptyStreams() {
+// keeping its counters in the pool's. A state whose cached events cannot
+// all be destroyed is kept, with the events that remain, and the error
+// returned. Caller holds p.mu.
+func (p *Pool) forgetEmptyStreams() error {
+	var errs []error
 	p.streams.dropIf(func(st *poolStream) bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		st.quickFlush()
 		if len(st.homed) > 0 || st.pendingBytes > 0 || len(st.pendingLists) > 0 || st.live.len() > 0 {
+			return false
+		}
+		kept := st.events[:0]
+		for _, e := range st.events {
+			if err := e.Destroy(); err != nil {
+				errs = append(errs, fmt.Errorf("pool: release: %w", err))
+				kept = append(kept, e)
+			}
+		}
+		clear(st.events[len(kept):])
+		st.events = kept
+		if len(kept) > 0 {
 			return false
 		}
 		st.dropped = true
@@ -133,11 +150,6 @@ func (p *Pool) forgetEmptyStreams() {
 		p.forgotten.crossFrees += st.stats.crossFrees
 		p.forgotten.waits += st.stats.waits
 		st.stats = poolStreamStats{}
-		for _, e := range st.events {
-			e.Destroy()
-		}
-		clear(st.events)
-		st.events = st.events[:0]
 		if st.cand {
 			st.cand = false
 			p.aux.Lock()
@@ -146,4 +158,5 @@ func (p *Pool) forgetEmptyStreams() {
 		}
 		return true
 	})
+	return errors.Join(errs...)
 }

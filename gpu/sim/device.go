@@ -56,13 +56,11 @@ type Device struct {
 	gmem       graphMem     // graph memory (graph.go)
 	captures   atomic.Int32 // captures not ended (capture.go)
 
-	injMu sync.Mutex
-	inj   map[Op]*injection
-}
-
-type injection struct {
-	n   int
-	err error
+	injMu    sync.Mutex
+	inj      map[Op]*injection // FailNext's pending failures (faults.go)
+	injector Injector
+	injCalls [opCount]int // calls of each Op since the injector was set
+	injSeq   int          // calls of any Op since then
 }
 
 func newDevice(b *Backend, ordinal int) *Device {
@@ -101,53 +99,6 @@ func (d *Device) Properties() gpu.Properties { return d.props }
 
 // String names the device, for messages.
 func (d *Device) String() string { return fmt.Sprintf("sim device %d", d.ordinal) }
-
-// inject consumes one pending injected failure of op, if any.
-func (d *Device) inject(op Op) error {
-	d.injMu.Lock()
-	defer d.injMu.Unlock()
-	in := d.inj[op]
-	if in == nil {
-		return nil
-	}
-	in.n--
-	if in.n <= 0 {
-		delete(d.inj, op)
-	}
-	return injected(op.String(), in.err)
-}
-
-// injectNamed is inject with a more precise call name in the error.
-func (d *Device) injectNamed(op Op, name string) error {
-	d.injMu.Lock()
-	defer d.injMu.Unlock()
-	in := d.inj[op]
-	if in == nil {
-		return nil
-	}
-	in.n--
-	if in.n <= 0 {
-		delete(d.inj, op)
-	}
-	return injected(name, in.err)
-}
-
-// FailNext makes the next n calls of op on this device fail with err (a
-// gpu.Code such as gpu.ErrLaunchFailed becomes a *gpu.Error naming the
-// call; other errors are wrapped). A failing call changes nothing. n <= 0
-// cancels pending failures of op; a nil err means gpu.ErrUnknown.
-func (d *Device) FailNext(op Op, n int, err error) {
-	d.injMu.Lock()
-	defer d.injMu.Unlock()
-	if n <= 0 {
-		delete(d.inj, op)
-		return
-	}
-	if err == nil {
-		err = gpu.ErrUnknown
-	}
-	d.inj[op] = &injection{n: n, err: err}
-}
 
 // MemGetInfo returns the free and total device memory.
 func (d *Device) MemGetInfo() (free, total uint64, err error) {

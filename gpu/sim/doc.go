@@ -83,7 +83,9 @@
 // # Test hooks
 //
 // *Device has hooks for tests: Hold blocks a stream like a long kernel,
-// FailNext makes the next calls of a driver function fail, and LastOp and
+// FailNext makes the next calls of a driver function fail, SetInjector
+// decides every call (the k-th of a kind, the k-th of all, those from a
+// given function: faults.go), and LastOp and
 // HappensBefore expose the happens-before relation between stream
 // operations (vector clocks carried by streams, events and the host).
 //
