@@ -102,3 +102,21 @@ func TestReplayImpossibleSize(t *testing.T) {
 		}
 	}
 }
+
+// streamalloc soak runs on the simulator for the time it is given, says
+// the GPU is simulated, ends with an OK verdict and prints the result as
+// JSON; bad flags are refused.
+func TestSoakCommand(t *testing.T) {
+	out, _, err := run(t, "soak", "--device", "sim", "--duration", "600ms", "--interval", "200ms", "--goroutines", "4", "--max-size", "262144", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"SIMULATED GPU", "corrupted words 0, leaked bytes 0", "verdict: OK", `"CorruptedWords": 0`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, _, err := run(t, "soak", "--device", "sim", "--duration", "0s"); !errors.Is(err, errNotPositive) {
+		t.Errorf("--duration 0: %v, want %v", err, errNotPositive)
+	}
+}

@@ -4,6 +4,7 @@
 //	streamalloc info                       devices, driver, pool support
 //	streamalloc replay [flags] TRACE...    replay RMM CSV logs or PyTorch snapshots
 //	streamalloc bench [flags]              the resource benchmark suite
+//	streamalloc soak [flags]               the recommended stack under load, every byte checked
 //
 // Every subcommand takes --device auto|sim|cuda: auto uses the GPU when a
 // driver and a device are present and the simulated GPU otherwise.
@@ -31,6 +32,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("device", "auto", "backend: auto, sim or cuda")
-	root.AddCommand(newInfoCmd(), newReplayCmd(), newBenchCmd())
+	root.AddCommand(newInfoCmd(), newReplayCmd(), newBenchCmd(), newSoakCmd())
 	return root
 }

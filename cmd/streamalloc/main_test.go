@@ -293,7 +293,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"replay", "--device", "sim"}, "requires at least 1 arg"},
 		{[]string{"replay", "--device", "sim", filepath.Join(t.TempDir(), "missing.csv")}, "missing.csv"},
 		{[]string{"info", "extra"}, "unknown command"},
-		{[]string{"replay", "--device", "sim", "--max-expansion", "0", p}, "--max-expansion 0: must be a positive number"},
+		{[]string{"replay", "--device", "sim", "--max-expansion", "-1", p}, "--max-expansion -1: must not be negative"},
 	}
 	for _, tc := range cases {
 		_, _, err := run(t, tc.args...)

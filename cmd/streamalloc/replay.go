@@ -30,12 +30,16 @@ type replayFlags struct {
 	log       string
 	sanitize  bool
 	// maxExpansion bounds a snapshot's trace entries and segment blocks
-	// per KiB of pickle (trace.Options.MaxExpansion).
+	// per KiB of pickle (trace.Options.MaxExpansion; 0 is its default).
 	maxExpansion int
 }
 
-// errNotPositive is the error of a numeric flag that must be above 0.
-var errNotPositive = errors.New("must be a positive number")
+// errNotPositive and errNegative are the errors of numeric flags out of
+// their range.
+var (
+	errNotPositive = errors.New("must be a positive number")
+	errNegative    = errors.New("must not be negative")
+)
 
 // replayRow is one line of output: a replay's result and, with
 // --sanitize, the number of hazards the sanitizer reported.
@@ -71,7 +75,7 @@ are counted, not fatal.`,
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
 	cmd.Flags().BoolVar(&f.sanitize, "sanitize", false, "run each replay under the stream-order sanitizer and count the hazards it reports")
-	cmd.Flags().IntVar(&f.maxExpansion, "max-expansion", trace.DefaultMaxExpansion, "refuse a PyTorch snapshot with more than `N` trace entries and segment blocks per KiB of pickle, counting each reference to a repeated one")
+	cmd.Flags().IntVar(&f.maxExpansion, "max-expansion", trace.DefaultMaxExpansion, "refuse a PyTorch snapshot with more than `N` trace entries and segment blocks per KiB of pickle, counting each reference to a repeated one (0: the default)")
 	return cmd
 }
 
@@ -80,8 +84,8 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	if err != nil {
 		return fmt.Errorf("--resource: %w", err)
 	}
-	if f.maxExpansion <= 0 {
-		return fmt.Errorf("--max-expansion %d: %w", f.maxExpansion, errNotPositive)
+	if f.maxExpansion < 0 {
+		return fmt.Errorf("--max-expansion %d: %w", f.maxExpansion, errNegative)
 	}
 	b, err := backend.Open(kind)
 	if err != nil {
