@@ -92,3 +92,7 @@ func rawFuncParamInfo(Context, Function, uint64) (Result, uint64, uint64) {
 func rawLaunchKernel(Context, Function, [3]uint32, [3]uint32, uint32, Stream, *Params) Result {
 	return ErrNotInitialized
 }
+
+// Foreign-handle wing.
+func rawStreamGetCtx(Context, Stream) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawCtxGetDevice(Context) (Result, uint64)         { return ErrNotInitialized, 0 }

@@ -137,4 +137,10 @@ int sa_launch_kernel(uintptr_t ctx, uintptr_t f,
                      unsigned shared, uintptr_t s,
                      const void *vals, int nbytes, const uint32_t *offs, int n);
 
+// Foreign-handle wing. sa_stream_get_ctx is cuStreamGetCtx with ctx bound
+// (so 0 and CU_STREAM_PER_THREAD name ctx's streams); sa_ctx_get_device is
+// cuCtxGetDevice of ctx, leaving the thread's current context as it was.
+sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s);
+sa_ret sa_ctx_get_device(uintptr_t ctx);
+
 #endif

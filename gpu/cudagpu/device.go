@@ -27,6 +27,8 @@ type Device struct {
 
 	hostMu sync.Mutex
 	host   map[*byte]int // live MallocHost allocations: first byte -> size
+
+	foreign handleTable // raw handle -> wrapper (foreign.go)
 }
 
 // Context is the device's primary context, for code that calls package
@@ -168,7 +170,9 @@ func (d *Device) NewMemPool() (gpu.MemPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MemPool{dev: d, h: h}, nil
+	p := &MemPool{dev: d, h: h}
+	d.foreign.addPool(p)
+	return p, nil
 }
 
 // MemsetD8Async is cuMemsetD8Async.
