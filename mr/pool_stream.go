@@ -318,7 +318,8 @@ func (st *poolStream) absorb() error {
 // orderAfter makes work enqueued on this stream from now on run after the
 // work enqueued on from so far, with an event of this stream's cache. If
 // from was destroyed (its last work may still be running and no event can
-// be recorded on it), it synchronizes the device instead.
+// be recorded on it), or this stream was (it can wait on nothing), it
+// synchronizes the device instead.
 func (st *poolStream) orderAfter(from *poolStream) error {
 	if from == st {
 		return nil
@@ -336,10 +337,18 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	}
 	err := e.Record(from.s)
 	if err == nil {
-		if err = st.s.WaitEvent(e); err != nil {
-			err = fmt.Errorf("stream %d wait on stream %d: %w", st.id, from.id, err)
-		} else {
+		if err = st.s.WaitEvent(e); err == nil {
 			st.stats.waits++
+		} else if errors.Is(err, gpu.ErrDestroyed) {
+			// This stream was destroyed (a release on behalf of a
+			// stream gone, or an adopted wrapper forgotten): nothing
+			// can wait on it, and the synchronization orders all that
+			// follows after from's work.
+			if err = st.pool.dev.Synchronize(); err != nil {
+				err = fmt.Errorf("synchronize for destroyed stream %d: %w", st.id, err)
+			}
+		} else {
+			err = fmt.Errorf("stream %d wait on stream %d: %w", st.id, from.id, err)
 		}
 	} else if errors.Is(err, gpu.ErrDestroyed) {
 		if err = st.pool.dev.Synchronize(); err != nil {
