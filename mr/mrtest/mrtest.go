@@ -114,6 +114,7 @@ func Run(t *testing.T, newResource Factory, dev gpu.Device, opts Options) {
 		{"CrossStreamReuse", testCrossStreamReuse},
 		{"OutOfMemory", testOutOfMemory},
 		{"ReleaseAll", testReleaseAll},
+		{"AdoptedStreams", testAdoptedStreams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, dev, newResource, opts)
