@@ -478,3 +478,12 @@ func (a *Allocator) legacyStream(ordinal int) (*device, gpu.Stream, error) {
 	}
 	return d, d.legacy, nil
 }
+
+// Recover, deferred by an entry point of the C ABI, turns a panic in that
+// entry point into a counted error (the call then returns its zero
+// values), so that no panic crosses into C.
+func (a *Allocator) Recover(entry string) {
+	if r := recover(); r != nil {
+		a.recovered(entry, r)
+	}
+}
