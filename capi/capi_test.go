@@ -61,6 +61,18 @@ func TestCProgram(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "capi test ok") {
 		t.Fatalf("capi_test: %v\n%s", err, out)
 	}
+	t.Run("PythonShim", func(t *testing.T) {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Skip("no python3")
+		}
+		cmd := exec.Command(py, filepath.Join("..", "python", "test_streamalloc_torch.py"))
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+			"STREAMALLOC_LIB="+filepath.Join(dir, "libstreamalloc.so"))
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "shim test ok") {
+			t.Fatalf("python shim: %v\n%s", err, out)
+		}
+	})
 	t.Run("HeaderMatchesExports", func(t *testing.T) {
 		gen, err := os.ReadFile(filepath.Join(dir, "libstreamalloc.h"))
 		if err != nil {
