@@ -88,6 +88,7 @@ func sa_stats(device C.int, out *C.sa_stats_t) (rc C.int) {
 		live_bytes: C.uint64_t(st.Live), peak_live_bytes: C.uint64_t(st.PeakLive),
 		allocs: C.uint64_t(st.Allocs), frees: C.uint64_t(st.Frees), live_allocs: C.uint64_t(st.LiveAllocs),
 		oom_count: C.uint64_t(st.OOMs), bad_free_count: C.uint64_t(st.BadFrees), error_count: C.uint64_t(st.Errors),
+		device_allocs: C.uint64_t(st.DeviceAllocs), device_frees: C.uint64_t(st.DeviceFrees),
 	}
 	return 0
 }

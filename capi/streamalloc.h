@@ -45,6 +45,8 @@ typedef struct sa_stats {
 	uint64_t oom_count;           /* allocations refused for want of memory */
 	uint64_t bad_free_count;      /* frees refused: nothing was freed */
 	uint64_t error_count;         /* other failures, of every device */
+	uint64_t device_allocs;       /* a pool's growths (cuMemAlloc over direct) */
+	uint64_t device_frees;        /* chunks it gave back; 0 for async */
 } sa_stats_t;
 
 #ifndef SA_NO_PROTOTYPES

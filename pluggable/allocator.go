@@ -105,6 +105,15 @@ type device struct {
 	dev     gpu.Device
 	res     mr.Resource // the top of the stack the host calls
 	base    mr.Resource // the pool or async resource under the adaptors
+	// device is the resource that holds device memory (Direct or Async at
+	// the bottom, seen through counted for a pool): its Usage is what
+	// Stats reports as reserved.
+	device  mr.UsageReporter
+	counted *mr.Stats // a pool's calls to its upstream; nil for async
+	peaks   []any     // what ResetPeaks resets
+	// bottom is a pool's upstream when it caches memory itself (a driver
+	// pool), which Release trims after the pool gave its chunks back.
+	bottom mr.Releaser
 	track   *mr.Tracking
 	log     *mr.Logging
 	closers []func() error
@@ -245,7 +254,8 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.base, d.closers = r, append(d.closers, r.Close)
+		d.base, d.device, d.closers = r, r, append(d.closers, r.Close)
+		d.peaks = []any{r}
 	default:
 		var up mr.Resource = mr.NewDirect(gd)
 		if c.Upstream == "async" {
@@ -253,14 +263,16 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 			if err != nil {
 				return nil, err
 			}
-			up, d.closers = r, append(d.closers, r.Close)
+			up, d.bottom, d.closers = r, r, append(d.closers, r.Close)
 		}
-		p, err := mr.NewPool(up, mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
+		d.counted = mr.NewStats(up, mr.StatsOptions{})
+		p, err := mr.NewPool(d.counted, mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
 			MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold)})
 		if err != nil {
 			return nil, err
 		}
-		d.base, d.closers = p, append([]func() error{p.Close}, d.closers...)
+		d.base, d.device, d.closers = p, d.counted, append([]func() error{p.Close}, d.closers...)
+		d.peaks = []any{p, d.counted, up}
 	}
 	d.res = d.base
 	if c.Track {

@@ -15,9 +15,11 @@ import (
 // Stats are one device's figures since first use (peaks since the last
 // ResetPeaks).
 type Stats struct {
-	// Reserved is the device memory the resource holds (for a pool over
-	// cuMemAlloc, exactly what it took from the device; for async, the
-	// driver pool's reserved bytes), PeakReserved its high-water mark.
+	// Reserved is the device memory the resource holds: what the bottom
+	// of the stack took from the device (for a pool over cuMemAlloc, the
+	// pool's chunks; over a driver pool, and for async, the driver pool's
+	// reserved bytes, which the driver rounds up). PeakReserved is its
+	// high-water mark.
 	Reserved, PeakReserved uint64
 	// Live is the bytes of the allocations not yet freed (as requested),
 	// PeakLive its high-water mark.
@@ -25,6 +27,11 @@ type Stats struct {
 	// Allocs and Frees count successful calls; LiveAllocs is their
 	// difference.
 	Allocs, Frees, LiveAllocs uint64
+	// DeviceAllocs and DeviceFrees count a pool's calls to its upstream
+	// (growths and chunks given back, each a cuMemAlloc/cuMemFree over
+	// direct), what PyTorch counts as num_device_alloc/free. Zero for
+	// async, whose driver pool does not say.
+	DeviceAllocs, DeviceFrees uint64
 	// OOMs counts allocations refused for want of memory; BadFrees, frees
 	// refused (nothing was freed); Errors, other failed calls of the whole
 	// allocator (a bad device, a panic recovered), not only this device's.
@@ -48,9 +55,11 @@ func (a *Allocator) Stats(ordinal int) (st Stats, err error) {
 	if d == nil {
 		return st, nil
 	}
-	if u, ok := d.base.(mr.UsageReporter); ok {
-		use := u.Usage()
-		st.Reserved, st.PeakReserved = use.Reserved, use.PeakReserved
+	use := d.device.Usage()
+	st.Reserved, st.PeakReserved = use.Reserved, use.PeakReserved
+	if d.counted != nil {
+		c := d.counted.Snapshot().Allocations
+		st.DeviceAllocs, st.DeviceFrees = c.Total, c.Total-c.Current
 	}
 	st.Live, st.PeakLive = uint64(max(d.live.Load(), 0)), uint64(max(d.peakLive.Load(), 0))
 	st.Allocs, st.Frees = d.allocs.Load(), d.frees.Load()
@@ -75,18 +84,22 @@ func (a *Allocator) ResetPeaks(ordinal int) (err error) {
 		return nil
 	}
 	d.peakLive.Store(d.live.Load())
-	switch r := d.base.(type) {
-	case interface{ ResetPeaks() }:
-		r.ResetPeaks()
-	case interface{ ResetPeaks() error }:
-		return r.ResetPeaks()
+	var errs []error
+	for _, r := range d.peaks {
+		switch r := r.(type) {
+		case interface{ ResetPeaks() }:
+			r.ResetPeaks()
+		case interface{ ResetPeaks() error }:
+			errs = append(errs, r.ResetPeaks())
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Release gives the cached memory of device ordinal (every device in use
 // for -1) back to the device, as torch.cuda.empty_cache does: what no
-// allocation uses and whose frees have completed.
+// allocation uses. Like empty_cache it synchronizes the device, so that
+// the frees enqueued before it have completed and their memory goes too.
 func (a *Allocator) Release(ordinal int) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -103,7 +116,7 @@ func (a *Allocator) Release(ordinal int) (err error) {
 			continue
 		}
 		if d := a.devs[i].Load(); d != nil {
-			if _, err := mr.Reclaim(d.res, false); err != nil {
+			if err := d.release(); err != nil {
 				errs = append(errs, fmt.Errorf("pluggable: release device %d: %w", i, err))
 			}
 		}
@@ -206,4 +219,23 @@ func (a *Allocator) simDevice(ordinal int) (*sim.Device, error) {
 		return nil, fmt.Errorf("pluggable: device %d is not simulated (backend=sim): %w", ordinal, ErrBadDevice)
 	}
 	return sd, nil
+}
+
+// release gives back what the device's stack caches: the pool's idle
+// chunks, then (after the device has run the frees of those chunks) what
+// a driver pool under it keeps.
+func (d *device) release() error {
+	if err := d.dev.Synchronize(); err != nil {
+		return err
+	}
+	if _, err := mr.Reclaim(d.res, true); err != nil {
+		return err
+	}
+	if d.bottom == nil {
+		return nil
+	}
+	if err := d.dev.Synchronize(); err != nil {
+		return err
+	}
+	return d.bottom.Release()
 }

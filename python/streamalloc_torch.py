@@ -31,7 +31,8 @@ __all__ = ["use_streamalloc", "stats", "summary", "empty_cache", "reset_peaks",
 class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "reserved_bytes", "peak_reserved_bytes", "live_bytes", "peak_live_bytes",
-        "allocs", "frees", "live_allocs", "oom_count", "bad_free_count", "error_count")]
+        "allocs", "frees", "live_allocs", "oom_count", "bad_free_count", "error_count",
+        "device_allocs", "device_frees")]
 
 
 _lib = None
@@ -132,6 +133,7 @@ def summary(device=0):
         "  peak reserved / peak live  %.3f" % ratio,
         "  allocs %d, frees %d, out of memory %d, bad frees %d, other errors %d" % (
             s["allocs"], s["frees"], s["oom_count"], s["bad_free_count"], s["error_count"]),
+        "  device allocs %d, device frees %d" % (s["device_allocs"], s["device_frees"]),
     ])
 
 

@@ -141,8 +141,18 @@ def run_torch(args):
     deterministic(torch)
     step, cycle = {"gpt2": workload_gpt2, "resnet50": workload_resnet50,
                    "generate": workload_generate}[args.workload](torch)
+    def device_calls():
+        # cudaMalloc/cudaFree (or a pool's growths and give-backs) so far.
+        if sa is not None:
+            s = sa.stats(0)
+            return s["device_allocs"], s["device_frees"]
+        st = torch.cuda.memory_stats(0)
+        return st.get("num_device_alloc", -1), st.get("num_device_free", -1)
+
     losses, times = [], []
     for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            before = device_calls()
         t0 = time.perf_counter()
         loss = step(i)
         torch.cuda.synchronize()
@@ -150,7 +160,10 @@ def run_torch(args):
         losses.append(loss)
         if i >= args.warmup:
             times.append(dt)
-    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    after = device_calls()
+    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "device_allocs": after[0], "device_frees": after[1],
+              "device_allocs_timed": after[0] - before[0], "device_frees_timed": after[1] - before[1]}
     if sa is not None:
         s = sa.stats(0)
         result.update(peak_reserved=s["peak_reserved_bytes"], peak_allocated=s["peak_live_bytes"],
@@ -221,11 +234,12 @@ def finish(args, result, losses, times, cycle):
     result.update(workload=args.workload, allocator=args.allocator, conf=args.conf if args.allocator == "streamalloc" else "",
                   warmup=args.warmup, steps=args.steps, cycle=cycle,
                   step_ms_median=1e3 * statistics.median(times), step_ms_min=1e3 * min(times),
-                  step_ms_max=1e3 * max(times), final_loss=repr(losses[-1]),
+                  step_ms_max=1e3 * max(times), times_ms=[round(1e3 * t, 3) for t in times],
+                  final_loss=repr(losses[-1]),
                   losses_sha=hashlib.sha256(repr(losses).encode()).hexdigest()[:16], losses=losses)
     with open(args.out, "a") as f:
         f.write(json.dumps(result) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "losses"}))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("losses", "times_ms")}))
     return 0
 
 
@@ -237,10 +251,10 @@ def table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     order = ["native", "expandable", "cupy-pool", "streamalloc"]
     print("| workload | allocator | step ms (median) | vs native | peak reserved MiB | peak allocated MiB"
-          " | reserved / allocated | losses vs native |")
-    print("|---|---|---|---|---|---|---|---|")
+          " | reserved / allocated | device allocs+frees in timed steps | losses vs native |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for w in ["gpt2", "resnet50", "generate", "cupy"]:
-        rs = sorted((r for r in rows if r["workload"] == w), key=lambda r: order.index(r["allocator"]))
+        rs = sorted((r for r in rows if r["workload"] == w), key=lambda r: (order.index(r["allocator"]), r.get("conf", "")))
         base = next((r for r in rs if r["allocator"] in ("native", "cupy-pool")), None)
         for r in rs:
             vs = "%.3f" % (r["step_ms_median"] / base["step_ms_median"]) if base else "-"
@@ -253,9 +267,11 @@ def table(path):
                 d = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(r["losses"], base["losses"]))
                 same = "differ: max rel. %.2e, final %s vs %s" % (d, r["final_loss"], base["final_loss"])
             note = " (sampled)" if r.get("sampled") else ""
-            print("| %s | %s | %.2f | %s | %s%s | %s%s | %.3f | %s |" % (
-                w, r["allocator"], r["step_ms_median"], vs, mib(r["peak_reserved"]), note,
-                mib(r["peak_allocated"]), note, ratio, same))
+            name = r["allocator"] + (" `%s`" % r["conf"] if r.get("conf") else "")
+            calls = "%s+%s" % (r.get("device_allocs_timed", "-"), r.get("device_frees_timed", "-"))
+            print("| %s | %s | %.2f | %s | %s%s | %s%s | %.3f | %s | %s |" % (
+                w, name, r["step_ms_median"], vs, mib(r["peak_reserved"]), note,
+                mib(r["peak_allocated"]), note, ratio, calls, same))
     dev = {r.get("device") for r in rows}
     print("\ndevice: %s; steps: %s" % (", ".join(sorted(d for d in dev if d)),
                                        ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))

@@ -9,7 +9,7 @@
 #   (default outdir torch-bench-out, lib build/capi/libstreamalloc.so)
 # Environment: WARMUP, STEPS (default 6 and 24 per workload; generation
 #   and CuPy use 5 and 20), WORKLOADS (default "gpt2 resnet50 generate
-#   cupy"), CONF (streamalloc's configuration, default "pool"),
+#   cupy"), CONFS (streamalloc's configurations, each a run, default "pool"),
 #   RUN_TIMEOUT (seconds per process, default 240).
 set -uo pipefail
 
@@ -28,15 +28,20 @@ for w in ${WORKLOADS:-gpt2 resnet50 generate cupy}; do
 	allocs="native expandable streamalloc"
 	[ "$w" = cupy ] && allocs="cupy-pool streamalloc"
 	for a in $allocs; do
-		start=$(date +%s)
-		if timeout "${RUN_TIMEOUT:-240}" python3 "$here/torch-bench.py" run "$w" "$a" --out "$results" --lib "$lib" \
-			--conf "${CONF:-pool}" --warmup "$warm" --steps "$steps" >"$out/$w-$a.log" 2>&1; then
-			echo "$w $a: ok in $(($(date +%s) - start)) s"
-		else
-			echo "$w $a: FAILED in $(($(date +%s) - start)) s; last lines of $out/$w-$a.log:"
-			tail -15 "$out/$w-$a.log"
-			status=1
-		fi
+		confs=pool
+		[ "$a" = streamalloc ] && confs=${CONFS:-pool}
+		for conf in $confs; do
+			log="$out/$w-$a${conf:+-${conf//[^a-z0-9=]/_}}.log"
+			start=$(date +%s)
+			if timeout "${RUN_TIMEOUT:-240}" python3 "$here/torch-bench.py" run "$w" "$a" --out "$results" --lib "$lib" \
+				--conf "$conf" --warmup "$warm" --steps "$steps" >"$log" 2>&1; then
+				echo "$w $a $conf: ok in $(($(date +%s) - start)) s"
+			else
+				echo "$w $a $conf: FAILED in $(($(date +%s) - start)) s; last lines of $log:"
+				tail -15 "$log"
+				status=1
+			fi
+		done
 	done
 done
 python3 "$here/torch-bench.py" table "$results" | tee "$out/table.md"

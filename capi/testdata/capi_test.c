@@ -149,6 +149,8 @@ int main(void) {
 	CHECK(sa_release(-1) == 0, "%s", last_error());
 	st = stats();
 	CHECK(st.reserved_bytes == 0, "after release: %llu reserved", (unsigned long long)st.reserved_bytes);
+	CHECK(st.device_allocs > 0 && st.device_frees == st.device_allocs, "device allocs %llu frees %llu",
+	      (unsigned long long)st.device_allocs, (unsigned long long)st.device_frees);
 	CHECK(sa_reset_peaks(0) == 0, "reset peaks");
 	st = stats();
 	CHECK(st.peak_live_bytes == 0 && st.peak_reserved_bytes == 0, "peaks after reset: %llu %llu",
