@@ -12,7 +12,7 @@ nothing is downloaded):
   resnet50  torchvision ResNet-50 training, SGD, fp16 autocast with a
             GradScaler, batch 64 at 224x224
   generate  GPT-2 small greedy generation with a growing KV cache (32-token
-            prompt, 48 new tokens), batch sizes cycling 1 8 32 4 16
+            prompt, 32 new tokens), batch sizes cycling 1 8 32 4 16
   cupy      CuPy arrays of cycling sizes: elementwise, rfft, matmul, reductions
 Allocators: native (PyTorch's caching allocator), expandable (the same with
 expandable_segments:True), streamalloc (libstreamalloc.so through
@@ -115,7 +115,7 @@ def workload_generate(torch):
     model = GPT2LMHeadModel(gpt2_config()).cuda().eval()
     gen = torch.Generator(device="cuda").manual_seed(1)
     batches = [1, 8, 32, 4, 16]
-    prompt, new = 32, 48
+    prompt, new = 32, 32
 
     @torch.no_grad()
     def step(i):
