@@ -161,6 +161,8 @@ def run_torch(args):
         if i >= args.warmup:
             times.append(dt)
     after = device_calls()
+    if sa is not None and "log=" in args.conf:
+        sa.flush_history()
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "device_allocs": after[0], "device_frees": after[1],
               "device_allocs_timed": after[0] - before[0], "device_frees_timed": after[1] - before[1]}
