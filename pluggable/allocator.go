@@ -102,9 +102,9 @@ type Allocator struct {
 
 // device is the state of one device in use.
 type device struct {
-	dev     gpu.Device
-	res     mr.Resource // the top of the stack the host calls
-	base    mr.Resource // the pool or async resource under the adaptors
+	dev  gpu.Device
+	res  mr.Resource // the top of the stack the host calls
+	base mr.Resource // the pool or async resource under the adaptors
 	// device is the resource that holds device memory (Direct or Async at
 	// the bottom, seen through counted for a pool): its Usage is what
 	// Stats reports as reserved.
@@ -113,7 +113,7 @@ type device struct {
 	peaks   []any     // what ResetPeaks resets
 	// bottom is a pool's upstream when it caches memory itself (a driver
 	// pool), which Release trims after the pool gave its chunks back.
-	bottom mr.Releaser
+	bottom  mr.Releaser
 	track   *mr.Tracking
 	log     *mr.Logging
 	closers []func() error
