@@ -87,6 +87,9 @@ func hotCalls() []string {
 		}
 		if err := ctx.StreamQuery(s); !errors.Is(err, cuda.ErrNotReady) {
 			note(fmt.Errorf("StreamQuery: %v, want ErrNotReady", err))
+		} else if !errors.Is(err, statusNumber(cuda.ErrNotReady)) {
+			// The layers above match their own status of the same number.
+			note(fmt.Errorf("StreamQuery: %v does not match a status numbered %d", err, cuda.ErrNotReady))
 		}
 	})
 	if first != nil {

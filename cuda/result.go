@@ -1,3 +1,26 @@
+// Results and errors of driver calls.
+//
+// Every driver call returns a CUresult; this file gives it a Go type,
+// Result, and turns a failed call into an *Error naming the entry point.
+// A non-zero Result is itself an error, so the Result constants double as
+// sentinels: an *Error whose Code is ErrOutOfMemory matches
+// errors.Is(err, cuda.ErrOutOfMemory).
+//
+// # Matching statuses of other packages
+//
+// Layers above this one keep their own vocabulary of driver statuses (the
+// backend interface's gpu.Code) and must not need this package to speak
+// it, while this package must not import them. The rule that joins them:
+// a driver status is identified by its CUresult number. Result has a
+// DriverCode method that gives the number, and a Result or *Error matches
+// any target with a DriverCode method returning the same number. So an
+// *Error returned unchanged to the backend interface matches
+// gpu.ErrOutOfMemory as well as cuda.ErrOutOfMemory: no translation at the
+// boundary, nothing allocated per call, and the not-ready answer of a
+// query, polled on hot paths, stays free of allocation when matched.
+//
+// Invariants: Check returns nil exactly for Success; a match by number
+// never allocates.
 package cuda
 
 import (
@@ -6,10 +29,7 @@ import (
 )
 
 // Result is a CUresult: the status code every driver API call returns.
-//
-// A non-zero Result is itself an error, so the exported Result constants
-// double as sentinels for errors.Is: an *Error whose Code is
-// ErrOutOfMemory matches errors.Is(err, cuda.ErrOutOfMemory).
+// A non-zero Result is an error.
 type Result int32
 
 // CUresult values used by this package and its callers. The numbers are
@@ -79,6 +99,22 @@ func (r Result) Name() string {
 // wrapped in an *Error.
 func (r Result) Error() string { return r.Name() }
 
+// DriverCode returns r's CUresult number, so that statuses of other
+// packages that follow the same rule match r.
+func (r Result) DriverCode() int32 { return int32(r) }
+
+// driverCoder is a driver status of any package: one that gives its
+// CUresult number.
+type driverCoder interface{ DriverCode() int32 }
+
+// Is reports whether target is a driver status with r's number: a Result,
+// or a status of another package with a DriverCode method (gpu.Code). It
+// does not allocate.
+func (r Result) Is(target error) bool {
+	t, ok := target.(driverCoder)
+	return ok && t.DriverCode() == int32(r)
+}
+
 // Error is a failed driver call: which call failed and the CUresult it
 // returned. Errors.Is matches it against its Code.
 type Error struct {
@@ -93,14 +129,13 @@ func (e *Error) Error() string {
 // Unwrap returns the Result, so errors.Is(err, cuda.ErrNotReady) works.
 func (e *Error) Unwrap() error { return e.Code }
 
-// Is reports whether target is e's Code. errors.Is would find the Code
-// through Unwrap too, but Unwrap boxes it, which allocates for codes above
-// 255; asking Is first keeps the common poll, errors.Is(err,
-// cuda.ErrNotReady) on a not-ready query, free of allocation.
-func (e *Error) Is(target error) bool {
-	r, ok := target.(Result)
-	return ok && r == e.Code
-}
+// Is reports whether target is a driver status with e's number (see
+// Result.Is): cuda.ErrNotReady, or gpu.ErrNotReady above this layer.
+// errors.Is would find a Result target through Unwrap too, but Unwrap
+// boxes the Code, which allocates for codes above 255; asking Is first
+// keeps the common poll, errors.Is(err, ErrNotReady) on a not-ready query,
+// free of allocation.
+func (e *Error) Is(target error) bool { return e.Code.Is(target) }
 
 // Check returns nil for Success and an *Error naming op otherwise.
 func Check(op string, r Result) error {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
@@ -196,8 +195,8 @@ func TestIllegalHeader(t *testing.T) {
 		hdr  gpu.DevicePtr
 		want error
 	}{
-		{"unmapped", 0x1000, cuda.ErrIllegalAddress},
-		{"misaligned", junk + 4, sim.ErrMisalignedAddress},
+		{"unmapped", 0x1000, gpu.ErrIllegalAddress},
+		{"misaligned", junk + 4, gpu.ErrMisalignedAddress},
 		{"not a header", junk, ErrInvalidAlign},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -65,7 +65,7 @@ func launchHeader(l *sim.Launch) (launchCell, fixed, error) {
 		return launchCell{}, fixed{}, err
 	}
 	if hdr%8 != 0 { // the card faults on the first 64-bit load
-		return launchCell{}, fixed{}, fmt.Errorf("%s: header at %#x: %w", l.Entry, uint64(hdr), sim.ErrMisalignedAddress)
+		return launchCell{}, fixed{}, fmt.Errorf("%s: header at %#x: %w", l.Entry, uint64(hdr), gpu.ErrMisalignedAddress)
 	}
 	b, err := l.Bytes(hdr, HeaderSize)
 	if err != nil {

@@ -49,27 +49,6 @@ const StreamPerThread uintptr = 0x2
 // stream (0, which the driver reads as CU_STREAM_LEGACY's stream).
 const StreamLegacy uintptr = 0
 
-// Errors of foreign handles.
-var (
-	// ErrForeignContext: a handle or context other than the device's
-	// primary context, which streamalloc does not support.
-	ErrForeignContext = errorString("gpu: handle of a context other than the device's primary context")
-	// ErrWrongThread: a per-thread default stream used from an OS thread
-	// other than the one that adopted it. It matches ErrDestroyed too:
-	// from any other thread the stream can take no work, as if destroyed,
-	// so code that falls back when a stream is gone (synchronizing the
-	// device instead of waiting on the stream, as resources do when they
-	// release memory last used there) does the same here.
-	ErrWrongThread error = wrongThread{}
-)
-
-type wrongThread struct{}
-
-func (wrongThread) Error() string { return "gpu: per-thread default stream used on another OS thread" }
-
-// Is makes ErrWrongThread match ErrDestroyed.
-func (wrongThread) Is(target error) bool { return target == ErrDestroyed }
-
 // Adopter is implemented by the devices of both backends: it wraps handles
 // made elsewhere (see the package's section on foreign handles above) and
 // exposes the device's current pool.

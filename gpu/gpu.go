@@ -34,50 +34,26 @@
 // Sizes are ints, counted in bytes. A negative size returns an error
 // matching ErrInvalidValue; a size no device could hold returns one matching
 // ErrOutOfMemory.
+//
+// # Errors
+//
+// The driver's statuses are Code values, cuda.h's CUresult numbers under
+// cuda.h's names; a backend returns them as an *Error naming the driver
+// call. Backend errors the driver has no code for are ErrNoDriver,
+// ErrDestroyed and ErrWrongDevice. Match all of them with errors.Is: the
+// CUDA backend's errors come from the driver binding unchanged and match
+// the Code of their number (see errors.go).
 package gpu
 
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/streamalloc/streamalloc/cuda"
 )
 
 // DevicePtr is an address in a device's (virtual) memory. Zero is the null
 // pointer and is never returned by a successful allocation of a non-zero
 // size.
 type DevicePtr uint64
-
-// Errors returned by backends. The driver's codes are the cuda package's
-// sentinels, so errors from both backends match the same values with
-// errors.Is.
-const (
-	ErrInvalidValue  = cuda.ErrInvalidValue
-	ErrOutOfMemory   = cuda.ErrOutOfMemory
-	ErrNotReady      = cuda.ErrNotReady
-	ErrInvalidHandle = cuda.ErrInvalidHandle
-	ErrInvalidDevice = cuda.ErrInvalidDevice
-	ErrNoDevice      = cuda.ErrNoDevice
-	ErrNotSupported  = cuda.ErrNotSupported
-	ErrNotFound      = cuda.ErrNotFound
-	ErrInvalidPTX    = cuda.ErrInvalidPTX
-	ErrLaunchFailed  = cuda.ErrLaunchFailed
-)
-
-// ErrNoDriver is returned when no CUDA driver can be loaded.
-var ErrNoDriver = cuda.ErrNoDriver
-
-// Backend errors that the driver has no code for.
-var (
-	// ErrDestroyed: the stream, event, pool or module was destroyed.
-	ErrDestroyed = errorString("gpu: handle used after Destroy")
-	// ErrWrongDevice: a handle of one device was passed to another.
-	ErrWrongDevice = errorString("gpu: handle belongs to another device")
-)
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
 
 // Backend is one implementation of the interface: the real driver or the
 // simulator.

@@ -35,7 +35,7 @@ func TestAsyncViewConformance(t *testing.T) {
 				}
 			})
 			return r
-		}, dev, mrtest.Options{DetectsDoubleFree: true})
+		}, dev, mrtest.Options{DetectsDoubleFree: true, Foreign: testdev.Foreign(t)})
 	})
 	t.Run("current", func(t *testing.T) {
 		mrtest.Run(t, func(tb testing.TB, dev gpu.Device) mr.Resource {
@@ -64,7 +64,7 @@ func TestAsyncViewConformance(t *testing.T) {
 				}
 			})
 			return r
-		}, dev, mrtest.Options{DetectsDoubleFree: true})
+		}, dev, mrtest.Options{DetectsDoubleFree: true, Foreign: testdev.Foreign(t)})
 	})
 }
 

@@ -12,9 +12,9 @@
 #   2. a screenshot (PNG) that is not blank and shows pixels of each line
 #      color (report/internal/pngcheck, Go's image/png).
 #
-# The page comes from `streamalloc replay --html`, or, while the command's
-# --html is not wired to package report yet, from the report package's test
-# that writes the same page (STREAMALLOC_REPORT_HTML). Installs Chromium and the Liberation fonts with
+# The page comes from `streamalloc replay --html`, or, when the command does
+# not build, from the report package's test that writes the same page
+# (STREAMALLOC_REPORT_HTML). Installs Chromium and the Liberation fonts with
 # apt-get when missing (as root, or through sudo). Not part of `go test`:
 # CI has no browser.
 #
@@ -76,10 +76,6 @@ elif ! go build -o "$out/streamalloc" ./cmd/streamalloc || ! "$out/streamalloc" 
 elif "$out/streamalloc" replay --device sim --resource async,pool --html "$page" "${traces[@]}" >"$out/replay.txt" 2>"$out/replay.err"; then
 	echo "html-check: page from streamalloc replay --device sim --resource async,pool --html"
 	cat "$out/replay.txt"
-elif grep -q "not available yet" "$out/replay.err"; then
-	# The command's flag exists before package report is wired to it.
-	echo "html-check: $(cat "$out/replay.err"); page from go test ./report -run TestPageFromSharedTraces"
-	from_test
 else
 	cat "$out/replay.err" >&2
 	exit 1

@@ -9,22 +9,24 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/backend"
+	"github.com/streamalloc/streamalloc/gpu/cudagpu"
 )
 
-// driverUsable reports whether this machine can run the CUDA backend.
-func driverUsable() bool {
-	if cuda.Init() != nil {
-		return false
+// driverUsable reports whether this machine can run the CUDA backend, and
+// if not, cudagpu's reason.
+func driverUsable() (bool, error) {
+	b, err := cudagpu.Open()
+	if err != nil {
+		return false, err
 	}
-	n, err := cuda.DeviceCount()
-	return err == nil && n > 0
+	n, err := b.DeviceCount()
+	return err == nil && n > 0, err
 }
 
 func TestOpen(t *testing.T) {
-	gpuHere := driverUsable()
+	gpuHere, why := driverUsable()
 	autoName := "sim"
 	if gpuHere {
 		autoName = "cuda"
@@ -43,7 +45,7 @@ func TestOpen(t *testing.T) {
 	}
 	if gpuHere {
 		tests = append(tests, openCase{"cuda", "cuda", nil})
-	} else if errors.Is(cuda.Init(), cuda.ErrNoDriver) {
+	} else if errors.Is(why, gpu.ErrNoDriver) {
 		tests = append(tests, openCase{"cuda", "", gpu.ErrNoDriver})
 	} else {
 		tests = append(tests, openCase{"cuda", "", gpu.ErrNoDevice})

@@ -31,6 +31,14 @@
 // bytes do nothing once their handles are checked. A size no device can
 // hold is the driver's out-of-memory error.
 //
+// # Errors
+//
+// Driver errors are the binding's *cuda.Error values, returned wrapped but
+// unchanged: each matches the gpu.Code of its CUresult number with
+// errors.Is (package cuda's rule), so callers match gpu's sentinels and
+// never name package cuda. Open turns cuda.ErrNoDriver into
+// gpu.ErrNoDriver, the one error with no number.
+//
 // # Costs
 //
 // MallocAsync, FreeAsync, Event.Record and Stream.WaitEvent are one cgo
@@ -73,9 +81,17 @@ var (
 // first use. Without a driver the error matches gpu.ErrNoDriver; with a
 // driver but no device, gpu.ErrNoDevice. Every call returns the same
 // backend (or the same error).
+//
+// Open is the only place where the driver binding's errors are
+// translated: cuda.ErrNoDriver becomes gpu.ErrNoDriver. No later call can
+// meet it, since a Backend exists only once the driver has loaded, and
+// every driver status matches gpu's Code of the same number as it is.
 func Open() (gpu.Backend, error) {
 	openOnce.Do(func() {
 		if err := cuda.Init(); err != nil {
+			if errors.Is(err, cuda.ErrNoDriver) {
+				err = gpu.ErrNoDriver
+			}
 			openErr = fmt.Errorf("cudagpu: open: %w", err)
 			return
 		}

@@ -462,7 +462,7 @@ func TestLaunchArguments(t *testing.T) {
 			t.Errorf("fill%v: %v, want ErrInvalidValue", args, err)
 		}
 	}
-	if _, err := d.LoadModule("not ptx at all"); !errors.Is(err, gpu.ErrInvalidPTX) && !errors.Is(err, cuda.ErrInvalidImage) {
+	if _, err := d.LoadModule("not ptx at all"); !errors.Is(err, gpu.ErrInvalidPTX) && !errors.Is(err, gpu.ErrInvalidImage) {
 		t.Errorf("LoadModule(garbage): %v, want ErrInvalidPTX", err)
 	}
 	ok(t, s.Synchronize())
@@ -518,7 +518,7 @@ func TestKernels(t *testing.T) {
 	ok(t, s.Synchronize())
 }
 
-// The seed-001 loop: allocate 4 MiB, fill it with a kernel, check, free;
+// The notebook loop: allocate 4 MiB, fill it with a kernel, check, free;
 // 100 times on one stream, the data checked every time.
 func TestNotebookLoop(t *testing.T) {
 	_, d := needDevice(t)

@@ -11,6 +11,7 @@ package cudagpu
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/streamalloc/streamalloc/cuda"
@@ -28,7 +29,8 @@ type Device struct {
 	hostMu sync.Mutex
 	host   map[*byte]int // live MallocHost allocations: first byte -> size
 
-	foreign handleTable // raw handle -> wrapper (foreign.go)
+	captures atomic.Int32 // captures begun and not ended (capture.go)
+	foreign  handleTable  // raw handle -> wrapper (foreign.go)
 }
 
 // Context is the device's primary context, for code that calls package
@@ -196,6 +198,9 @@ func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) erro
 	if err != nil {
 		return err
 	}
+	if err := d.captureCopy("CopyHtoDAsync", cs, src); err != nil {
+		return err
+	}
 	return d.ctx.MemcpyHtoDAsync(cuda.DevicePtr(dst), src, cs.h)
 }
 
@@ -205,6 +210,9 @@ func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) erro
 func (d *Device) CopyDtoHAsync(dst []byte, src gpu.DevicePtr, s gpu.Stream) error {
 	cs, err := d.stream("CopyDtoHAsync", s)
 	if err != nil {
+		return err
+	}
+	if err := d.captureCopy("CopyDtoHAsync", cs, dst); err != nil {
 		return err
 	}
 	return d.ctx.MemcpyDtoHAsync(dst, cuda.DevicePtr(src), cs.h)

@@ -24,6 +24,7 @@ type Stream struct {
 	h    cuda.Stream
 	id   uint64
 	dead atomic.Bool
+	capt atomic.Pointer[capture] // the capture the stream is part of (capture.go)
 	// borrowed: adopted, not ours to destroy (foreign.go); tid: the OS
 	// thread of an adopted per-thread default stream, else 0.
 	borrowed bool
@@ -89,7 +90,11 @@ func (s *Stream) WaitEvent(e gpu.Event) error {
 	if err != nil {
 		return err
 	}
-	return s.dev.ctx.StreamWaitEvent(s.h, ce.h)
+	if err := s.dev.ctx.StreamWaitEvent(s.h, ce.h); err != nil {
+		return err
+	}
+	s.joinCapture(ce)
+	return nil
 }
 
 // Destroy is cuStreamDestroy; work already enqueued still runs. A second
@@ -118,7 +123,8 @@ type Event struct {
 	h        cuda.Event
 	timing   bool
 	dead     atomic.Bool
-	borrowed bool // adopted, not ours to destroy (foreign.go)
+	capt     atomic.Pointer[capture] // the capture of the stream it was last recorded on (capture.go)
+	borrowed bool                    // adopted, not ours to destroy (foreign.go)
 }
 
 // NewEvent creates an event; only timing events can measure time.
@@ -161,7 +167,11 @@ func (e *Event) Record(s gpu.Stream) error {
 	if err != nil {
 		return err
 	}
-	return e.dev.ctx.EventRecord(e.h, cs.h)
+	if err := e.dev.ctx.EventRecord(e.h, cs.h); err != nil {
+		return err
+	}
+	e.capt.Store(cs.capt.Load())
+	return nil
 }
 
 // Query is cuEventQuery: nil when completed or never recorded,

@@ -40,7 +40,7 @@ func words(l *sim.Launch) (gpu.DevicePtr, int, uint32, error) {
 		return 0, 0, 0, fmt.Errorf("%s: %d words: %w", l.Entry, n, gpu.ErrInvalidValue)
 	}
 	if p%4 != 0 {
-		return 0, 0, 0, fmt.Errorf("%s: word pointer %#x: %w", l.Entry, uint64(p), sim.ErrMisalignedAddress)
+		return 0, 0, 0, fmt.Errorf("%s: word pointer %#x: %w", l.Entry, uint64(p), gpu.ErrMisalignedAddress)
 	}
 	return p, int(n), seed, nil
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -49,6 +48,8 @@ type Backend struct {
 	hostMu  sync.Mutex
 	host    atomic.Pointer[hostClock]
 	streams sync.Map // stream ID -> *stream, for HappensBefore
+
+	captureState // captures of all devices (capture.go)
 }
 
 // hostClock is an immutable snapshot of the host's vector clock; gen
@@ -76,6 +77,7 @@ func New(cfg Config) *Backend {
 		cfg.HostCapacity = DefaultHostCapacity
 	}
 	b := &Backend{cfg: cfg}
+	b.active = make(map[*capture]struct{})
 	b.host.Store(&hostClock{})
 	for i := 0; i < cfg.Devices; i++ {
 		b.devices = append(b.devices, newDevice(b, i))
@@ -98,7 +100,7 @@ func (b *Backend) DriverVersion() (int, error) { return b.cfg.DriverVersion, nil
 // gpu.ErrNoDevice for a backend configured with none.
 func (b *Backend) DeviceCount() (int, error) {
 	if len(b.devices) == 0 {
-		return 0, driverErr("cuDeviceGetCount", cuda.ErrNoDevice)
+		return 0, driverErr("cuDeviceGetCount", gpu.ErrNoDevice)
 	}
 	return len(b.devices), nil
 }
@@ -106,10 +108,10 @@ func (b *Backend) DeviceCount() (int, error) {
 // Device returns device ordinal; the same *Device every time.
 func (b *Backend) Device(ordinal int) (gpu.Device, error) {
 	if len(b.devices) == 0 {
-		return nil, driverErr("cuDeviceGet", cuda.ErrNoDevice)
+		return nil, driverErr("cuDeviceGet", gpu.ErrNoDevice)
 	}
 	if ordinal < 0 || ordinal >= len(b.devices) {
-		return nil, driverErrf("cuDeviceGet", cuda.ErrInvalidDevice, "ordinal %d of %d devices", ordinal, len(b.devices))
+		return nil, driverErrf("cuDeviceGet", gpu.ErrInvalidDevice, "ordinal %d of %d devices", ordinal, len(b.devices))
 	}
 	return b.devices[ordinal], nil
 }

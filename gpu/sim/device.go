@@ -10,8 +10,8 @@ package sim
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -36,6 +36,8 @@ type Device struct {
 	hostAllocs map[*byte]int          // MallocHost slices by first byte
 	pinned     uint64
 	streams    map[*stream]struct{} // live streams, and destroyed ones not yet drained
+	gmem       graphMem             // graph memory (graph.go)
+	captures   atomic.Int32         // captures not ended (capture.go)
 
 	injMu sync.Mutex
 	inj   map[Op]*injection
@@ -118,9 +120,9 @@ func (d *Device) injectNamed(op Op, name string) error {
 }
 
 // FailNext makes the next n calls of op on this device fail with err (a
-// cuda.Result such as gpu.ErrLaunchFailed becomes a *cuda.Error naming the
+// gpu.Code such as gpu.ErrLaunchFailed becomes a *gpu.Error naming the
 // call; other errors are wrapped). A failing call changes nothing. n <= 0
-// cancels pending failures of op; a nil err means cuda.ErrUnknown.
+// cancels pending failures of op; a nil err means gpu.ErrUnknown.
 func (d *Device) FailNext(op Op, n int, err error) {
 	d.injMu.Lock()
 	defer d.injMu.Unlock()
@@ -129,7 +131,7 @@ func (d *Device) FailNext(op Op, n int, err error) {
 		return
 	}
 	if err == nil {
-		err = cuda.ErrUnknown
+		err = gpu.ErrUnknown
 	}
 	d.inj[op] = &injection{n: n, err: err}
 }
@@ -149,6 +151,9 @@ func (d *Device) MemGetInfo() (free, total uint64, err error) {
 // sticky error of its streams.
 func (d *Device) Synchronize() error {
 	if err := d.inject(OpCtxSynchronize); err != nil {
+		return err
+	}
+	if err := d.deviceGate("cuCtxSynchronize"); err != nil {
 		return err
 	}
 	err := d.syncAll("cuCtxSynchronize")

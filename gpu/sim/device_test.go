@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -289,11 +288,11 @@ func TestIllegalAddress(t *testing.T) {
 	e := f.event(false)
 	f.must(e.Record(f.s))
 	err = f.s.Synchronize()
-	wantErr(t, "Synchronize after an out-of-bounds kernel", err, cuda.ErrIllegalAddress)
-	wantErr(t, "Synchronize again (sticky)", f.s.Synchronize(), cuda.ErrIllegalAddress)
-	wantErr(t, "Query (sticky)", f.s.Query(), cuda.ErrIllegalAddress)
-	wantErr(t, "event recorded after the fault", e.Synchronize(), cuda.ErrIllegalAddress)
-	wantErr(t, "device Synchronize", f.dev.Synchronize(), cuda.ErrIllegalAddress)
+	wantErr(t, "Synchronize after an out-of-bounds kernel", err, gpu.ErrIllegalAddress)
+	wantErr(t, "Synchronize again (sticky)", f.s.Synchronize(), gpu.ErrIllegalAddress)
+	wantErr(t, "Query (sticky)", f.s.Query(), gpu.ErrIllegalAddress)
+	wantErr(t, "event recorded after the fault", e.Synchronize(), gpu.ErrIllegalAddress)
+	wantErr(t, "device Synchronize", f.dev.Synchronize(), gpu.ErrIllegalAddress)
 	// Nothing was written: the kernel faulted before, the memset was skipped.
 	got := make([]byte, 16)
 	f.must(f.dev.CopyDtoHAsync(got, p, other))
@@ -311,7 +310,7 @@ func TestIllegalAddress(t *testing.T) {
 	f.must(f.dev.FreeAsync(q, s2))
 	f.must(s2.Synchronize()) // the free ran; the host unmaps q
 	release()
-	wantErr(t, "memset of memory freed meanwhile", s1.Synchronize(), cuda.ErrIllegalAddress)
+	wantErr(t, "memset of memory freed meanwhile", s1.Synchronize(), gpu.ErrIllegalAddress)
 }
 
 func TestKernels(t *testing.T) {
@@ -375,7 +374,7 @@ func TestKernels(t *testing.T) {
 	s = f.stream()
 	p, _ := f.dev.Malloc(8)
 	f.must(f.dev.Launch(fn("test_misaligned"), one, one, 0, s, p))
-	wantErr(t, "misaligned atomic", s.Synchronize(), sim.ErrMisalignedAddress)
+	wantErr(t, "misaligned atomic", s.Synchronize(), gpu.ErrMisalignedAddress)
 
 	s = f.stream()
 	f.must(f.dev.MemsetD8Async(p, 0, 8, s))

@@ -28,6 +28,10 @@
 // context unusable; the simulator confines the error to the stream so a
 // test can go on.)
 //
+// What the driver would refuse is a *gpu.Error naming the driver call, with
+// the gpu.Code the driver returns; the package imports no driver binding,
+// so a program that runs only on the simulator links no cgo.
+//
 // # Decisions
 //
 // Where the driver leaves a choice or the simulator must simplify:
@@ -40,7 +44,7 @@
 //     memory, unmapped once the free has run;
 //   - sets and copies check their ranges when enqueued (gpu.ErrInvalidValue,
 //     nothing enqueued, as the driver validates pointers) and again when
-//     they run (cuda.ErrIllegalAddress, sticky);
+//     they run (gpu.ErrIllegalAddress, sticky);
 //   - a pool grows rather than insert a dependency between two streams;
 //     inserted waits are used only when it cannot grow;
 //   - MallocHost is Go memory, page-locked only in the model; managed
@@ -66,6 +70,15 @@
 // between them are therefore reported as a DATA RACE, and correctly ordered
 // code is clean. Atomic operations of kernels (Launch.AddUint32, ...) are
 // relaxed, as on the card: they neither order nor race.
+//
+// # Capture
+//
+// Streams can be captured into graphs (gpu.CaptureStream): captured work is
+// recorded, not run; what the driver forbids during a capture fails with
+// its error and invalidates the capture, as measured on an H100; a graph
+// launch replays the nodes on streams of the executable with the graph's
+// edges as event waits, so the race detector checks graphs too. See
+// capture.go and graph.go.
 //
 // # Test hooks
 //

@@ -26,6 +26,7 @@ type event struct {
 	mu        sync.Mutex
 	destroyed bool
 	rec       *op
+	capRec    *capRecord // the last record was in a capture (capture.go)
 }
 
 var _ gpu.Event = (*event)(nil)
@@ -64,12 +65,16 @@ func (e *event) Record(gs gpu.Stream) error {
 	if err := e.dev.inject(OpEventRecord); err != nil {
 		return err
 	}
+	if s.cs.capt.Load() != nil {
+		return e.captureRecord(s, call)
+	}
 	o := &op{kind: opRecord, name: call}
 	s.mu.Lock()
 	s.enqueueLocked(o)
 	s.mu.Unlock()
 	e.mu.Lock()
 	e.rec = o
+	e.capRec = nil
 	e.mu.Unlock()
 	return nil
 }
@@ -94,6 +99,9 @@ func (e *event) Query() error {
 	if err := e.dev.inject(OpEventQuery); err != nil {
 		return err
 	}
+	if err := e.eventGate(call); err != nil {
+		return err
+	}
 	r := e.current()
 	if r == nil {
 		return nil
@@ -115,6 +123,9 @@ func (e *event) Synchronize() error {
 		return err
 	}
 	if err := e.dev.inject(OpEventSynchronize); err != nil {
+		return err
+	}
+	if err := e.eventGate(call); err != nil {
 		return err
 	}
 	r := e.current()

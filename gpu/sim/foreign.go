@@ -33,7 +33,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/internal/osthread"
 )
@@ -184,7 +183,7 @@ func (d *Device) DestroyRawStream(raw uintptr) error {
 	s := d.foreign.streams[raw]
 	d.foreign.mu.Unlock()
 	if s == nil || !s.foreign {
-		return driverErrf("cuStreamDestroy", cuda.ErrInvalidHandle, "%#x is not a live raw stream", raw)
+		return driverErrf("cuStreamDestroy", gpu.ErrInvalidHandle, "%#x is not a live raw stream", raw)
 	}
 	return s.Destroy()
 }
@@ -207,7 +206,7 @@ func (d *Device) DestroyRawEvent(raw uintptr) error {
 	e := d.foreign.events[raw]
 	d.foreign.mu.Unlock()
 	if e == nil || !e.foreign {
-		return driverErrf("cuEventDestroy", cuda.ErrInvalidHandle, "%#x is not a live raw event", raw)
+		return driverErrf("cuEventDestroy", gpu.ErrInvalidHandle, "%#x is not a live raw event", raw)
 	}
 	return e.Destroy()
 }
@@ -234,7 +233,7 @@ func (d *Device) DestroyRawMemPool(raw uintptr) error {
 	p := d.foreign.pools[raw]
 	d.mu.Unlock()
 	if p == nil || !p.foreign {
-		return driverErrf("cuMemPoolDestroy", cuda.ErrInvalidHandle, "%#x is not a live raw pool", raw)
+		return driverErrf("cuMemPoolDestroy", gpu.ErrInvalidHandle, "%#x is not a live raw pool", raw)
 	}
 	return p.Destroy()
 }
@@ -266,7 +265,7 @@ func (b *Backend) AdoptContext(raw uintptr) (gpu.Device, error) {
 	if v, ok := rawContexts.Load(raw); ok {
 		return nil, wrap(call, fmt.Errorf("context %#x of %v is not its primary context: %w", raw, v, gpu.ErrForeignContext))
 	}
-	return nil, driverErrf(call, cuda.ErrInvalidHandle, "unknown context %#x", raw)
+	return nil, driverErrf(call, gpu.ErrInvalidHandle, "unknown context %#x", raw)
 }
 
 // --- Adoption -----------------------------------------------------------
@@ -306,7 +305,7 @@ func (d *Device) AdoptStream(raw uintptr) (gpu.Stream, error) {
 		}
 	default:
 		if s = t.streams[raw]; s == nil {
-			return nil, driverErrf(call, cuda.ErrInvalidHandle, "%#x is not a live stream of %v", raw, d)
+			return nil, driverErrf(call, gpu.ErrInvalidHandle, "%#x is not a live stream of %v", raw, d)
 		}
 		if !s.foreign {
 			return s, nil
@@ -331,7 +330,7 @@ func (d *Device) AdoptEvent(raw uintptr) (gpu.Event, error) {
 	}
 	e := t.events[raw]
 	if e == nil {
-		return nil, driverErrf(call, cuda.ErrInvalidHandle, "%#x is not a live event of %v", raw, d)
+		return nil, driverErrf(call, gpu.ErrInvalidHandle, "%#x is not a live event of %v", raw, d)
 	}
 	if !e.foreign {
 		return e, nil
@@ -361,7 +360,7 @@ func (d *Device) adoptPoolLocked(raw uintptr) (gpu.MemPool, error) {
 	}
 	p := t.pools[raw]
 	if p == nil {
-		return nil, driverErrf("cuMemPoolGetAttribute", cuda.ErrInvalidHandle, "%#x is not a live pool of %v", raw, d)
+		return nil, driverErrf("cuMemPoolGetAttribute", gpu.ErrInvalidHandle, "%#x is not a live pool of %v", raw, d)
 	}
 	if !p.foreign {
 		return p, nil
@@ -643,3 +642,43 @@ func (a *adoptedPool) Destroy() error {
 	d.mu.Unlock()
 	return nil
 }
+
+// The capture methods forward to the stream, so that an adopted stream
+// can be captured like one of ours (gpu.CaptureStream).
+
+// BeginCapture begins a capture on the stream.
+func (a *adoptedStream) BeginCapture(mode gpu.CaptureMode) error {
+	s, err := a.resolve("cuStreamBeginCapture")
+	if err != nil {
+		return err
+	}
+	return s.BeginCapture(mode)
+}
+
+// EndCapture ends the stream's capture and returns its graph.
+func (a *adoptedStream) EndCapture() (gpu.Graph, error) {
+	s, err := a.resolve("cuStreamEndCapture")
+	if err != nil {
+		return nil, err
+	}
+	return s.EndCapture()
+}
+
+// CaptureID is the stream's capture, 0 when it is not capturing.
+func (a *adoptedStream) CaptureID() uint64 {
+	if a == nil || a.dead.Load() {
+		return 0
+	}
+	return a.s.CaptureID()
+}
+
+// CaptureStatus is the stream's capture status.
+func (a *adoptedStream) CaptureStatus() (gpu.CaptureStatus, error) {
+	s, err := a.resolve("cuStreamGetCaptureInfo")
+	if err != nil {
+		return gpu.CaptureNone, err
+	}
+	return s.CaptureStatus()
+}
+
+var _ gpu.CaptureStream = (*adoptedStream)(nil)

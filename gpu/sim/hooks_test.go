@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -139,9 +138,9 @@ func TestFailNext(t *testing.T) {
 			before := f.state(s)
 			f.sd.FailNext(c.op, 1, gpu.ErrLaunchFailed)
 			err := c.call()
-			var ce *cuda.Error
-			if !errors.As(err, &ce) || ce.Code != cuda.ErrLaunchFailed || ce.Op != c.name {
-				t.Fatalf("got %v, want a *cuda.Error from %s with CUDA_ERROR_LAUNCH_FAILED", err, c.name)
+			var ce *gpu.Error
+			if !errors.As(err, &ce) || ce.Code != gpu.ErrLaunchFailed || ce.Op != c.name {
+				t.Fatalf("got %v, want a *gpu.Error from %s with CUDA_ERROR_LAUNCH_FAILED", err, c.name)
 			}
 			f.must(s.Synchronize())
 			if after := f.state(s); after != before {
@@ -170,7 +169,7 @@ func TestFailNext(t *testing.T) {
 	f.must(err)
 	f.must(f.dev.Free(p))
 	f.sd.FailNext(sim.OpFree, 1, nil)
-	wantErr(t, "nil error injects CUDA_ERROR_UNKNOWN", f.dev.Free(p), cuda.ErrUnknown)
+	wantErr(t, "nil error injects CUDA_ERROR_UNKNOWN", f.dev.Free(p), gpu.ErrUnknown)
 }
 
 func TestHappensBefore(t *testing.T) {

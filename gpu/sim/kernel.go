@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -123,13 +122,13 @@ func (d *Device) LoadModule(ptx string) (gpu.Module, error) {
 	}
 	entries, err := parsePTX(ptx)
 	if err != nil {
-		return nil, driverErrf(call, cuda.ErrInvalidPTX, "%v", err)
+		return nil, driverErrf(call, gpu.ErrInvalidPTX, "%v", err)
 	}
 	m := &module{dev: d, funcs: make(map[string]*function)}
 	for name, params := range entries {
 		fn, ok := registry.Load(name)
 		if !ok {
-			return nil, driverErrf(call, cuda.ErrNotFound, "entry %q has no Go implementation (sim.RegisterKernel)", name)
+			return nil, driverErrf(call, gpu.ErrNotFound, "entry %q has no Go implementation (sim.RegisterKernel)", name)
 		}
 		m.funcs[name] = &function{m: m, name: name, fn: fn.(KernelFunc), params: params}
 	}
@@ -147,7 +146,7 @@ func (m *module) Function(name string) (gpu.Function, error) {
 	}
 	f, ok := m.funcs[name]
 	if !ok {
-		return nil, driverErrf(call, cuda.ErrNotFound, "no entry %q in module", name)
+		return nil, driverErrf(call, gpu.ErrNotFound, "no entry %q in module", name)
 	}
 	return f, nil
 }
@@ -226,30 +225,33 @@ func (d *Device) Launch(gf gpu.Function, grid, block gpu.Dim3, sharedMem int, gs
 	b, ok2 := dim(block)
 	switch {
 	case !ok1 || !ok2:
-		return driverErrf(call, cuda.ErrInvalidValue, "negative grid %v or block %v", grid, block)
+		return driverErrf(call, gpu.ErrInvalidValue, "negative grid %v or block %v", grid, block)
 	case b.X > 1024 || b.Y > 1024 || b.Z > 64 || b.X*b.Y*b.Z > 1024:
-		return driverErrf(call, cuda.ErrInvalidValue, "block %v over 1024 threads", block)
+		return driverErrf(call, gpu.ErrInvalidValue, "block %v over 1024 threads", block)
 	case g.X > 1<<31-1 || g.Y > 65535 || g.Z > 65535:
-		return driverErrf(call, cuda.ErrInvalidValue, "grid %v too large", grid)
+		return driverErrf(call, gpu.ErrInvalidValue, "grid %v too large", grid)
 	case sharedMem < 0 || sharedMem > 48<<10:
-		return driverErrf(call, cuda.ErrInvalidValue, "dynamic shared memory %d bytes", sharedMem)
+		return driverErrf(call, gpu.ErrInvalidValue, "dynamic shared memory %d bytes", sharedMem)
 	}
 	for i, a := range args {
 		if argSize(a) == 0 {
-			return driverErrf(call, cuda.ErrInvalidValue, "%s: argument %d has type %T", f.name, i, a)
+			return driverErrf(call, gpu.ErrInvalidValue, "%s: argument %d has type %T", f.name, i, a)
 		}
 	}
 	if f.params != nil {
 		if len(args) != len(f.params) {
-			return driverErrf(call, cuda.ErrInvalidValue, "%s takes %d parameters, got %d arguments", f.name, len(f.params), len(args))
+			return driverErrf(call, gpu.ErrInvalidValue, "%s takes %d parameters, got %d arguments", f.name, len(f.params), len(args))
 		}
 		for i, a := range args {
 			if argSize(a) != f.params[i] {
-				return driverErrf(call, cuda.ErrInvalidValue, "%s: parameter %d is %d bytes, argument is %T", f.name, i, f.params[i], a)
+				return driverErrf(call, gpu.ErrInvalidValue, "%s: parameter %d is %d bytes, argument is %T", f.name, i, f.params[i], a)
 			}
 		}
 	}
 	l := &Launch{Entry: f.name, Grid: g, Block: b, SharedMem: sharedMem, Args: append([]any(nil), args...), dev: d, fn: f.fn}
+	if s.cs.capt.Load() != nil {
+		return s.captureOp(&op{kind: opLaunch, name: call, launch: l}, nil)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
@@ -265,15 +267,15 @@ func (d *Device) runKernel(o *op) (err error) {
 	l.stream = o.s.id
 	defer func() {
 		if r := recover(); r != nil {
-			err = driverErrf(o.name, cuda.ErrLaunchFailed, "kernel %s panicked: %v", l.Entry, r)
+			err = driverErrf(o.name, gpu.ErrLaunchFailed, "kernel %s panicked: %v", l.Entry, r)
 		}
 	}()
 	if err := l.fn(l); err != nil {
-		var code cuda.Result
+		var code gpu.Code
 		if errors.As(err, &code) {
 			return fmt.Errorf("%s: kernel %s: %w", o.name, l.Entry, err)
 		}
-		return fmt.Errorf("%w: kernel %s: %w", &cuda.Error{Op: o.name, Code: cuda.ErrLaunchFailed}, l.Entry, err)
+		return fmt.Errorf("%w: kernel %s: %w", &gpu.Error{Op: o.name, Code: gpu.ErrLaunchFailed}, l.Entry, err)
 	}
 	return nil
 }

@@ -3,7 +3,7 @@
 //
 // Views of device memory are bounds-checked against the mapped
 // allocations of the launch's device; an access outside them is an error
-// matching cuda.ErrIllegalAddress, which the kernel returns (failing the
+// matching gpu.ErrIllegalAddress, which the kernel returns (failing the
 // stream, as a fault would). Byte views alias device memory, so what the
 // kernel does to them is what the race detector checks. Atomic operations
 // are relaxed: they are neither ordered nor reported.
@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -37,7 +36,7 @@ func (l *Launch) Stream() uint64 { return l.stream }
 
 func (l *Launch) arg(i int) (any, error) {
 	if i < 0 || i >= len(l.Args) {
-		return nil, fmt.Errorf("%w: kernel %s: no argument %d of %d", &cuda.Error{Op: "cuLaunchKernel", Code: cuda.ErrInvalidValue}, l.Entry, i, len(l.Args))
+		return nil, fmt.Errorf("%w: kernel %s: no argument %d of %d", &gpu.Error{Op: "cuLaunchKernel", Code: gpu.ErrInvalidValue}, l.Entry, i, len(l.Args))
 	}
 	return l.Args[i], nil
 }
@@ -56,7 +55,7 @@ func (l *Launch) ArgUint64(i int) (uint64, error) {
 	case int64:
 		return uint64(v), nil
 	}
-	return 0, fmt.Errorf("%w: kernel %s: argument %d is %T, not 64-bit", &cuda.Error{Op: "cuLaunchKernel", Code: cuda.ErrInvalidValue}, l.Entry, i, a)
+	return 0, fmt.Errorf("%w: kernel %s: argument %d is %T, not 64-bit", &gpu.Error{Op: "cuLaunchKernel", Code: gpu.ErrInvalidValue}, l.Entry, i, a)
 }
 
 // ArgPtr returns argument i as a device pointer.
@@ -77,13 +76,13 @@ func (l *Launch) ArgUint32(i int) (uint32, error) {
 	case int32:
 		return uint32(v), nil
 	}
-	return 0, fmt.Errorf("%w: kernel %s: argument %d is %T, not 32-bit", &cuda.Error{Op: "cuLaunchKernel", Code: cuda.ErrInvalidValue}, l.Entry, i, a)
+	return 0, fmt.Errorf("%w: kernel %s: argument %d is %T, not 32-bit", &gpu.Error{Op: "cuLaunchKernel", Code: gpu.ErrInvalidValue}, l.Entry, i, a)
 }
 
 // Chunks calls fn on consecutive pieces of the n bytes of device memory at
 // p; off is each piece's offset from p. Pieces alias device memory. If the
 // range is not inside one allocation, Chunks touches nothing and returns
-// an error matching cuda.ErrIllegalAddress. An error from fn stops the
+// an error matching gpu.ErrIllegalAddress. An error from fn stops the
 // walk and is returned.
 func (l *Launch) Chunks(p gpu.DevicePtr, n int, fn func(off int, b []byte) error) error {
 	return l.dev.chunks("cuLaunchKernel", p, n, fn)
@@ -92,7 +91,7 @@ func (l *Launch) Chunks(p gpu.DevicePtr, n int, fn func(off int, b []byte) error
 // Bytes returns the n bytes at p as one slice aliasing device memory. The
 // backing of allocations over 64 MiB is in 2 MiB pages: a range crossing a
 // page boundary there is an error matching gpu.ErrNotSupported (use
-// Chunks). Outside any allocation: an error matching cuda.ErrIllegalAddress.
+// Chunks). Outside any allocation: an error matching gpu.ErrIllegalAddress.
 func (l *Launch) Bytes(p gpu.DevicePtr, n int) ([]byte, error) {
 	var out []byte
 	err := l.Chunks(p, n, func(off int, b []byte) error {
@@ -108,7 +107,7 @@ func (l *Launch) Bytes(p gpu.DevicePtr, n int) ([]byte, error) {
 // word returns a pointer to the aligned word of size bytes at p.
 func (l *Launch) word(p gpu.DevicePtr, size int) (unsafe.Pointer, error) {
 	if uint64(p)%uint64(size) != 0 {
-		return nil, fmt.Errorf("%w: kernel %s: %d-byte access at %#x", &cuda.Error{Op: "cuLaunchKernel", Code: ErrMisalignedAddress}, l.Entry, size, uint64(p))
+		return nil, fmt.Errorf("%w: kernel %s: %d-byte access at %#x", &gpu.Error{Op: "cuLaunchKernel", Code: gpu.ErrMisalignedAddress}, l.Entry, size, uint64(p))
 	}
 	b, err := l.Bytes(p, size)
 	if err != nil {

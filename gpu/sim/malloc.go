@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -29,6 +28,7 @@ const (
 	allocMalloc allocKind = iota
 	allocManaged
 	allocPool
+	allocGraph // a graph's allocation node (graph.go)
 )
 
 // allocation is a live allocation, by address in Device.allocs.
@@ -39,6 +39,7 @@ type allocation struct {
 	seg       *segment // allocMalloc, allocManaged
 	blk       *block   // allocPool
 	freeOp    *op      // async free of cuMemAlloc memory, pending
+	ga        *graphAlloc
 }
 
 func mallocCharge(size uint64) uint64 {
@@ -52,11 +53,11 @@ func mallocCharge(size uint64) uint64 {
 func (d *Device) checkSize(call string, size int) error {
 	switch {
 	case size < 0:
-		return driverErrf(call, cuda.ErrInvalidValue, "negative size %d", size)
+		return driverErrf(call, gpu.ErrInvalidValue, "negative size %d", size)
 	case size == 0:
-		return driverErrf(call, cuda.ErrInvalidValue, "size 0")
+		return driverErrf(call, gpu.ErrInvalidValue, "size 0")
 	case uint64(size) > d.capacity:
-		return driverErrf(call, cuda.ErrOutOfMemory, "%d bytes requested, device capacity %d", size, d.capacity)
+		return driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested, device capacity %d", size, d.capacity)
 	}
 	return nil
 }
@@ -65,7 +66,7 @@ func (d *Device) checkSize(call string, size int) error {
 // space, and maps a segment there.
 func (d *Device) mapLocked(call string, size, charge uint64) (*segment, error) {
 	if d.committed+charge > d.capacity {
-		return nil, driverErrf(call, cuda.ErrOutOfMemory, "%d bytes requested, %d of %d free", size, d.capacity-d.committed, d.capacity)
+		return nil, driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested, %d of %d free", size, d.capacity-d.committed, d.capacity)
 	}
 	a := uint64(align)
 	if size >= bigAlign {
@@ -73,7 +74,7 @@ func (d *Device) mapLocked(call string, size, charge uint64) (*segment, error) {
 	}
 	base, ok := d.va.alloc(roundUp(size, align), a)
 	if !ok {
-		return nil, driverErrf(call, cuda.ErrOutOfMemory, "%d bytes requested: address space exhausted", size)
+		return nil, driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested: address space exhausted", size)
 	}
 	d.committed += charge
 	seg := newSegment(base, size)
@@ -117,6 +118,9 @@ func (d *Device) malloc(op Op, size int, kind allocKind) (gpu.DevicePtr, error) 
 	if err := d.checkSize(call, size); err != nil {
 		return 0, err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return 0, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reapLocked()
@@ -148,11 +152,14 @@ func (d *Device) Free(p gpu.DevicePtr) error {
 	if err := d.inject(OpFree); err != nil {
 		return err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	a := d.allocs[uint64(p)]
-	if a == nil {
+	if a == nil || a.kind == allocGraph {
 		d.mu.Unlock()
-		return driverErrf(call, cuda.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
+		return driverErrf(call, gpu.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
 	}
 	delete(d.allocs, uint64(p)) // claimed: a concurrent Free of p now fails
 	d.mu.Unlock()
@@ -179,16 +186,19 @@ func (d *Device) MallocHost(size int) ([]byte, error) {
 	if err := d.inject(OpMallocHost); err != nil {
 		return nil, err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return nil, err
+	}
 	if size < 0 {
-		return nil, driverErrf(call, cuda.ErrInvalidValue, "negative size %d", size)
+		return nil, driverErrf(call, gpu.ErrInvalidValue, "negative size %d", size)
 	}
 	if size == 0 {
-		return nil, driverErrf(call, cuda.ErrInvalidValue, "size 0")
+		return nil, driverErrf(call, gpu.ErrInvalidValue, "size 0")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if uint64(size) > d.b.cfg.HostCapacity-d.pinned {
-		return nil, driverErrf(call, cuda.ErrOutOfMemory, "%d bytes of page-locked memory requested, %d free", size, d.b.cfg.HostCapacity-d.pinned)
+		return nil, driverErrf(call, gpu.ErrOutOfMemory, "%d bytes of page-locked memory requested, %d free", size, d.b.cfg.HostCapacity-d.pinned)
 	}
 	b := make([]byte, size)
 	d.hostAllocs[unsafe.SliceData(b)] = size
@@ -203,15 +213,18 @@ func (d *Device) FreeHost(b []byte) error {
 	if err := d.inject(OpFreeHost); err != nil {
 		return err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if cap(b) == 0 {
-		return driverErrf(call, cuda.ErrInvalidValue, "empty slice")
+		return driverErrf(call, gpu.ErrInvalidValue, "empty slice")
 	}
 	key := unsafe.SliceData(b)
 	n, ok := d.hostAllocs[key]
 	if !ok {
-		return driverErrf(call, cuda.ErrInvalidValue, "%p is not page-locked memory of device %d", key, d.ordinal)
+		return driverErrf(call, gpu.ErrInvalidValue, "%p is not page-locked memory of device %d", key, d.ordinal)
 	}
 	delete(d.hostAllocs, key)
 	d.pinned -= uint64(n)
@@ -229,11 +242,23 @@ func (d *Device) FreeAsync(p gpu.DevicePtr, gs gpu.Stream) error {
 	if err := d.inject(OpFreeAsync); err != nil {
 		return err
 	}
+	capturing := s.cs.capt.Load() != nil
+	if !capturing {
+		if err := d.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if capturing {
+		return d.captureFreeLocked(call, p, s)
+	}
 	a := d.allocs[uint64(p)]
 	if a == nil {
-		return driverErrf(call, cuda.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
+		return driverErrf(call, gpu.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
+	}
+	if a.kind == allocGraph {
+		return d.freeGraphAllocLocked(call, a, s)
 	}
 	delete(d.allocs, uint64(p))
 	o := &op{kind: opFree, name: call}

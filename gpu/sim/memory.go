@@ -27,7 +27,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -293,17 +292,17 @@ func (s *segment) piece(off, n uint64) []byte {
 // chunks calls fn on consecutive pieces of the n bytes at p, off being
 // each piece's offset from p. The whole range is checked first: if it is
 // not inside one mapped segment, chunks touches nothing and returns an
-// error matching cuda.ErrIllegalAddress naming call.
+// error matching gpu.ErrIllegalAddress naming call.
 func (d *Device) chunks(call string, p gpu.DevicePtr, n int, fn func(off int, b []byte) error) error {
 	if n <= 0 {
 		if n < 0 {
-			return driverErrf(call, cuda.ErrInvalidValue, "negative size %d", n)
+			return driverErrf(call, gpu.ErrInvalidValue, "negative size %d", n)
 		}
 		return nil
 	}
 	s, off := d.lookup(uint64(p), uint64(n))
 	if s == nil {
-		return driverErrf(call, cuda.ErrIllegalAddress, "[%#x, +%d) is not inside one allocation of device %d", uint64(p), n, d.ordinal)
+		return driverErrf(call, gpu.ErrIllegalAddress, "[%#x, +%d) is not inside one allocation of device %d", uint64(p), n, d.ordinal)
 	}
 	done := 0
 	for done < n {

@@ -9,7 +9,7 @@ package sim
 import (
 	"fmt"
 
-	"github.com/streamalloc/streamalloc/cuda"
+	"github.com/streamalloc/streamalloc/gpu"
 )
 
 // Op names a driver call, for FailNext.
@@ -98,18 +98,14 @@ func (o Op) String() string {
 	return fmt.Sprintf("sim.Op(%d)", int(o))
 }
 
-// ErrMisalignedAddress is CUDA_ERROR_MISALIGNED_ADDRESS, which a kernel
-// gets for a misaligned word access (cuda.Result has no name for it).
-const ErrMisalignedAddress = cuda.ErrMisalignedAddress
-
 // driverErr is the error the driver returns from call name with code.
-func driverErr(name string, code cuda.Result) error {
-	return &cuda.Error{Op: name, Code: code}
+func driverErr(name string, code gpu.Code) error {
+	return &gpu.Error{Op: name, Code: code}
 }
 
 // driverErrf is driverErr with a detail message; it still matches code.
-func driverErrf(name string, code cuda.Result, format string, args ...any) error {
-	return fmt.Errorf("%w: %s", &cuda.Error{Op: name, Code: code}, fmt.Sprintf(format, args...))
+func driverErrf(name string, code gpu.Code, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", &gpu.Error{Op: name, Code: code}, fmt.Sprintf(format, args...))
 }
 
 // wrap is a backend error (ErrDestroyed, ErrWrongDevice, ...) from call
@@ -119,11 +115,11 @@ func wrap(name string, err error) error {
 }
 
 // injected turns an error given to FailNext into what the call returns: a
-// cuda.Result becomes a *cuda.Error naming the call, anything else is
+// gpu.Code becomes a *gpu.Error naming the call, anything else is
 // wrapped with the call's name.
 func injected(name string, err error) error {
-	if r, ok := err.(cuda.Result); ok {
-		return &cuda.Error{Op: name, Code: r}
+	if r, ok := err.(gpu.Code); ok {
+		return &gpu.Error{Op: name, Code: r}
 	}
 	return wrap(name, err)
 }

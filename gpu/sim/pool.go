@@ -53,7 +53,6 @@ package sim
 import (
 	"fmt"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -194,9 +193,18 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 	if err := d.checkSize(call, size); err != nil {
 		return 0, err
 	}
+	capturing := s.cs.capt.Load() != nil
+	if !capturing {
+		if err := d.unsafeCall(call); err != nil {
+			return 0, err
+		}
+	}
 	d.reapLocked()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if capturing {
+		return d.captureAllocLocked(call, s, size)
+	}
 	b, waits, acquires, err := p.allocLocked(call, s, uint64(size))
 	if err != nil {
 		return 0, err
@@ -474,6 +482,11 @@ func (p *memPool) checkLive(call string) error {
 // Attribute reads a pool attribute.
 func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 	const call = "cuMemPoolGetAttribute"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return 0, err
+		}
+	}
 	if err := p.enter(call, OpMemPoolGetAttribute); err != nil {
 		return 0, err
 	}
@@ -502,7 +515,7 @@ func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 	case gpu.PoolUsedMemHigh:
 		return p.usedHigh, nil
 	}
-	return 0, driverErrf(call, cuda.ErrInvalidValue, "unknown pool attribute %d", int(a))
+	return 0, driverErrf(call, gpu.ErrInvalidValue, "unknown pool attribute %d", int(a))
 }
 
 // enter begins a pool call that may be failed by injection: it takes the
@@ -530,6 +543,11 @@ func (p *memPool) enter(call string, op Op) error {
 // resets them to the current amounts.
 func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 	const call = "cuMemPoolSetAttribute"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	if err := p.enter(call, OpMemPoolSetAttribute); err != nil {
 		return err
 	}
@@ -545,7 +563,7 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 		p.threshold = v
 	case gpu.PoolReservedMemHigh, gpu.PoolUsedMemHigh:
 		if v != 0 {
-			return driverErrf(call, cuda.ErrInvalidValue, "high-water mark %d may only be reset to 0, not %d", int(a), v)
+			return driverErrf(call, gpu.ErrInvalidValue, "high-water mark %d may only be reset to 0, not %d", int(a), v)
 		}
 		if a == gpu.PoolReservedMemHigh {
 			p.reservedHigh = p.reserved
@@ -553,7 +571,7 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 			p.usedHigh = p.used
 		}
 	default:
-		return driverErrf(call, cuda.ErrInvalidValue, "pool attribute %d cannot be set", int(a))
+		return driverErrf(call, gpu.ErrInvalidValue, "pool attribute %d cannot be set", int(a))
 	}
 	return nil
 }
@@ -562,6 +580,11 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 // stay reserved.
 func (p *memPool) TrimTo(minBytesToKeep uint64) error {
 	const call = "cuMemPoolTrimTo"
+	if p != nil {
+		if err := p.dev.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	if err := p.enter(call, OpMemPoolTrimTo); err != nil {
 		return err
 	}
@@ -584,7 +607,7 @@ func (p *memPool) Destroy() error {
 		return err
 	}
 	if p.isDefault {
-		return driverErrf(call, cuda.ErrInvalidValue, "the default pool cannot be destroyed")
+		return driverErrf(call, gpu.ErrInvalidValue, "the default pool cannot be destroyed")
 	}
 	if err := p.dev.inject(OpMemPoolDestroy); err != nil {
 		return err

@@ -18,9 +18,9 @@
 // than by atomics alone on purpose: a "store my flag, then load yours"
 // handshake needs sequentially consistent atomics, and inside
 // runtime.RaceDisable (below) the race runtime's atomics are only
-// acquire/release, so such a handshake loses wake-ups under -race.
-// (It did: work linked as the worker gave up was left with no worker, and
-// Synchronize waited forever.)
+// acquire/release, so such a handshake loses wake-ups under -race: work
+// linked as the worker gives up is left with no worker, and Synchronize
+// waits forever.
 //
 // The link pointers, running, done, waiters and the sticky error are
 // atomics accessed with race synchronization disabled, and wmu is taken
@@ -46,7 +46,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
@@ -64,6 +63,7 @@ const (
 	opCopyDtoH
 	opCopyDtoD
 	opLaunch
+	opGraphJoin // a wait on another lane of a graph launch, taking its sticky error (graph.go)
 )
 
 // op is one operation on a stream. Fields above next are written by the
@@ -115,6 +115,7 @@ type stream struct {
 	deps      vclock
 	hostGen   uint64
 	hist      []histEntry
+	cs        capState // its part in a capture (capture.go)
 
 	tailSync byte // race-detector address chaining the stream's workers
 
@@ -263,7 +264,7 @@ func (s *stream) work(o *op) {
 		if o.launch != nil {
 			what = "kernel " + o.launch.Entry
 		}
-		s.setSticky(driverErrf(o.name, cuda.ErrLaunchFailed, "%s: the stream's goroutine exited inside it (runtime.Goexit)", what))
+		s.setSticky(driverErrf(o.name, gpu.ErrLaunchFailed, "%s: the stream's goroutine exited inside it (runtime.Goexit)", what))
 		raceRelease(unsafe.Pointer(o))
 		raceRelease(unsafe.Pointer(&s.tailSync))
 		if next := s.complete(o); next != nil {
@@ -331,6 +332,13 @@ func (s *stream) exec(o *op) {
 			r.s.waitSeq(r.seq)
 			raceAcquire(unsafe.Pointer(r))
 		}
+	case opGraphJoin:
+		r := o.rec
+		r.s.waitSeq(r.seq)
+		raceAcquire(unsafe.Pointer(r))
+		if err := r.s.stickyErr(); err != nil {
+			s.setSticky(err)
+		}
 	case opAlloc:
 		for _, w := range o.waits {
 			w.s.waitSeq(w.seq)
@@ -395,6 +403,9 @@ func (s *stream) Synchronize() error {
 	if err := s.dev.inject(OpStreamSynchronize); err != nil {
 		return err
 	}
+	if err := s.streamGate("cuStreamSynchronize"); err != nil {
+		return err
+	}
 	err := s.syncNow("cuStreamSynchronize")
 	s.dev.afterSync()
 	return err
@@ -410,6 +421,9 @@ func (s *stream) Query() error {
 		return wrap("cuStreamQuery", gpu.ErrDestroyed)
 	}
 	if err := s.dev.inject(OpStreamQuery); err != nil {
+		return err
+	}
+	if err := s.streamGate("cuStreamQuery"); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -439,6 +453,9 @@ func (s *stream) WaitEvent(ge gpu.Event) error {
 		return err
 	}
 	if err := s.dev.inject(OpStreamWaitEvent); err != nil {
+		return err
+	}
+	if done, err := s.captureWait(e, call); done {
 		return err
 	}
 	e.mu.Lock()

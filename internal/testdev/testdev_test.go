@@ -3,8 +3,8 @@ package testdev_test
 import (
 	"testing"
 
-	"github.com/streamalloc/streamalloc/cuda"
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/cudagpu"
 	"github.com/streamalloc/streamalloc/internal/testdev"
 )
 
@@ -30,9 +30,10 @@ func TestKinds(t *testing.T) {
 	})
 	t.Run("cuda", func(t *testing.T) {
 		t.Setenv(testdev.Env, "cuda")
-		n, err := 0, cuda.Init()
+		n := 0
+		cb, err := cudagpu.Open()
 		if err == nil {
-			n, err = cuda.DeviceCount()
+			n, err = cb.DeviceCount()
 		}
 		usable := err == nil && n > 0
 		ft := &fatalRecorder{TB: t}
@@ -131,5 +132,18 @@ func TestMust(t *testing.T) {
 	}
 	if failed, _ := call(t, func(tb testing.TB) { testdev.Must(0, gpu.ErrOutOfMemory)(tb) }); !failed {
 		t.Error("Must(0, err) did not fail the test")
+	}
+}
+
+// Foreign is a simulated device of its own, whatever the environment asks
+// for, and never Device's.
+func TestForeign(t *testing.T) {
+	t.Setenv(testdev.Env, "sim")
+	d, f := testdev.Device(t), testdev.Foreign(t)
+	if f == d || !f.Properties().Simulated {
+		t.Errorf("Foreign() = %v (simulated %v), Device() = %v", f, f.Properties().Simulated, d)
+	}
+	if f2 := testdev.Foreign(t); f2 == f {
+		t.Error("two Foreign devices share a simulator")
 	}
 }

@@ -1,15 +1,18 @@
-package trace
+package torchsnap
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	pickle "github.com/kisielk/og-rek"
+
+	"github.com/streamalloc/streamalloc/trace"
 )
 
 // Addresses and streams of testdata/gen_snapshot.py.
@@ -27,26 +30,42 @@ const (
 
 func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
 
-// The events of the fixture, both devices merged by time_us (see the
-// mapping in snapshot.go): P0 and A0 were allocated before the history
-// began, free_requested entries give way to free_completed, oom is a
-// failure, segment/snapshot/annotate/unknown entries are skipped.
-var fixtureAll = []Event{
-	{Op: Alloc, Ptr: fxP0, Size: 512, Time: us(1002)},
-	{Op: Alloc, Ptr: fxA0, Size: 1000, Time: us(1002)},
-	{Op: Free, Ptr: fxP0, Size: 512, Time: us(1002), Line: 3},
-	{Op: Alloc, Ptr: fxA1, Size: 1024, Time: us(1003), Line: 4},
-	{Op: Alloc, Ptr: fxA2, Size: 4096, Stream: fxS1, Time: us(1004), Line: 5},
-	{Op: Free, Ptr: fxA1, Size: 1024, Time: us(1006), Line: 7},
-	{Op: AllocFailure, Size: 1 << 40, Time: us(1007), Line: 8},
-	{Op: Alloc, Ptr: fxB1, Size: 777, Time: us(1008), Line: 1},
-	{Op: Alloc, Ptr: fxA3, Size: 2048, Stream: fxS1, Time: us(1009), Line: 9},
-	{Op: Alloc, Ptr: fxA4, Size: 256, Time: us(1012), Line: 12},
-	{Op: Free, Ptr: fxA2, Size: 4096, Stream: fxS1, Time: us(1013), Line: 13},
+// readAll drains r: the events up to io.EOF, or up to the first error.
+func readAll(t testing.TB, r trace.Reader) ([]trace.Event, error) {
+	t.Helper()
+	var evs []trace.Event
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return evs, err
+		}
+		evs = append(evs, ev)
+	}
 }
 
-func without(evs []Event, ptr uint64) []Event {
-	var out []Event
+// The events of the fixture, both devices merged by time_us (see the
+// mapping in the package comment): P0 and A0 were allocated before the history
+// began, free_requested entries give way to free_completed, oom is a
+// failure, segment/snapshot/annotate/unknown entries are skipped.
+var fixtureAll = []trace.Event{
+	{Op: trace.Alloc, Ptr: fxP0, Size: 512, Time: us(1002)},
+	{Op: trace.Alloc, Ptr: fxA0, Size: 1000, Time: us(1002)},
+	{Op: trace.Free, Ptr: fxP0, Size: 512, Time: us(1002), Line: 3},
+	{Op: trace.Alloc, Ptr: fxA1, Size: 1024, Time: us(1003), Line: 4},
+	{Op: trace.Alloc, Ptr: fxA2, Size: 4096, Stream: fxS1, Time: us(1004), Line: 5},
+	{Op: trace.Free, Ptr: fxA1, Size: 1024, Time: us(1006), Line: 7},
+	{Op: trace.AllocFailure, Size: 1 << 40, Time: us(1007), Line: 8},
+	{Op: trace.Alloc, Ptr: fxB1, Size: 777, Time: us(1008), Line: 1},
+	{Op: trace.Alloc, Ptr: fxA3, Size: 2048, Stream: fxS1, Time: us(1009), Line: 9},
+	{Op: trace.Alloc, Ptr: fxA4, Size: 256, Time: us(1012), Line: 12},
+	{Op: trace.Free, Ptr: fxA2, Size: 4096, Stream: fxS1, Time: us(1013), Line: 13},
+}
+
+func without(evs []trace.Event, ptr uint64) []trace.Event {
+	var out []trace.Event
 	for _, e := range evs {
 		if e.Ptr != ptr {
 			out = append(out, e)
@@ -58,24 +77,24 @@ func without(evs []Event, ptr uint64) []Event {
 func TestSnapshotFixtures(t *testing.T) {
 	tests := []struct {
 		file       string
-		opts       *Options
-		want       []Event
+		opts       *trace.Options
+		want       []trace.Event
 		compressed bool
 		skipped    int
 	}{
 		{"testdata/snapshot.pickle", nil, fixtureAll, false, 8},
 		{"testdata/snapshot-p2.pickle.gz", nil, fixtureAll, true, 8},
-		{"testdata/snapshot.pickle", &Options{Devices: []int{0}}, without(fixtureAll, fxB1), false, 8},
-		{"testdata/snapshot.pickle", &Options{Devices: []int{1}},
-			[]Event{{Op: Alloc, Ptr: fxB1, Size: 777, Time: us(1008), Line: 1}}, false, 0},
-		{"testdata/snapshot.pickle", &Options{Devices: []int{5}}, nil, false, 0},
+		{"testdata/snapshot.pickle", &trace.Options{Devices: []int{0}}, without(fixtureAll, fxB1), false, 8},
+		{"testdata/snapshot.pickle", &trace.Options{Devices: []int{1}},
+			[]trace.Event{{Op: trace.Alloc, Ptr: fxB1, Size: 777, Time: us(1008), Line: 1}}, false, 0},
+		{"testdata/snapshot.pickle", &trace.Options{Devices: []int{5}}, nil, false, 0},
 	}
 	for _, tc := range tests {
-		f, err := Open(tc.file, tc.opts)
+		f, err := trace.Open(tc.file, tc.opts)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.file, err)
 		}
-		if f.Format() != FormatSnapshot || f.Compressed() != tc.compressed {
+		if f.Format() != trace.FormatSnapshot || f.Compressed() != tc.compressed {
 			t.Errorf("%s: format %s compressed %v", tc.file, f.Format(), f.Compressed())
 		}
 		got, err := readAll(t, f)
@@ -91,7 +110,7 @@ func TestSnapshotFixtures(t *testing.T) {
 				t.Errorf("%s %+v: event %d:\n got %+v\nwant %+v", tc.file, tc.opts, i, got[i], tc.want[i])
 			}
 		}
-		sr := f.Reader.(*SnapshotReader)
+		sr := f.Reader.(*Reader)
 		if sr.Skipped != tc.skipped {
 			t.Errorf("%s %+v: skipped %d, want %d", tc.file, tc.opts, sr.Skipped, tc.skipped)
 		}
@@ -112,7 +131,7 @@ func TestSnapshotFreeRequestedOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Event{{Op: Alloc, Ptr: 0x100, Size: 10, Line: 1}, {Op: Free, Ptr: 0x100, Size: 10, Line: 2}}
+	want := []trace.Event{{Op: trace.Alloc, Ptr: 0x100, Size: 10, Line: 1}, {Op: trace.Free, Ptr: 0x100, Size: 10, Line: 2}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -128,13 +147,13 @@ func encodePickle(t testing.TB, v any, protocol int) []byte {
 	return buf.Bytes()
 }
 
-func mustSnapshot(t testing.TB, v any) Reader {
+func mustSnapshot(t testing.TB, v any) trace.Reader {
 	t.Helper()
-	r, format, err := NewReader(bytes.NewReader(encodePickle(t, v, 2)), "snap", nil)
+	r, format, err := trace.NewReader(bytes.NewReader(encodePickle(t, v, 2)), "snap", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if format != FormatSnapshot {
+	if format != trace.FormatSnapshot {
 		t.Fatalf("format %s", format)
 	}
 	return r
@@ -161,30 +180,30 @@ func TestSnapshotErrors(t *testing.T) {
 		line int64
 		want []error
 	}{
-		{"root is a list", []any{int64(1)}, 0, []error{ErrSnapshot}},
-		{"no device_traces", map[any]any{"segments": []any{}}, 0, []error{ErrSnapshot}},
-		{"device_traces not a list", map[any]any{"device_traces": "x"}, 0, []error{ErrSnapshot}},
-		{"device trace not a list", map[any]any{"device_traces": []any{int64(3)}}, 0, []error{ErrSnapshot}},
-		{"entry not a dict", traces(alloc(), "oops"), 2, []error{ErrSnapshot}},
-		{"no action", traces(alloc("action", nil)), 1, []error{ErrSnapshot}},
-		{"no size", traces(alloc(), alloc("size", nil)), 2, []error{ErrSnapshot}},
-		{"size not an int", traces(alloc("size", "ten")), 1, []error{ErrSnapshot}},
-		{"negative size", traces(alloc("size", int64(-4))), 1, []error{ErrSnapshot, ErrNegativeSize}},
-		{"no addr", traces(alloc("addr", nil)), 1, []error{ErrSnapshot}},
-		{"addr a float", traces(alloc("addr", 1.5)), 1, []error{ErrSnapshot}},
-		{"stream a string", traces(alloc("stream", "s")), 1, []error{ErrSnapshot}},
+		{"root is a list", []any{int64(1)}, 0, []error{trace.ErrSnapshot}},
+		{"no device_traces", map[any]any{"segments": []any{}}, 0, []error{trace.ErrSnapshot}},
+		{"device_traces not a list", map[any]any{"device_traces": "x"}, 0, []error{trace.ErrSnapshot}},
+		{"device trace not a list", map[any]any{"device_traces": []any{int64(3)}}, 0, []error{trace.ErrSnapshot}},
+		{"entry not a dict", traces(alloc(), "oops"), 2, []error{trace.ErrSnapshot}},
+		{"no action", traces(alloc("action", nil)), 1, []error{trace.ErrSnapshot}},
+		{"no size", traces(alloc(), alloc("size", nil)), 2, []error{trace.ErrSnapshot}},
+		{"size not an int", traces(alloc("size", "ten")), 1, []error{trace.ErrSnapshot}},
+		{"negative size", traces(alloc("size", int64(-4))), 1, []error{trace.ErrSnapshot, trace.ErrNegativeSize}},
+		{"no addr", traces(alloc("addr", nil)), 1, []error{trace.ErrSnapshot}},
+		{"addr a float", traces(alloc("addr", 1.5)), 1, []error{trace.ErrSnapshot}},
+		{"stream a string", traces(alloc("stream", "s")), 1, []error{trace.ErrSnapshot}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := NewReader(bytes.NewReader(encodePickle(t, tc.snap, 2)), "bad.pickle", nil)
+			_, _, err := trace.NewReader(bytes.NewReader(encodePickle(t, tc.snap, 2)), "bad.pickle", nil)
 			for _, want := range tc.want {
 				if !errors.Is(err, want) {
 					t.Errorf("error %v, want %v", err, want)
 				}
 			}
-			var pe *ParseError
+			var pe *trace.ParseError
 			if !errors.As(err, &pe) || pe.File != "bad.pickle" || pe.Line != tc.line {
-				t.Errorf("error %#v, want a *ParseError at bad.pickle:%d", err, tc.line)
+				t.Errorf("error %#v, want a *trace.ParseError at bad.pickle:%d", err, tc.line)
 			}
 		})
 	}
@@ -210,13 +229,13 @@ func TestUnreadablePickle(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := NewReader(bytes.NewReader(tc.data), "bad.pickle", nil)
-			if !errors.Is(err, ErrPickle) {
+			_, _, err := trace.NewReader(bytes.NewReader(tc.data), "bad.pickle", nil)
+			if !errors.Is(err, trace.ErrPickle) {
 				t.Fatalf("error %v, want ErrPickle", err)
 			}
-			var pe *ParseError
+			var pe *trace.ParseError
 			if !errors.As(err, &pe) || pe.File != "bad.pickle" {
-				t.Errorf("error %#v is not a *ParseError naming the file", err)
+				t.Errorf("error %#v is not a *trace.ParseError naming the file", err)
 			}
 			want := fmt.Sprintf("bad.pickle: unreadable pickle (decoding stopped after byte %d): ", tc.at)
 			if !strings.HasPrefix(err.Error(), want) {
@@ -243,11 +262,11 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		r, _, err := NewReader(bytes.NewReader(data), "bench", nil)
+		r, _, err := trace.NewReader(bytes.NewReader(data), "bench", nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if n := r.(*SnapshotReader).Len(); n != 100000 {
+		if n := r.(*Reader).Len(); n != 100000 {
 			b.Fatalf("%d events", n)
 		}
 	}

@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""Writes the PyTorch memory snapshot fixtures of package trace.
+"""Writes the PyTorch memory snapshot fixtures of package trace/torchsnap.
 
 torch is not needed: the snapshot is the plain dictionary that
 torch.cuda.memory._snapshot() returns (see its docstring in
 torch/cuda/memory.py), pickled the way torch.cuda.memory._dump_snapshot
 does (pickle.dump). Regenerate from the repository root with
 
-    python3 trace/testdata/gen_snapshot.py trace/testdata
+    python3 trace/torchsnap/testdata/gen_snapshot.py trace/torchsnap/testdata
 
 It writes:
     snapshot.pickle        protocol 4, what pickle.dump writes on Python 3.8-3.13
     snapshot-p2.pickle.gz  the same dict, protocol 2 (what libtorch's C++
                            pickler writes), gzip-compressed with mtime 0
-The expected events are spelled out in snapshot_test.go.
+The expected events are spelled out in reader_test.go.
 """
 import gzip
 import os
