@@ -40,8 +40,9 @@
 // STOP opcode), so the file is decoded whole with github.com/kisielk/og-rek,
 // which never executes code from the pickle (classes decode as inert
 // values) and bounds what a lying length field can make it allocate. The
-// events are then copied into a slice of Events and the decoded tree,
-// frames included, is dropped before the first Next.
+// events are then copied into a slice of Events, the allocations' frames
+// into a table of distinct stacks (snapshot_frames.go), and the decoded
+// tree is dropped before the first Next.
 
 package trace
 
@@ -70,6 +71,7 @@ type SnapshotReader struct {
 	// Preexisting counts the synthetic allocations of blocks that were
 	// live before the recorded history began.
 	Preexisting int
+	stacks      snapshotStacks // allocation stacks (snapshot_frames.go)
 }
 
 // NewSnapshotReader decodes the pickled snapshot in r. o may be nil.
@@ -256,6 +258,9 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 			seen[ev.Ptr] = true
 		}
 		sr.events = append(sr.events, ev)
+		if op == Alloc {
+			sr.stacks.note(false, len(sr.events)-1, e.fields["frames"])
+		}
 	}
 	// Blocks live now that the trace never mentions were live throughout.
 	if segs, ok := top["segments"].([]any); ok {
@@ -288,6 +293,7 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 				}
 				seen[addr] = true
 				pre = append(pre, Event{Op: Alloc, Ptr: addr, Size: size, Stream: stream})
+				sr.stacks.note(true, len(pre)-1, b["frames"])
 			}
 		}
 	}
@@ -302,6 +308,7 @@ func (sr *SnapshotReader) build(root any, o *Options) error {
 		sr.Preexisting = len(pre)
 		sr.events = append(pre, sr.events...)
 	}
+	sr.stacks.finish(len(pre), len(sr.events))
 	return nil
 }
 
