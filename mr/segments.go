@@ -103,18 +103,20 @@ func (r *Binning) AppendSegments(dst []Segment) []Segment {
 			dst = sr.AppendSegments(dst)
 		}
 	}
-	if len(r.bins) > 1 {
-		// Each bin's list is sorted; their union is not. slices.SortFunc
-		// is an in-place pdqsort: no allocation.
-		slices.SortFunc(dst[start:], func(a, b Segment) int {
-			switch {
-			case a.Base < b.Base:
-				return -1
-			case a.Base > b.Base:
-				return 1
-			}
-			return 0
-		})
+	// Each bin's list is sorted; their union need not be. SortFunc is an
+	// in-place pdqsort: no allocation.
+	if !slices.IsSortedFunc(dst[start:], cmpSegments) {
+		slices.SortFunc(dst[start:], cmpSegments)
 	}
 	return dst
+}
+
+func cmpSegments(a, b Segment) int {
+	switch {
+	case a.Base < b.Base:
+		return -1
+	case a.Base > b.Base:
+		return 1
+	}
+	return 0
 }
