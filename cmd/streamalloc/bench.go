@@ -46,10 +46,15 @@ func newBenchCmd() *cobra.Command {
                          pairs/s is the total of all of them
   Random                 RMM-style random allocations: up to 512 live blocks
                          of 1 KiB to 4 MiB, a random allocate or free per op
-  Notebook               the seed-001 loop: allocate 4 MiB, fill it with a
-                         kernel, free, on one stream; direct (cuMemAlloc)
-                         against stream-ordered async and pool, time per
-                         iteration including the stream synchronizations
+  Notebook               the notebook loop that motivates stream-ordered
+                         allocation: allocate 4 MiB, fill it with a kernel,
+                         free, on one stream; direct (cuMemAlloc) against
+                         stream-ordered async and pool, time per iteration
+                         including the stream synchronizations
+  Pipeline               a producer stream hands 1 MiB buffers to a
+                         consumer stream that frees them
+
+Under the table, "one op" says what one iteration of each case timed.
 
 Case names are those of go test -bench in package mr without "Benchmark"
 (Pair/resource=pool/size=4KiB); --filter matches them. On the simulator the
@@ -80,6 +85,7 @@ type benchRow struct {
 	Benchmark   string             `json:"benchmark"`  // the go test name: BenchmarkPair/resource=pool/size=4KiB
 	Simulated   bool               `json:"simulated"`  // the device is the simulator
 	Iterations  int                `json:"iterations"` // b.N
+	Op          string             `json:"op"`         // what one op is (bench.Case.Op)
 }
 
 func runBench(stdout, stderr io.Writer, kind string, f benchFlags) error {
@@ -149,6 +155,9 @@ func runBench(stdout, stderr io.Writer, kind string, f benchFlags) error {
 	if err := writeBenchTable(stdout, rows); err != nil {
 		return err
 	}
+	if err := writeBenchOps(stdout, cases); err != nil {
+		return err
+	}
 	return writeBenchRatios(stdout, rows)
 }
 
@@ -166,6 +175,7 @@ func newBenchRow(c bench.Case, res testing.BenchmarkResult, dev string, simulate
 		Benchmark:   "Benchmark" + c.FullName(),
 		Simulated:   simulated,
 		Iterations:  res.N,
+		Op:          c.Op(),
 	}
 }
 
