@@ -453,12 +453,17 @@
       this.pending = requestAnimationFrame(() => { this.pending = 0; this.render(); });
     }
     render() {
+      const t0 = performance.now();
       const w = Math.max(480, this.root.clientWidth);
       for (const c of this.charts()) if (c.cssW !== w) c.size(w);
       this.cols = this.columns(this.ov);
       this.renderOverview();
       if (!this.m.series) { this.renderActive(); this.renderMap(); this.renderMoment(); }
       this.overlays({});
+      // how long the last redraw took, and the longest (for the check)
+      const ms = performance.now() - t0;
+      this.root.dataset.frameMs = ms.toFixed(1);
+      this.root.dataset.maxFrameMs = Math.max(ms, Number(this.root.dataset.maxFrameMs || 0)).toFixed(1);
     }
     curves() {
       // drawn in this order: streams under the trace's live line, the
@@ -523,6 +528,17 @@
       if (this.color === "stack") return m.stack[i] < 0 ? GRAY : BAND[hashInt(m.stack[i] + 7) % BAND.length];
       return BAND[hashInt(i) % BAND.length];
     }
+    // colors is every block's color as RGBA for an ImageData, kept until
+    // the color mode or the selection changes.
+    colors() {
+      const key = this.color + "/" + this.selected;
+      if (this.colorKey !== key) {
+        const m = this.m, out = new Uint32Array(m.nb);
+        for (let i = 0; i < m.nb; i++) out[i] = rgba32(this.blockColor(i));
+        this.colorCache = out; this.colorKey = key;
+      }
+      return this.colorCache;
+    }
     // order yields the live blocks bottom-up as the active view stacks them
     *order(set) {
       if (this.stackBy !== "stream") { yield* set; return; }
@@ -548,21 +564,24 @@
       const R = this.m.res[this.rk], ch = this.act, { rep, ymax } = this.reps(R), m = this.m;
       this.root.querySelector(".res-name").textContent = R.name;
       const ax = byteAxis(ymax); this.actTop = ax.top; this.actRep = rep;
-      const colors = new Uint32Array(m.nb);
-      for (let i = 0; i < m.nb; i++) colors[i] = rgba32(this.blockColor(i));
-      const set = new LiveSet(m, R);
+      const colors = this.colors(), set = new LiveSet(m, R), nxt = set.nxt, head = set.head;
+      const passes = this.stackBy === "stream" ? m.streams.length : 1;
       this.raster(ch, (pix, W, H) => {
         const k = H / ax.top;
         let fresh = true;
         for (let c = 0; c < W; c++) {
           if (rep[c] < 0) continue;
           fresh ? set.reset(rep[c]) : set.advance(rep[c]); fresh = false;
+          // the same order as order(): allocation order, or by stream
           let cum = 0;
-          for (const i of this.order(set)) {
-            const b0 = cum, b1 = (cum += m.size[i]);
-            const top = Math.max(0, Math.ceil(H - b1 * k - 0.5)), bot = Math.min(H - 1, Math.floor(H - b0 * k - 0.5));
-            if (bot < 0) break;
-            for (let r = top, col = colors[i]; r <= bot; r++) pix[r * W + c] = col;
+          for (let p = 0; p < passes; p++) {
+            for (let i = nxt[head]; i !== head; i = nxt[i]) {
+              if (passes > 1 && m.stream[i] !== p) continue;
+              const b0 = cum, b1 = (cum += m.size[i]);
+              const top = Math.max(0, Math.ceil(H - b1 * k - 0.5)), bot = Math.min(H - 1, Math.floor(H - b0 * k - 0.5));
+              if (bot < 0) { p = passes; break; }
+              for (let r = top, col = colors[i]; r <= bot; r++) pix[r * W + c] = col;
+            }
           }
         }
       }, (g) => ch.axes(g, this, ax.ticks, ax.top, "bytes"));
@@ -581,9 +600,7 @@
       let ymax = 1;
       for (let s = 0; s < ns; s++) if (S.from[s] <= last && (S.to[s] < 0 || S.to[s] > first)) ymax = Math.max(ymax, S.lane[s] + S.size[s]);
       const ax = byteAxis(ymax); this.mapTop = ax.top;
-      const colors = new Uint32Array(m.nb);
-      for (let i = 0; i < m.nb; i++) colors[i] = rgba32(this.blockColor(i));
-      const set = new LiveSet(m, R);
+      const colors = this.colors(), set = new LiveSet(m, R), nxt = set.nxt, head = set.head;
       this.raster(ch, (pix, W, H) => {
         const k = H / ax.top;
         const span = (b0, b1) => {
@@ -602,8 +619,9 @@
             for (let r = top; r <= bot; r++) pix[r * W + c] = SEG_BG[S.kind[s]];
             if (top <= bot) pix[top * W + c] = SEG_EDGE[S.kind[s]];
           }
-          for (const i of set) {
-            const b0 = S.lane[R.seg[i]] + R.off[i], [top, bot] = span(b0, b0 + m.size[i]);
+          for (let i = nxt[head]; i !== head; i = nxt[i]) {
+            const b0 = S.lane[R.seg[i]] + R.off[i];
+            const top = Math.max(0, Math.ceil(H - (b0 + m.size[i]) * k - 0.5)), bot = Math.min(H - 1, Math.floor(H - b0 * k - 0.5));
             for (let r = top, col = colors[i]; r <= bot; r++) pix[r * W + c] = col;
           }
         }
@@ -656,7 +674,7 @@
     }
     where(e) {
       const m = this.m;
-      return `event ${fmtInt(e)}` + (m.time ? ` · t = +${fmtNs(m.time[e], 1)}` : "");
+      return `event ${fmtInt(e)}` + (m.time ? ` · t = +${fmtNs(m.time[e], 1000)}` : "");
     }
     blockTip(i, e) {
       const m = this.m, R = m.res[this.rk];
@@ -664,7 +682,7 @@
         ["stream", m.streams[m.stream[i]]],
         ["allocated", this.where(m.alloc[i])],
         ["freed", m.free[i] < 0 ? "not within the trace" : this.where(m.free[i]) + (m.fstream[i] !== m.stream[i] ? " on stream " + m.streams[m.fstream[i]] : "")]];
-      if (m.time && m.free[i] >= 0) rows.push(["lifetime", fmtNs(m.time[m.free[i]] - m.time[m.alloc[i]], 1)]);
+      if (m.time && m.free[i] >= 0) { const d = m.time[m.free[i]] - m.time[m.alloc[i]]; rows.push(["lifetime", fmtNs(d, Math.max(1000, d / 1000))]); }
       const s = R.seg[i];
       if (s >= 0) {
         const base = R.s.hi[s] * 2 ** 32 + R.s.lo[s] + R.off[i];
@@ -721,27 +739,40 @@
         for (const i of inSeg.get(s).sort((a, b) => R.off[a] - R.off[b])) { largest = Math.max(largest, R.off[i] - at); at = Math.max(at, R.off[i] + m.size[i]); }
         largest = Math.max(largest, S.size[s] - at);
       }
-      const shown = segs.slice(0, 400);
       box.replaceChildren(el("p", { className: "sum", "data-moment": e, "data-reserved": R.reserved.at(e), "data-segments-bytes": total },
         `${R.name} at ${this.where(e)}: reserved ${fmtBytes(R.reserved.at(e))} (${fmtInt(R.reserved.at(e))} B) · ${fmtInt(segs.length)} ${R.segments === "reported" ? "segments and upstream blocks" : "address ranges"} of ${fmtBytes(total)} · live ${fmtBytes(live)} · free inside ${fmtBytes(Math.max(0, total - live))}, largest hole ${fmtBytes(largest)}`));
-      const width = Math.max(200, box.clientWidth - 370);
-      for (const s of shown) {
-        const blocks = inSeg.get(s), used = blocks.reduce((a, i) => a + m.size[i], 0);
-        const cv = el("canvas"), w = Math.max(24, Math.round((width * S.size[s]) / maxSize)), dpr = window.devicePixelRatio || 1;
-        cv.width = w * dpr; cv.height = 14 * dpr; cv.style.width = w + "px";
-        const g = cv.getContext("2d"); g.scale(dpr, dpr);
-        g.fillStyle = css([[232, 234, 237], [238, 229, 244], [226, 234, 242]][S.kind[s]]); g.fillRect(0, 0, w, 14);
-        for (const i of blocks) { g.fillStyle = css(this.blockColor(i)); g.fillRect((R.off[i] / S.size[s]) * w, 0, Math.max(1, (m.size[i] / S.size[s]) * w - 0.5), 14); }
-        g.strokeStyle = "#9aa6b2"; g.strokeRect(0.5, 0.5, w - 1, 13);
-        cv.addEventListener("mousemove", (ev) => {
-          const off = (ev.offsetX / w) * S.size[s], i = blocks.find((j) => R.off[j] <= off && off < R.off[j] + m.size[j]);
-          showTip(ev, i != null ? this.blockTip(i, e) : this.segTip(s, e));
-        });
-        cv.addEventListener("mouseleave", hideTip);
-        box.append(el("div", { className: "seg" },
-          el("span", { textContent: `${hex(S.hi[s], S.lo[s])} ${fmtBytes(S.size[s])} · ${blocks.length} live, ${Math.round((100 * used) / S.size[s])}% used` + (S.stream[s] >= 0 ? ` · stream ${m.streams[S.stream[s]]}` : "") }), cv));
+      // The segments in address order, flowed into rows, each as wide as
+      // its size (the largest at most a row, all in about five rows).
+      const W = Math.max(200, box.clientWidth - 26), RH = 18, GAP = 3;
+      const perByte = Math.min(W / maxSize, (W * 5) / Math.max(1, total));
+      const rects = [];
+      let x = 0, y = 0;
+      for (const s of segs) {
+        const w = Math.max(3, Math.round(S.size[s] * perByte));
+        if (x > 0 && x + w > W) { x = 0; y += RH + GAP + 2; }
+        rects.push({ s, x, y, w });
+        x += w + GAP;
       }
-      if (segs.length > shown.length) box.append(el("p", { className: "hint", textContent: `… and ${fmtInt(segs.length - shown.length)} more` }));
+      const H = y + RH, dpr = window.devicePixelRatio || 1, cv = el("canvas", { className: "segments" });
+      cv.width = W * dpr; cv.height = H * dpr; cv.style.width = W + "px"; cv.style.height = H + "px";
+      const g = cv.getContext("2d"); g.scale(dpr, dpr);
+      const BG = [[232, 234, 237], [238, 229, 244], [226, 234, 242]];
+      for (const { s, x, y, w } of rects) {
+        g.fillStyle = css(BG[S.kind[s]]); g.fillRect(x, y, w, RH);
+        for (const i of inSeg.get(s)) { g.fillStyle = css(this.blockColor(i)); g.fillRect(x + (R.off[i] / S.size[s]) * w, y, Math.max(0.75, (m.size[i] / S.size[s]) * w), RH); }
+        if (m.streams.length > 1 && S.stream[s] >= 0) { g.fillStyle = css(STREAM[S.stream[s] % STREAM.length]); g.fillRect(x, y + RH, w, 2); }
+        g.strokeStyle = "#8a96a2"; g.lineWidth = 1; g.strokeRect(x + 0.5, y + 0.5, w - 1, RH - 1);
+      }
+      cv.addEventListener("mousemove", (ev) => {
+        const r = rects.find((q) => ev.offsetX >= q.x && ev.offsetX < q.x + q.w && ev.offsetY >= q.y && ev.offsetY < q.y + RH);
+        if (!r) return hideTip();
+        const off = ((ev.offsetX - r.x) / r.w) * S.size[r.s];
+        const i = inSeg.get(r.s).find((j) => R.off[j] <= off && off < R.off[j] + m.size[j]);
+        showTip(ev, i != null ? this.blockTip(i, e) : this.segTip(r.s, e));
+      });
+      cv.addEventListener("mouseleave", hideTip);
+      box.append(el("div", { className: "segbox" }, cv),
+        el("p", { className: "hint", textContent: "Each rectangle a segment, in address order, as wide as its size; blocks in their colors, gray the free space between them" + (m.streams.length > 1 ? "; the strip under a segment, the stream that owns it." : ".") + " Point at one for details." }));
     }
   }
 
