@@ -38,6 +38,14 @@
 // cannot be reached through Releaser (hidden behind an adaptor that does
 // not forward Release) should not be used again after Run: its cache
 // refers to destroyed streams. Give each replay a fresh resource.
+//
+// # What a replay records
+//
+// Always the Result's counts and peaks; with Options.SeriesPoints a
+// bounded series of live and reserved bytes; with Options.Timeline the
+// event-by-event record a viewer draws (timeline.go): every block's life
+// and address, the allocation stacks of a trace that has them, the
+// reserved bytes at each change and the resource's segments over time.
 package replay
 
 import (

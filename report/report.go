@@ -58,6 +58,17 @@
 // (replay.Options.Timeline) get their overview from replay.Result.Series
 // instead, against the event index.
 //
+// # Measured
+//
+// With scripts/html-check.sh --large 1000000 (Chromium 156 headless, two
+// shared cores of a 2026 x86 VM): a generated training trace of 1,000,002
+// events (500,157 allocations, two streams) replayed against pool and
+// async gives a page of 7.9 MB (the shared traces of replay/testdata, three
+// traces against three resources: 390 KB); it is drawn 1.1 s after the
+// browser starts loading it (0.7 s of that in the script: inflating,
+// deriving live bytes, the first draw of every view), and a redraw after a
+// zoom or a pan takes at most 0.17 s over the whole trace, less zoomed in.
+//
 // Invariants:
 //
 //   - Self-contained: the page references nothing outside itself (no URL,

@@ -31,6 +31,11 @@
     if (s >= 1e6 || a >= 1e7) return (ns / 1e6).toFixed(digits(s / 1e6)) + " ms";
     return (ns / 1e3).toFixed(digits(s / 1e3)) + " µs";
   }
+  // fmtDur writes a duration with three significant digits.
+  function fmtDur(ns) {
+    for (const [u, d] of [["s", 1e9], ["ms", 1e6], ["µs", 1e3]]) if (ns >= d) return (ns / d).toPrecision(3) + " " + u;
+    return Math.round(ns) + " ns";
+  }
   // digits is the number of decimals that show a step of x.
   const digits = (x) => Math.max(0, Math.min(6, -Math.floor(Math.log10(x) + 1e-9)));
   const hex = (hi, lo) => "0x" + (hi ? hi.toString(16) + lo.toString(16).padStart(8, "0") : lo.toString(16));
@@ -525,7 +530,8 @@
       const m = this.m;
       if (i === this.selected) return [20, 20, 20];
       if (this.color === "stream") return STREAM[m.stream[i] % STREAM.length];
-      if (this.color === "stack") return m.stack[i] < 0 ? GRAY : BAND[hashInt(m.stack[i] + 7) % BAND.length];
+      // stacks are few: consecutive hues a golden angle apart stay distinct
+      if (this.color === "stack") return m.stack[i] < 0 ? GRAY : BAND[m.stack[i] % BAND.length];
       return BAND[hashInt(i) % BAND.length];
     }
     // colors is every block's color as RGBA for an ImageData, kept until
@@ -682,7 +688,7 @@
         ["stream", m.streams[m.stream[i]]],
         ["allocated", this.where(m.alloc[i])],
         ["freed", m.free[i] < 0 ? "not within the trace" : this.where(m.free[i]) + (m.fstream[i] !== m.stream[i] ? " on stream " + m.streams[m.fstream[i]] : "")]];
-      if (m.time && m.free[i] >= 0) { const d = m.time[m.free[i]] - m.time[m.alloc[i]]; rows.push(["lifetime", fmtNs(d, Math.max(1000, d / 1000))]); }
+      if (m.time && m.free[i] >= 0) rows.push(["lifetime", fmtDur(m.time[m.free[i]] - m.time[m.alloc[i]])]);
       const s = R.seg[i];
       if (s >= 0) {
         const base = R.s.hi[s] * 2 ** 32 + R.s.lo[s] + R.off[i];
