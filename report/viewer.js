@@ -58,6 +58,7 @@
     for (let v = 0; v <= top + step / 2; v += step) ticks.push([v, trimNum(v / unit, step / unit) + " " + name]);
     return { top, ticks };
   }
+  // trimNum writes v with the decimals that show step.
   const trimNum = (v, step) => v.toFixed(step >= 1 ? 0 : Math.min(3, -Math.floor(Math.log10(step))));
 
   // ---------------------------------------------------------------- decode
@@ -313,7 +314,7 @@
       this.mode = model.time ? "time" : "event";
       [this.x0, this.x1] = model.domain(this.mode);
       this.rk = 0; this.color = "block"; this.stackBy = "alloc"; this.moment = -1;
-      this.hidden = new Set(); this.showStreams = !!model.streamLive;
+      this.hidden = new Set(); // legend entries switched off
       this.root = section.querySelector(".viewer");
       this.root.tabIndex = 0;
       this.build();
@@ -474,7 +475,7 @@
       // drawn in this order: streams under the trace's live line, the
       // reserved lines on top
       const m = this.m, out = [];
-      if (m.streamLive && this.showStreams) m.streamLive.forEach((c, i) => { if (!this.hidden.has("stream:" + i)) out.push({ c, color: css(STREAM[i % STREAM.length]), width: 1.2, dash: [5, 3] }); });
+      if (m.streamLive) m.streamLive.forEach((c, i) => { if (!this.hidden.has("stream:" + i)) out.push({ c, color: css(STREAM[i % STREAM.length]), width: 1.2, dash: [5, 3] }); });
       if (!this.hidden.has("live")) out.push({ c: m.live, color: "#111", width: 1.6 });
       for (const r of m.res) if (!this.hidden.has("reserved:" + r.name)) out.push({ c: r.reserved, color: r.color, width: 1.4 });
       return out;
@@ -528,16 +529,15 @@
     }
     blockColor(i) {
       const m = this.m;
-      if (i === this.selected) return [20, 20, 20];
       if (this.color === "stream") return STREAM[m.stream[i] % STREAM.length];
       // stacks are few: consecutive hues a golden angle apart stay distinct
       if (this.color === "stack") return m.stack[i] < 0 ? GRAY : BAND[m.stack[i] % BAND.length];
       return BAND[hashInt(i) % BAND.length];
     }
     // colors is every block's color as RGBA for an ImageData, kept until
-    // the color mode or the selection changes.
+    // the color mode changes.
     colors() {
-      const key = this.color + "/" + this.selected;
+      const key = this.color;
       if (this.colorKey !== key) {
         const m = this.m, out = new Uint32Array(m.nb);
         for (let i = 0; i < m.nb; i++) out[i] = rgba32(this.blockColor(i));
