@@ -13,6 +13,7 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/mr/registry"
 )
 
 func simDevice(t testing.TB) *sim.Device {
@@ -101,7 +102,7 @@ func (c *counting) Deallocate(p gpu.DevicePtr, n int, s gpu.Stream) error {
 // test's streams first, so that it is closed before they are destroyed.
 func newPool(t *testing.T, dev gpu.Device) mr.Resource {
 	t.Helper()
-	r, closeFn, err := Resources[slices.Index(ResourceNames(), "pool")].New(dev, 0)
+	r, closeFn, err := registry.New("pool", dev, ResourceOptions(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestSuiteNames(t *testing.T) {
 			t.Errorf("case %q twice", n)
 		}
 		seen[n] = true
-		if _, ok := LookupResource(c.Resource); !ok {
+		if _, ok := registry.Lookup(c.Resource); !ok {
 			t.Errorf("%s: unknown resource", n)
 		}
 		if c.FullName() != string(c.Workload)+"/"+c.Sub() {
@@ -161,8 +162,8 @@ func TestSuiteNames(t *testing.T) {
 	if !slices.Equal(per[WorkloadPipeline], PipelineResources) {
 		t.Errorf("pipeline resources %v", per[WorkloadPipeline])
 	}
-	for _, v := range Variants {
-		if slices.Contains(per[WorkloadPair], v.Name) {
+	for _, v := range registry.Resources() {
+		if v.Variant && slices.Contains(per[WorkloadPair], v.Name) {
 			t.Errorf("variant %s runs in every workload", v.Name)
 		}
 	}

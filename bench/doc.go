@@ -11,7 +11,7 @@
 //	          each per op; reports the total pairs/s
 //	Random    RMM-style random allocations: up to MaxLive live blocks of
 //	          random sizes, a random allocate or free per op
-//	Notebook  the seed-001 loop: allocate 4 MiB, fill it with a kernel,
+//	Notebook  the notebook loop: allocate 4 MiB, fill it with a kernel,
 //	          free, on one stream; per-iteration time including the
 //	          stream synchronizations
 //	Pipeline  a producer stream fills each buffer, a consumer stream uses
@@ -23,7 +23,8 @@
 // how long it runs. Suite lists the cases (workload, resource,
 // parameters) under names that match the go test benchmarks
 // (Pair/resource=pool/size=4KiB is BenchmarkPair/resource=pool/size=4KiB),
-// and Resources builds the resources they run on.
+// and NewResource builds the resources they run on from the table of
+// package registry (mr/registry), which the command's replay shares.
 //
 // # Invariants
 //

@@ -1,16 +1,16 @@
-// Notebook: the loop of seed 001, the notebook that motivates
-// stream-ordered allocation. Each iteration allocates 4 MiB, launches a
-// kernel that writes all of it, and frees it, on one stream.
+// Notebook: the notebook loop, the smallest program that shows why
+// stream-ordered allocation matters. Each iteration allocates 4 MiB,
+// launches a kernel that writes all of it, and frees it, on one stream.
 //
 // With cuMemAlloc (the direct resource) every free waits for the kernel,
 // so the host and the GPU take turns. With stream-ordered allocation
 // (async, pool) the host only enqueues; the GPU runs the kernels back to
 // back, and the memory one iteration frees is the memory the next one
-// gets. The notebook times 100 iterations and one stream synchronization
-// at the end; Notebook does the same in batches of NotebookBatch, so the
-// queue of enqueued work stays bounded however long the benchmark runs
-// (the simulator's queues are not, and the driver's blocks the host once
-// full), and counts the final synchronization too.
+// gets. The loop is timed over 100 iterations and one stream
+// synchronization at the end; Notebook runs it in batches of
+// NotebookBatch, so the queue of enqueued work stays bounded however long
+// the benchmark runs (the simulator's queues are not, and the driver's
+// blocks the host once full), and counts the final synchronization too.
 
 package bench
 
@@ -24,14 +24,14 @@ import (
 
 const (
 	// NotebookBytes is the size each Notebook iteration allocates and
-	// fills (the notebook's 1<<20 floats).
+	// fills (1<<20 float32s).
 	NotebookBytes = 4 << 20
 	// NotebookBatch is how many iterations run between two stream
-	// synchronizations (the notebook's ITERATIONS).
+	// synchronizations.
 	NotebookBatch = 100
 )
 
-// Notebook benchmarks one iteration of the seed-001 loop per op: allocate
+// Notebook benchmarks one iteration of the notebook loop per op: allocate
 // NotebookBytes on s, fill them with k's fill kernel, free them on s.
 // After every NotebookBatch iterations, and once after the last, it
 // synchronizes s, inside the timed region, so ns/op is the time per

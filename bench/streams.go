@@ -1,6 +1,6 @@
 // Streams: how a resource scales with goroutines that each allocate on a
-// stream of their own (the case the "50 times async at 16"
-// target is about).
+// stream of their own (where the pool must do 50 times what the driver's
+// pool does at 16 goroutines).
 
 package bench
 

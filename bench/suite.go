@@ -52,7 +52,7 @@ const StreamsSize = 4 << 10
 // parameters.
 type Case struct {
 	Workload Workload
-	Resource string        // a name in Resources
+	Resource string        // a name in the registry (mr/registry)
 	Size     int           // Pair and Streams: bytes per request
 	Streams  int           // Streams: goroutines, each on its own stream
 	Random   RandomOptions // Random
@@ -65,16 +65,16 @@ func Suite() []Case {
 	var cs []Case
 	for _, size := range PairSizes {
 		for _, r := range Resources {
-			cs = append(cs, Case{Workload: WorkloadPair, Resource: r.Name, Size: size})
+			cs = append(cs, Case{Workload: WorkloadPair, Resource: r, Size: size})
 		}
 	}
 	for _, g := range StreamGoroutines {
 		for _, r := range Resources {
-			cs = append(cs, Case{Workload: WorkloadStreams, Resource: r.Name, Size: StreamsSize, Streams: g})
+			cs = append(cs, Case{Workload: WorkloadStreams, Resource: r, Size: StreamsSize, Streams: g})
 		}
 	}
 	for _, r := range Resources {
-		cs = append(cs, Case{Workload: WorkloadRandom, Resource: r.Name})
+		cs = append(cs, Case{Workload: WorkloadRandom, Resource: r})
 	}
 	for _, name := range NotebookResources {
 		cs = append(cs, Case{Workload: WorkloadNotebook, Resource: name})

@@ -327,8 +327,10 @@ func (b *Buffer) CloseOn(s gpu.Stream) error {
 // bytes; the rest is uninitialized. A new allocation is made on the
 // buffer's stream, the bytes are copied, and the old memory is freed there
 // after every recorded use. The pointer and the generation change (Refs
-// taken before become stale); resizing to the same size does nothing. If
-// any step fails the buffer is left as it was.
+// taken before become stale); resizing to the same size does nothing.
+// There is no hidden capacity: every change of size reallocates, so that a
+// Ref taken before a resize is always stale. If any step fails the buffer
+// is left as it was.
 func (b *Buffer) Resize(n int) error {
 	sn, err := b.lock(0)
 	if err != nil {

@@ -7,8 +7,9 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 )
 
-// TestCorruptionWithoutTracking is seed 002's pitfall made real: a long
-// kernel on S1 writes a buffer that its owner frees on S2 without ordering;
+// TestCorruptionWithoutTracking makes real the pitfall of freeing memory
+// that a kernel on another stream still uses: a long kernel on S1 writes a
+// buffer that its owner frees on S2 without ordering;
 // the next allocation on S2 gets the same memory at once, is filled, and
 // the late kernel overwrites it. Untracked, the new owner's data is
 // corrupted; tracked, Close makes S2 wait for the kernel and the data is

@@ -12,11 +12,11 @@
 // # Block-use tracking
 //
 // Every buffer remembers who used it, so that work on several streams is
-// ordered without the caller recording events by hand (design brief,
-// section 2). The state is the last write (a stream and an event recorded
-// after it) and the reads since that write (one per stream: a later read on
-// a stream supersedes an earlier one there, because a stream runs in
-// order). Before a use on stream U (Prepare):
+// ordered without the caller recording events by hand. The state is the
+// last write (a stream and an event recorded after it) and the reads since
+// that write (one per stream: a later read on a stream supersedes an
+// earlier one there, because a stream runs in order). Before a use on
+// stream U (Prepare):
 //
 //   - a read makes U wait on the last write;
 //   - a write makes U wait on the last write and on every read since.

@@ -10,7 +10,7 @@ import (
 	"github.com/streamalloc/streamalloc/mr"
 )
 
-// Allocate and use in a kernel (seed 002, pattern 1): the allocation is
+// Allocate and use in a kernel: the allocation is
 // usable at once by work on its stream, and Use declares the kernel's
 // write so that any later use on another stream is ordered after it.
 func ExampleBuffer_Use() {
@@ -39,7 +39,7 @@ func ExampleBuffer_Use() {
 	// Output: 42 43 1041
 }
 
-// Allocate, compute, free, repeat (seed 002, pattern 2): nothing blocks
+// Allocate, compute, free, repeat: nothing blocks
 // the host between iterations; each Close is ordered on the stream after
 // the work that used the memory, which the next allocation may reuse.
 func Example_loop() {
@@ -81,7 +81,7 @@ func Example_loop() {
 	// Output: mismatches: 0 live allocations: 0
 }
 
-// Several streams (seed 002, pattern 3): each stream allocates and fills
+// Several streams: each stream allocates and fills
 // its own buffer; a copy on a third stream gathers them, and tracking
 // makes it wait for both fills without a host synchronization.
 func Example_streams() {

@@ -5,7 +5,9 @@
 // out again: once the owner closes or resizes the buffer, the generation
 // no longer matches and every operation through the Ref returns
 // ErrUseAfterFree without enqueueing anything. The check is made under the
-// buffer's lock, so it cannot race with Close.
+// buffer's lock, so it cannot race with Close. A Ref holds the handle, so
+// while one is reachable the garbage collector's cleanup does not close the
+// buffer: the memory stays allocated until the owner closes it.
 
 package buf
 

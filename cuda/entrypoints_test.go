@@ -51,7 +51,7 @@ func entryPoints() []entryPoint {
 	var params cuda.Params
 	params.U32(1)
 	first := func(_ any, err error) error { return err }
-	return []entryPoint{
+	eps := []entryPoint{
 		{"Init", cuda.Init},
 		{"DeviceCount", func() error { return first(cuda.DeviceCount()) }},
 		{"GetDevice", func() error { return first(cuda.GetDevice(0)) }},
@@ -105,7 +105,11 @@ func entryPoints() []entryPoint {
 		{"Context.LaunchKernel", func() error {
 			return ctx.LaunchKernel(fn, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, s, &params)
 		}},
+		// Foreign-handle wing.
+		{"Context.StreamContext", func() error { return first(ctx.StreamContext(s)) }},
+		{"Context.Device", func() error { return first(ctx.Device()) }},
 	}
+	return append(eps, captureEntryPoints()...)
 }
 
 // checkAll reports every entry point whose error does not match want.

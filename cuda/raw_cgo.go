@@ -281,6 +281,74 @@ func rawLaunchKernel(c Context, f Function, grid, block [3]uint32, shared uint32
 		vals, C.int(p.size), (*C.uint32_t)(offs), C.int(p.n)))
 }
 
+// The capture wing: stream capture, graphs, graph memory.
+
+func rawStreamBeginCapture(c Context, s Stream, mode CaptureMode) Result {
+	return Result(C.sa_stream_begin_capture(C.uintptr_t(c), C.uintptr_t(s), C.int(mode)))
+}
+
+func rawStreamEndCapture(c Context, s Stream) (Result, uint64) {
+	r := C.sa_stream_end_capture(C.uintptr_t(c), C.uintptr_t(s))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawStreamIsCapturing(c Context, s Stream) (Result, uint64) {
+	r := C.sa_stream_is_capturing(C.uintptr_t(c), C.uintptr_t(s))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawStreamGetCaptureInfo(c Context, s Stream) (Result, CaptureStatus, uint64) {
+	r := C.sa_stream_get_capture_info(C.uintptr_t(c), C.uintptr_t(s))
+	return Result(r.r), CaptureStatus(r.status), uint64(r.id)
+}
+
+func rawGraphInstantiate(c Context, g Graph, flags uint64) (Result, uint64) {
+	r := C.sa_graph_instantiate(C.uintptr_t(c), C.uintptr_t(g), C.uint64_t(flags))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawGraphLaunch(c Context, x GraphExec, s Stream) Result {
+	return Result(C.sa_graph_launch(C.uintptr_t(c), C.uintptr_t(x), C.uintptr_t(s)))
+}
+
+func rawGraphExecDestroy(c Context, x GraphExec) Result {
+	return Result(C.sa_graph_exec_destroy(C.uintptr_t(c), C.uintptr_t(x)))
+}
+
+func rawGraphDestroy(c Context, g Graph) Result {
+	return Result(C.sa_graph_destroy(C.uintptr_t(c), C.uintptr_t(g)))
+}
+
+func rawDeviceGraphMemTrim(c Context, d Device) Result {
+	return Result(C.sa_device_graph_mem_trim(C.uintptr_t(c), C.int(d)))
+}
+
+func rawDeviceGetGraphMemAttribute(c Context, d Device, a GraphMemAttribute) (Result, uint64) {
+	r := C.sa_device_get_graph_mem_attribute(C.uintptr_t(c), C.int(d), C.int(a))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawDeviceSetGraphMemAttribute(c Context, d Device, a GraphMemAttribute, v uint64) Result {
+	return Result(C.sa_device_set_graph_mem_attribute(C.uintptr_t(c), C.int(d), C.int(a), C.uint64_t(v)))
+}
+
+func rawThreadExchangeCaptureMode(mode CaptureMode) (Result, CaptureMode) {
+	r := C.sa_thread_exchange_capture_mode(C.int(mode))
+	return Result(r.r), CaptureMode(r.v)
+}
+
+// Foreign-handle wing.
+
+func rawStreamGetCtx(c Context, s Stream) (Result, uint64) {
+	r := C.sa_stream_get_ctx(C.uintptr_t(c), C.uintptr_t(s))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawCtxGetDevice(c Context) (Result, uint64) {
+	r := C.sa_ctx_get_device(C.uintptr_t(c))
+	return Result(r.r), uint64(r.v)
+}
+
 // cstring returns the text of a NUL-terminated byte buffer.
 func cstring(b []byte) string {
 	for i, c := range b {

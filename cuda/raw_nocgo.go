@@ -92,3 +92,27 @@ func rawFuncParamInfo(Context, Function, uint64) (Result, uint64, uint64) {
 func rawLaunchKernel(Context, Function, [3]uint32, [3]uint32, uint32, Stream, *Params) Result {
 	return ErrNotInitialized
 }
+
+// The capture wing.
+func rawStreamBeginCapture(Context, Stream, CaptureMode) Result { return ErrNotInitialized }
+func rawStreamEndCapture(Context, Stream) (Result, uint64)      { return ErrNotInitialized, 0 }
+func rawStreamIsCapturing(Context, Stream) (Result, uint64)     { return ErrNotInitialized, 0 }
+func rawStreamGetCaptureInfo(Context, Stream) (Result, CaptureStatus, uint64) {
+	return ErrNotInitialized, 0, 0
+}
+func rawGraphInstantiate(Context, Graph, uint64) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawGraphLaunch(Context, GraphExec, Stream) Result            { return ErrNotInitialized }
+func rawGraphExecDestroy(Context, GraphExec) Result               { return ErrNotInitialized }
+func rawGraphDestroy(Context, Graph) Result                       { return ErrNotInitialized }
+func rawDeviceGraphMemTrim(Context, Device) Result                { return ErrNotInitialized }
+func rawDeviceGetGraphMemAttribute(Context, Device, GraphMemAttribute) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawDeviceSetGraphMemAttribute(Context, Device, GraphMemAttribute, uint64) Result {
+	return ErrNotInitialized
+}
+func rawThreadExchangeCaptureMode(CaptureMode) (Result, CaptureMode) { return ErrNotInitialized, 0 }
+
+// Foreign-handle wing.
+func rawStreamGetCtx(Context, Stream) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawCtxGetDevice(Context) (Result, uint64)         { return ErrNotInitialized, 0 }

@@ -103,6 +103,31 @@ static CUresult (*p_cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
                                     unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void **, void **);
+// Foreign-handle wing: which context a stream or context belongs to.
+static CUresult (*p_cuStreamGetCtx)(CUstream, CUcontext *);
+static CUresult (*p_cuCtxGetDevice)(CUdevice *);
+
+// The capture wing: stream capture, graphs, graph memory.
+typedef void *CUgraph;
+typedef void *CUgraphExec;
+static CUresult (*p_cuStreamBeginCapture)(CUstream, int);
+static CUresult (*p_cuStreamEndCapture)(CUstream, CUgraph *);
+static CUresult (*p_cuStreamIsCapturing)(CUstream, int *);
+// cuStreamGetCaptureInfo: _v3 (CUDA 12.3 on) adds the edge data output
+// before the count; _v2 is the form of older drivers. Only status and ID
+// are read; the other outputs are optional and passed as NULL.
+static CUresult (*p_cuStreamGetCaptureInfo_v3)(CUstream, int *, uint64_t *, CUgraph *,
+                                               const void **, const void **, size_t *);
+static CUresult (*p_cuStreamGetCaptureInfo_v2)(CUstream, int *, uint64_t *, CUgraph *,
+                                               const void **, size_t *);
+static CUresult (*p_cuGraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+static CUresult (*p_cuGraphLaunch)(CUgraphExec, CUstream);
+static CUresult (*p_cuGraphExecDestroy)(CUgraphExec);
+static CUresult (*p_cuGraphDestroy)(CUgraph);
+static CUresult (*p_cuDeviceGraphMemTrim)(CUdevice);
+static CUresult (*p_cuDeviceGetGraphMemAttribute)(CUdevice, int, void *);
+static CUresult (*p_cuDeviceSetGraphMemAttribute)(CUdevice, int, void *);
+static CUresult (*p_cuThreadExchangeStreamCaptureMode)(int *);
 
 // One entry point: its name as the Go side knows it (the unversioned API
 // name), the exported symbols to try in order, where to store it, and
@@ -168,6 +193,23 @@ static const sa_entry entries[] = {
 	E(cuModuleGetFunction, "cuModuleGetFunction", NULL, 0),
 	E(cuFuncGetParamInfo, "cuFuncGetParamInfo", NULL, 0),
 	E(cuLaunchKernel, "cuLaunchKernel", NULL, 0),
+	// The capture wing.
+	E(cuStreamBeginCapture, "cuStreamBeginCapture_v2", NULL, 0),
+	E(cuStreamEndCapture, "cuStreamEndCapture", NULL, 0),
+	E(cuStreamIsCapturing, "cuStreamIsCapturing", NULL, 0),
+	E(cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo_v3", NULL, 0),
+	E(cuStreamGetCaptureInfo_v2, "cuStreamGetCaptureInfo_v2", NULL, 0),
+	E(cuGraphInstantiate, "cuGraphInstantiateWithFlags", NULL, 0),
+	E(cuGraphLaunch, "cuGraphLaunch", NULL, 0),
+	E(cuGraphExecDestroy, "cuGraphExecDestroy", NULL, 0),
+	E(cuGraphDestroy, "cuGraphDestroy", NULL, 0),
+	E(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", NULL, 0),
+	E(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", NULL, 0),
+	E(cuDeviceSetGraphMemAttribute, "cuDeviceSetGraphMemAttribute", NULL, 0),
+	E(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", NULL, 0),
+	// Foreign-handle wing.
+	E(cuStreamGetCtx, "cuStreamGetCtx", NULL, 0),
+	E(cuCtxGetDevice, "cuCtxGetDevice", NULL, 0),
 };
 #undef E
 
@@ -709,4 +751,139 @@ int sa_launch_kernel(uintptr_t ctx, uintptr_t f,
 	BIND(ctx);
 	return p_cuLaunchKernel((CUfunction)f, gx, gy, gz, bx, by, bz, shared,
 	                        (CUstream)s, params, NULL);
+}
+
+// --- CUDA graphs: the capture wing ---------------------------------------
+
+int sa_stream_begin_capture(uintptr_t ctx, uintptr_t s, int mode) {
+	NEED(cuStreamBeginCapture);
+	BIND(ctx);
+	return p_cuStreamBeginCapture((CUstream)s, mode);
+}
+
+sa_ret sa_stream_end_capture(uintptr_t ctx, uintptr_t s) {
+	NEEDR(sa_ret, cuStreamEndCapture);
+	BINDR(sa_ret, ctx);
+	CUgraph g = NULL;
+	sa_ret out = {p_cuStreamEndCapture((CUstream)s, &g), 0};
+	out.v = (uint64_t)(uintptr_t)g;
+	return out;
+}
+
+sa_ret sa_stream_is_capturing(uintptr_t ctx, uintptr_t s) {
+	NEEDR(sa_ret, cuStreamIsCapturing);
+	BINDR(sa_ret, ctx);
+	int st = 0;
+	sa_ret out = {p_cuStreamIsCapturing((CUstream)s, &st), 0};
+	out.v = (uint64_t)st;
+	return out;
+}
+
+sa_capture_info sa_stream_get_capture_info(uintptr_t ctx, uintptr_t s) {
+	sa_capture_info out = {SA_NOT_SUPPORTED, 0, 0};
+	if (p_cuStreamGetCaptureInfo_v3 == NULL && p_cuStreamGetCaptureInfo_v2 == NULL) {
+		return out;
+	}
+	BINDR(sa_capture_info, ctx);
+	int st = 0;
+	uint64_t id = 0;
+	if (p_cuStreamGetCaptureInfo_v3 != NULL) {
+		out.r = p_cuStreamGetCaptureInfo_v3((CUstream)s, &st, &id, NULL, NULL, NULL, NULL);
+	} else {
+		out.r = p_cuStreamGetCaptureInfo_v2((CUstream)s, &st, &id, NULL, NULL, NULL);
+	}
+	out.status = st;
+	out.id = id;
+	return out;
+}
+
+sa_ret sa_graph_instantiate(uintptr_t ctx, uintptr_t g, uint64_t flags) {
+	NEEDR(sa_ret, cuGraphInstantiate);
+	BINDR(sa_ret, ctx);
+	CUgraphExec x = NULL;
+	sa_ret out = {p_cuGraphInstantiate(&x, (CUgraph)g, (unsigned long long)flags), 0};
+	out.v = (uint64_t)(uintptr_t)x;
+	return out;
+}
+
+int sa_graph_launch(uintptr_t ctx, uintptr_t x, uintptr_t s) {
+	NEED(cuGraphLaunch);
+	BIND(ctx);
+	return p_cuGraphLaunch((CUgraphExec)x, (CUstream)s);
+}
+
+int sa_graph_exec_destroy(uintptr_t ctx, uintptr_t x) {
+	NEED(cuGraphExecDestroy);
+	BIND(ctx);
+	return p_cuGraphExecDestroy((CUgraphExec)x);
+}
+
+int sa_graph_destroy(uintptr_t ctx, uintptr_t g) {
+	NEED(cuGraphDestroy);
+	BIND(ctx);
+	return p_cuGraphDestroy((CUgraph)g);
+}
+
+int sa_device_graph_mem_trim(uintptr_t ctx, int dev) {
+	NEED(cuDeviceGraphMemTrim);
+	BIND(ctx);
+	return p_cuDeviceGraphMemTrim(dev);
+}
+
+// The graph memory attributes are all cuuint64_t.
+sa_ret sa_device_get_graph_mem_attribute(uintptr_t ctx, int dev, int attr) {
+	NEEDR(sa_ret, cuDeviceGetGraphMemAttribute);
+	BINDR(sa_ret, ctx);
+	uint64_t v = 0;
+	sa_ret out = {p_cuDeviceGetGraphMemAttribute(dev, attr, &v), 0};
+	out.v = v;
+	return out;
+}
+
+int sa_device_set_graph_mem_attribute(uintptr_t ctx, int dev, int attr, uint64_t v) {
+	NEED(cuDeviceSetGraphMemAttribute);
+	BIND(ctx);
+	return p_cuDeviceSetGraphMemAttribute(dev, attr, &v);
+}
+
+sa_ret sa_thread_exchange_capture_mode(int mode) {
+	NEEDR(sa_ret, cuThreadExchangeStreamCaptureMode);
+	int m = mode;
+	sa_ret out = {p_cuThreadExchangeStreamCaptureMode(&m), 0};
+	out.v = (uint64_t)m;
+	return out;
+}
+
+// --- Foreign-handle wing: contexts of streams and contexts ---------------
+
+sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s) {
+	NEEDR(sa_ret, cuStreamGetCtx);
+	// Bound first, so that the null and per-thread streams name this
+	// context's.
+	BINDR(sa_ret, ctx);
+	CUcontext c = NULL;
+	sa_ret out = {p_cuStreamGetCtx((CUstream)s, &c), 0};
+	out.v = (uint64_t)(uintptr_t)c;
+	return out;
+}
+
+sa_ret sa_ctx_get_device(uintptr_t ctx) {
+	NEEDR(sa_ret, cuCtxGetDevice);
+	NEEDR(sa_ret, cuCtxSetCurrent);
+	NEEDR(sa_ret, cuCtxGetCurrent);
+	// cuCtxGetDevice answers for the current context: make ctx current
+	// for the question and put back what was current, so that the
+	// thread's state (another library's context) is as before the call.
+	CUcontext prev = NULL;
+	p_cuCtxGetCurrent(&prev);
+	CUresult r = p_cuCtxSetCurrent((CUcontext)ctx);
+	if (r != 0) {
+		sa_ret bad = {r, 0};
+		return bad;
+	}
+	CUdevice d = 0;
+	sa_ret out = {p_cuCtxGetDevice(&d), 0};
+	out.v = (uint64_t)d;
+	p_cuCtxSetCurrent(prev);
+	return out;
 }

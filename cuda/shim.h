@@ -137,4 +137,34 @@ int sa_launch_kernel(uintptr_t ctx, uintptr_t f,
                      unsigned shared, uintptr_t s,
                      const void *vals, int nbytes, const uint32_t *offs, int n);
 
+// --- CUDA graphs: the capture wing ---------------------------------------
+// Stream capture, graphs and their executables, graph memory. CUgraph and
+// CUgraphExec cross as uintptr_t like every other handle.
+
+typedef struct {
+	int r;
+	int status;  // CUstreamCaptureStatus
+	uint64_t id; // the capture's ID, valid when status is not NONE
+} sa_capture_info;
+
+int sa_stream_begin_capture(uintptr_t ctx, uintptr_t s, int mode);
+sa_ret sa_stream_end_capture(uintptr_t ctx, uintptr_t s);
+sa_ret sa_stream_is_capturing(uintptr_t ctx, uintptr_t s);
+sa_capture_info sa_stream_get_capture_info(uintptr_t ctx, uintptr_t s);
+sa_ret sa_graph_instantiate(uintptr_t ctx, uintptr_t g, uint64_t flags);
+int sa_graph_launch(uintptr_t ctx, uintptr_t x, uintptr_t s);
+int sa_graph_exec_destroy(uintptr_t ctx, uintptr_t x);
+int sa_graph_destroy(uintptr_t ctx, uintptr_t g);
+int sa_device_graph_mem_trim(uintptr_t ctx, int dev);
+sa_ret sa_device_get_graph_mem_attribute(uintptr_t ctx, int dev, int attr);
+int sa_device_set_graph_mem_attribute(uintptr_t ctx, int dev, int attr, uint64_t v);
+// sa_thread_exchange_capture_mode sets the calling thread's capture
+// interaction mode and returns the previous one in v.
+sa_ret sa_thread_exchange_capture_mode(int mode);
+// Foreign-handle wing. sa_stream_get_ctx is cuStreamGetCtx with ctx bound
+// (so 0 and CU_STREAM_PER_THREAD name ctx's streams); sa_ctx_get_device is
+// cuCtxGetDevice of ctx, leaving the thread's current context as it was.
+sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s);
+sa_ret sa_ctx_get_device(uintptr_t ctx);
+
 #endif

@@ -22,19 +22,24 @@
 // the next epoch hands out again) or while Close frees the region.
 //
 // Several streams bumping one counter contend for one address and cannot
-// be reset independently, which is the race seed 004 describes. Set is its
-// answer: one arena per stream (Set.For), each used and reset only in its
-// own stream's order.
+// be reset independently: a Reset enqueued on one stream is not ordered
+// with the kernels of the others, which may be allocating meanwhile. Set
+// avoids the race: one arena per stream (Set.For), each used and reset
+// only in its own stream's order.
 //
 // # The counter
 //
 // A request that fails on the counter (others got there first) still
 // leaves its add there: undoing it would let a later request land on a
-// live allocation. So the counter may pass the region's size; from then on
-// every request of the epoch fails, Stats reports the region as full
-// (HighWater = Size) with Overflow set, and Reset starts over. Requests
-// refused before the add (larger than the region, or made after the
-// counter had visibly passed the end) set Overflow but claim nothing.
+// live allocation. With two failed adds on the counter, undoing the first
+// lets a request be served from the lowered counter; undoing the second
+// then lowers the counter below the end of that served range, and the
+// next request gets part of it again. So the counter may pass the
+// region's size; from then on every request of the epoch fails, Stats
+// reports the region as full (HighWater = Size) with Overflow set, and
+// Reset starts over. Requests refused before the add (larger than the
+// region, or made after the counter had visibly passed the end) set
+// Overflow but claim nothing.
 // sa_arena.cuh states why the counter cannot wrap (it stays below
 // (T+1)*Size for T failing threads, Size <= MaxSize).
 //

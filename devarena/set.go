@@ -2,9 +2,11 @@
 //
 // Kernels of several streams that bump one counter contend for one
 // address, and worse, a Reset on one stream is not ordered with the
-// kernels of the others (seed 004's race). A Set gives every stream its own
-// arena, created on the stream's first For, so a counter is only ever used
-// by the kernels of one stream and reset in that stream's order.
+// kernels of the others, which may allocate while it zeroes the counter
+// and get memory that the next epoch hands out again. A Set gives every
+// stream its own arena, created on the stream's first For, so a counter is
+// only ever used by the kernels of one stream and reset in that stream's
+// order.
 //
 // Invariants: s.arenas holds every arena the set made and has not closed
 // successfully; after Close it holds only those whose Close failed, which a

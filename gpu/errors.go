@@ -9,7 +9,8 @@
 //     detail; the exported Code constants are the sentinels callers match
 //     with errors.Is.
 //   - A backend error the driver has no code for: ErrNoDriver, ErrDestroyed,
-//     ErrWrongDevice.
+//     ErrWrongDevice, and for foreign handles ErrForeignContext and
+//     ErrWrongThread.
 //
 // The vocabulary lives here, with the interface, so that a backend without
 // the driver (the simulator, or any new one) needs nothing but this package
@@ -63,6 +64,7 @@ const (
 	ErrInvalidContext    Code = 201 // CUDA_ERROR_INVALID_CONTEXT
 	ErrInvalidPTX        Code = 218 // CUDA_ERROR_INVALID_PTX: PTX that does not compile
 	ErrInvalidHandle     Code = 400 // CUDA_ERROR_INVALID_HANDLE
+	ErrIllegalState      Code = 401 // CUDA_ERROR_ILLEGAL_STATE: not valid in the object's state (a capture begun twice, ended when none runs)
 	ErrNotFound          Code = 500 // CUDA_ERROR_NOT_FOUND: a kernel or symbol name not in the module
 	ErrNotReady          Code = 600 // CUDA_ERROR_NOT_READY: work is still running (not a failure)
 	ErrIllegalAddress    Code = 700 // CUDA_ERROR_ILLEGAL_ADDRESS: a kernel or copy touched unmapped memory
@@ -74,6 +76,34 @@ const (
 	ErrNotSupported      Code = 801 // CUDA_ERROR_NOT_SUPPORTED
 	ErrStreamCapture     Code = 900 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: not allowed while a stream is captured
 	ErrUnknown           Code = 999 // CUDA_ERROR_UNKNOWN
+)
+
+// Driver statuses of stream capture (cuda.h 900-908).
+const (
+	// ErrStreamCaptureUnsupported is ErrStreamCapture by cuda.h's full
+	// name: the call is not permitted while the stream (or, in global
+	// mode, any stream) is capturing.
+	ErrStreamCaptureUnsupported = ErrStreamCapture
+	// ErrStreamCaptureInvalidated: an earlier error invalidated the
+	// capture; it can only be ended.
+	ErrStreamCaptureInvalidated Code = 901
+	// ErrStreamCaptureMerge: the call would merge two independent captures.
+	ErrStreamCaptureMerge Code = 902
+	// ErrStreamCaptureUnmatched: the capture was not begun on this stream.
+	ErrStreamCaptureUnmatched Code = 903
+	// ErrStreamCaptureUnjoined: the capture forked into a stream that did
+	// not join back into the stream it began on.
+	ErrStreamCaptureUnjoined Code = 904
+	// ErrStreamCaptureIsolation: the call would make the capture depend on
+	// work outside it.
+	ErrStreamCaptureIsolation Code = 905
+	// ErrStreamCaptureImplicit: an implicit dependency on the legacy stream.
+	ErrStreamCaptureImplicit Code = 906
+	// ErrCapturedEvent: the event was last recorded in a capture.
+	ErrCapturedEvent Code = 907
+	// ErrStreamCaptureWrongThread: a non-relaxed capture ended on another
+	// thread than the one that began it.
+	ErrStreamCaptureWrongThread Code = 908
 )
 
 // codeNames are cuda.h's names of the codes above.
@@ -88,6 +118,7 @@ var codeNames = map[Code]string{
 	ErrInvalidContext:    "CUDA_ERROR_INVALID_CONTEXT",
 	ErrInvalidPTX:        "CUDA_ERROR_INVALID_PTX",
 	ErrInvalidHandle:     "CUDA_ERROR_INVALID_HANDLE",
+	ErrIllegalState:      "CUDA_ERROR_ILLEGAL_STATE",
 	ErrNotFound:          "CUDA_ERROR_NOT_FOUND",
 	ErrNotReady:          "CUDA_ERROR_NOT_READY",
 	ErrIllegalAddress:    "CUDA_ERROR_ILLEGAL_ADDRESS",
@@ -99,6 +130,15 @@ var codeNames = map[Code]string{
 	ErrNotSupported:      "CUDA_ERROR_NOT_SUPPORTED",
 	ErrStreamCapture:     "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
 	ErrUnknown:           "CUDA_ERROR_UNKNOWN",
+
+	ErrStreamCaptureInvalidated: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+	ErrStreamCaptureMerge:       "CUDA_ERROR_STREAM_CAPTURE_MERGE",
+	ErrStreamCaptureUnmatched:   "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+	ErrStreamCaptureUnjoined:    "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
+	ErrStreamCaptureIsolation:   "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+	ErrStreamCaptureImplicit:    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+	ErrCapturedEvent:            "CUDA_ERROR_CAPTURED_EVENT",
+	ErrStreamCaptureWrongThread: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
 }
 
 // Error returns cuda.h's name of c ("CUDA_ERROR_OUT_OF_MEMORY"), or
@@ -159,7 +199,25 @@ var (
 	ErrDestroyed error = errorString("gpu: handle used after Destroy")
 	// ErrWrongDevice: a handle of one device was passed to another.
 	ErrWrongDevice error = errorString("gpu: handle belongs to another device")
+	// ErrForeignContext: a handle or context other than the device's
+	// primary context, which streamalloc does not support (foreign.go).
+	ErrForeignContext error = errorString("gpu: handle of a context other than the device's primary context")
+	// ErrWrongThread: a per-thread default stream used from an OS thread
+	// other than the one that adopted it (foreign.go). It matches
+	// ErrDestroyed too: from any other thread the stream can take no work,
+	// as if destroyed, so code that falls back when a stream is gone
+	// (synchronizing the device instead of waiting on the stream, as
+	// resources do when they release memory last used there) does the same
+	// here.
+	ErrWrongThread error = wrongThread{}
 )
+
+type wrongThread struct{}
+
+func (wrongThread) Error() string { return "gpu: per-thread default stream used on another OS thread" }
+
+// Is makes ErrWrongThread match ErrDestroyed.
+func (wrongThread) Is(target error) bool { return target == ErrDestroyed }
 
 type errorString string
 

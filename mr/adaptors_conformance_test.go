@@ -17,7 +17,7 @@ func TestAdaptorsConformance(t *testing.T) {
 	dev := testdev.Device(t)
 	// Seven runs of the suite: fewer goroutines and iterations than a
 	// resource's own run, to keep the package fast under -race.
-	opts := mrtest.Options{DetectsDoubleFree: true, Goroutines: 4, Iterations: 60}
+	opts := mrtest.Options{DetectsDoubleFree: true, Foreign: testdev.Foreign(t), Goroutines: 4, Iterations: 60}
 	if testing.Short() {
 		opts.Goroutines, opts.Iterations = 2, 20
 	}

@@ -61,7 +61,7 @@ type Aligned struct {
 	passThrough
 	dev   gpu.Device
 	align int
-	live  ptrTable[alignedBlock]
+	live  ptrTable[gpu.DevicePtr, alignedBlock]
 }
 
 // NewAligned returns an adaptor over upstream whose Allocate aligns to
@@ -86,7 +86,7 @@ func (a *Aligned) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // between 1 and MaxAlignment; otherwise an *AlignmentError), freed with
 // Deallocate like any other allocation.
 func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("aligned: allocate", a.dev, size, s); err != nil {
+	if zero, err := checkAlloc("aligned", a.dev, size, s); err != nil {
 		return 0, err
 	} else if err := checkAlignment(alignment); err != nil {
 		return 0, fmt.Errorf("aligned: allocate: %w", err)
@@ -121,7 +121,7 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 // same size, by freeing its upstream block. Bad frees are refused with
 // typed errors before they reach the upstream.
 func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("aligned: deallocate", a.dev, p, size, s); null || err != nil {
+	if null, err := checkFree("aligned", a.dev, p, size, s); null || err != nil {
 		return err
 	}
 	if _, err := a.live.take(p, size, func(b alignedBlock) error { return a.up.Deallocate(b.base, b.size, s) }); err != nil {

@@ -90,18 +90,16 @@ type Arena struct {
 		mu   sync.Mutex
 		free []*superblock
 	}
-	large     liveTable
+	large     ptrTable[gpu.DevicePtr, gpu.Stream]
 	events    eventCache
 	usage     usageMeter
 	releaseMu sync.Mutex
 }
 
 type arenaStream struct {
-	s    gpu.Stream
-	mu   sync.Mutex
-	sbs  []*superblock
-	cur  int  // the superblock tried first
-	dead bool // dropped from the table by Release: look the stream up again
+	streamState
+	sbs []*superblock
+	cur int // the superblock tried first
 	// deferred counts the deferred ranges in sbs (read without mu to skip
 	// the reclaim scan when there are none).
 	deferred atomic.Int64
@@ -160,26 +158,21 @@ func (r *Arena) ResetPeaks() { r.usage.resetPeaks() }
 // lockArena returns s's arena, locked.
 func (r *Arena) lockArena(s gpu.Stream) *arenaStream {
 	for {
-		a := r.arenas.get(s.ID(), func() *arenaStream { return &arenaStream{s: s} })
-		a.mu.Lock()
-		if !a.dead {
+		a := r.arenas.get(s.ID(), func() *arenaStream { return &arenaStream{streamState: streamState{s: s}} })
+		if a.lockLive() {
 			return a
 		}
-		a.mu.Unlock()
 	}
 }
 
 // Allocate serves size bytes from s's arena, or from the upstream if size
 // exceeds LargeSize.
 func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("arena: allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc("arena", r.dev, size, s); zero || err != nil {
 		return 0, err
 	}
-	if size < 0 {
-		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(r.captureClient(), id, size, s)
 	}
 	if size > r.largeSize {
 		return r.allocateLarge(size, s)
@@ -332,6 +325,9 @@ func (r *Arena) take(s gpu.Stream) (*superblock, error) {
 // whose events completed, or, with wait, all of them after making the
 // arena's stream wait on their events. Called with a.mu.
 func (r *Arena) reclaim(a *arenaStream, wait bool) error {
+	if gpu.Capturing(a.s) {
+		return nil // a wait on it would join the capture to outside work (capture.go)
+	}
 	var errs []error
 	for _, sb := range a.sbs {
 		sb.mu.Lock()
@@ -421,7 +417,7 @@ func (r *Arena) allocateLarge(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		}
 		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, err)
 	}
-	r.large.insert(p, liveEntry{size: size, stream: s})
+	r.large.insert(p, size, s, nil)
 	r.usage.addReserved(size)
 	r.usage.addUsed(size)
 	return p, nil
@@ -429,20 +425,19 @@ func (r *Arena) allocateLarge(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 
 // Deallocate frees p in stream order on s.
 func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("arena: deallocate", r.dev, s); err != nil {
+	if null, err := checkFree("arena", r.dev, p, size, s); null || err != nil {
 		return err
 	}
-	if size < 0 {
-		return fmt.Errorf("arena: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("arena: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(r.captureClient(), id, p, size, s, r.knows)
 	}
 	sb, base, ok := r.index.find(p)
 	if !ok {
+		if _, live := r.large.lookup(p); !live {
+			if handled, err := freeOutsideCapture(r.captureClient(), p, size, s); handled {
+				return err
+			}
+		}
 		return r.deallocateLarge(p, size, s)
 	}
 	off := int(p - base)
@@ -490,15 +485,15 @@ func (r *Arena) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 // check validates a free of size bytes at offset off. Called with sb.mu.
 func (sb *superblock) check(p gpu.DevicePtr, off, size int) error {
 	if off%Alignment != 0 {
-		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return pointerError(p, ErrUnknownPointer)
 	}
 	switch v := sb.starts[off/Alignment]; {
 	case v == 0:
-		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return pointerError(p, ErrUnknownPointer)
 	case v == freedMark:
-		return fmt.Errorf("pointer %#x: %w", uint64(p), ErrDoubleFree)
+		return pointerError(p, ErrDoubleFree)
 	case int(v) != size:
-		return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), v, size, ErrSizeMismatch)
+		return sizeMismatchError(p, int(v), size)
 	}
 	return nil
 }
@@ -528,18 +523,18 @@ func (r *Arena) maybeReturn(s gpu.Stream, sb *superblock) {
 }
 
 func (r *Arena) deallocateLarge(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	e, err := r.large.take(p, size)
+	alloc, err := r.large.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("arena: deallocate: %w", err)
 	}
 	// Order the free after the allocation's stream too, whatever the
 	// upstream does about cross-stream frees.
-	if err := r.events.order(s, e.stream); err != nil {
-		r.large.restore(p, e)
+	if err := r.events.order(s, alloc); err != nil {
+		r.large.restore(p, size, alloc)
 		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
 	}
 	if err := r.up.Deallocate(p, size, s); err != nil {
-		r.large.restore(p, e)
+		r.large.restore(p, size, alloc)
 		return fmt.Errorf("arena: deallocate %#x: %w", uint64(p), err)
 	}
 	r.usage.subUsed(size)

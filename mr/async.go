@@ -6,7 +6,7 @@
 // another stream: cuMemFreeAsync(p, s2) runs after the work enqueued on s2,
 // but work on the allocation's stream s1 may still be using p, and the
 // driver may hand p to s2's next allocation while it does. There are three
-// ways to close that hole (seed 000):
+// ways to close that hole:
 //
 //  1. Event ordering: record an event on s1 and make s2 wait on it before
 //     the free. Nothing blocks the host; the only cost is a record and a
@@ -22,9 +22,9 @@
 //     choice).
 //
 // Async uses 1, the only one that is both safe and asynchronous. Event
-// ordering alone leaves the memory where seed 000 found it: usable by s2,
-// but stranded for s1, which is usually the stream that allocates again
-// (a producer whose buffers a consumer frees). The driver will not hand it
+// ordering alone leaves the memory usable by s2 but stranded for s1,
+// which is usually the stream that allocates again (a producer whose
+// buffers a consumer frees). The driver will not hand it
 // to s1 until s1 is ordered after the free, and prefers growing the pool to
 // inserting that order itself, so the pool grows by every buffer in flight.
 // Async therefore also records an event on s2 after the free and makes s1
@@ -105,8 +105,18 @@ var reuseAttrs = [...]struct {
 type AsyncOptions struct {
 	// OwnPool makes the resource create a pool of its own (NewMemPool),
 	// destroyed by Close. Otherwise it allocates from the device's default
-	// pool, which every user of cuMemAllocAsync in the process shares.
+	// pool, which every user of cuMemAllocAsync in the process shares,
+	// unless Pool or CurrentPool says otherwise.
 	OwnPool bool
+	// Pool, if not nil, is the pool to allocate from, not owned (RMM's
+	// async_view): a pool of the caller's, or a CUmemoryPool of other code
+	// adopted with gpu.Device.AdoptMemPool. Close leaves it alone. It must
+	// be of the resource's device.
+	Pool gpu.MemPool
+	// CurrentPool allocates from the device's current pool
+	// (cuDeviceGetMemPool, read once by NewAsync), not owned: the pool
+	// another library may have made current instead of the default one.
+	CurrentPool bool
 	// ReleaseThreshold, if not zero, is set as the pool's release
 	// threshold: the reserved bytes the pool keeps across
 	// synchronizations instead of returning them to the OS.
@@ -142,16 +152,27 @@ type AsyncOptions struct {
 	Pending *PendingFrees
 }
 
+// asyncLive is what Async remembers of a live allocation: the stream it
+// was allocated on, and the capture that allocated it (a graph allocation,
+// async_capture.go) or 0.
+type asyncLive struct {
+	stream gpu.Stream
+	graph  uint64
+}
+
 // Async is a resource over the driver's stream-ordered allocator. It is
 // safe for concurrent use.
 type Async struct {
 	dev  gpu.Device
 	pool gpu.MemPool
 	own  bool
+	// fromPool: allocate with MallocFromPoolAsync from pool (own, given or
+	// current) rather than MallocAsync from the default pool.
+	fromPool bool
 	// returnWait: a cross-stream free makes the allocating stream wait on
 	// the freeing one (not AsyncOptions.NoReturnWait).
 	returnWait bool
-	live       liveTable
+	live       ptrTable[gpu.DevicePtr, asyncLive]
 	events     eventCache
 
 	// pending is the pending-free accounting: AddLive after each
@@ -177,14 +198,31 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	if opts.InitialPoolSize < 0 {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
-	r := &Async{dev: dev, own: opts.OwnPool, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
+	choices := 0
+	for _, c := range []bool{opts.OwnPool, opts.Pool != nil, opts.CurrentPool} {
+		if c {
+			choices++
+		}
+	}
+	if choices > 1 {
+		return nil, fmt.Errorf("async: OwnPool, Pool and CurrentPool are exclusive: %w", gpu.ErrInvalidValue)
+	}
+	if opts.Pool != nil && opts.Pool.Device() != dev {
+		return nil, fmt.Errorf("async: pool of device %d: %w", opts.Pool.Device().Ordinal(), gpu.ErrWrongDevice)
+	}
+	r := &Async{dev: dev, own: opts.OwnPool, fromPool: choices == 1, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
 	if r.pending == nil {
 		r.pending = new(PendingFrees)
 	}
 	var err error
-	if opts.OwnPool {
+	switch {
+	case opts.OwnPool:
 		r.pool, err = dev.NewMemPool()
-	} else {
+	case opts.Pool != nil:
+		r.pool = opts.Pool
+	case opts.CurrentPool:
+		r.pool, err = dev.CurrentMemPool()
+	default:
 		r.pool, err = dev.DefaultMemPool()
 	}
 	if err != nil {
@@ -235,16 +273,10 @@ func (r *Async) configure(opts AsyncOptions) error {
 }
 
 // Allocate enqueues cuMemAllocAsync (or cuMemAllocFromPoolAsync on the
-// resource's own pool) on s. It does not block the host.
+// resource's own, given or current pool) on s. It does not block the host.
 func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("async: allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc("async", r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("async: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	r.closeMu.RLock()
 	defer r.closeMu.RUnlock()
@@ -253,7 +285,7 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	var p gpu.DevicePtr
 	var err error
-	if r.own {
+	if r.fromPool {
 		p, err = r.dev.MallocFromPoolAsync(size, r.pool, s)
 	} else {
 		p, err = r.dev.MallocAsync(size, s)
@@ -271,7 +303,11 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("async: allocate %d bytes: driver returned misaligned %#x: %w",
 			size, uint64(p), gpu.ErrInvalidValue)
 	}
-	r.live.insert(p, liveEntry{size: size, stream: s})
+	if id := gpu.CaptureID(s); id != 0 {
+		r.captured(id, p, size, s)
+		return p, nil
+	}
+	r.live.insert(p, size, asyncLive{stream: s}, nil)
 	r.pending.AddLive(uint64(size))
 	return p, nil
 }
@@ -285,34 +321,28 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // the device is synchronized: see eventCache.order).
 // Deallocate keeps working after Close.
 func (r *Async) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("async: deallocate", r.dev, s); err != nil {
+	if null, err := checkFree("async", r.dev, p, size, s); null || err != nil {
 		return err
 	}
-	if size < 0 {
-		return fmt.Errorf("async: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("async: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
-	}
-	e, err := r.live.take(p, size)
+	alloc, err := r.live.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("async: deallocate: %w", err)
 	}
-	if err := r.events.order(s, e.stream); err != nil {
-		r.live.restore(p, e)
+	if id := gpu.CaptureID(s); id != 0 || alloc.graph != 0 {
+		return r.deallocateCaptured(id, p, size, s, alloc)
+	}
+	if err := r.events.order(s, alloc.stream); err != nil {
+		r.live.restore(p, size, alloc)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
 	if err := r.dev.FreeAsync(p, s); err != nil {
-		r.live.restore(p, e)
+		r.live.restore(p, size, alloc)
 		return fmt.Errorf("async: deallocate %#x: %w", uint64(p), err)
 	}
 	if r.returnWait {
 		// Let the allocation's stream reuse the memory at once (see the
 		// file comment); best effort, the free has been enqueued.
-		r.events.order(e.stream, s)
+		r.events.order(alloc.stream, s)
 	}
 	// Cannot fail: this resource alone moves its bytes, each once.
 	r.pending.Add(s, uint64(size))
@@ -357,6 +387,17 @@ func (r *Async) SetAttribute(a gpu.PoolAttr, v uint64) error {
 // every user of that pool. An attribute the driver fails to report reads
 // as zero.
 func (r *Async) Usage() Usage {
+	if gpu.DeviceCapturing(r.dev) {
+		// Pool attributes are "potentially unsafe": a global-mode
+		// capture forbids reading them except from a relaxed thread.
+		var u Usage
+		gpu.RelaxCapture(r.dev, func() error { u = r.usage(); return nil })
+		return u
+	}
+	return r.usage()
+}
+
+func (r *Async) usage() Usage {
 	var u Usage
 	for _, f := range []struct {
 		a gpu.PoolAttr

@@ -65,7 +65,7 @@ type Binning struct {
 	bins  []binEntry
 	sizes []int     // bins[i].size, for the search
 	start [65]int32 // start[k]: the first bin above 1<<(k-1), where bin's search begins
-	large liveTable
+	large ptrTable[gpu.DevicePtr, gpu.Stream]
 	// usage counts every live allocation (Used) and the large allocations
 	// and chunks of the created bins (Reserved); the created bins count
 	// their own operations into it directly.
@@ -162,14 +162,8 @@ func (r *Binning) bin(n int) *binEntry {
 // Allocate serves size bytes from the smallest bin that holds them, or
 // from the upstream.
 func (r *Binning) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStream("binning: allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc("binning", r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("binning: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
 	}
 	var p gpu.DevicePtr
 	var err error
@@ -189,7 +183,7 @@ func (r *Binning) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	switch {
 	case b == nil:
-		r.large.insert(p, liveEntry{size: size, stream: s})
+		r.large.insert(p, size, s, nil)
 		r.usage.addReserved(size)
 		r.usage.addUsed(size)
 	case !b.owned:
@@ -200,21 +194,12 @@ func (r *Binning) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 
 // Deallocate frees p through the bin (or upstream) its size selects.
 func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStream("binning: deallocate", r.dev, s); err != nil {
+	if null, err := checkFree("binning", r.dev, p, size, s); null || err != nil {
 		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("binning: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("binning: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
 	}
 	b := r.bin(size)
 	if b == nil {
-		e, err := r.large.take(p, size)
+		alloc, err := r.large.take(p, size, nil)
 		if err != nil {
 			err = r.diagnose(p, size, err)
 		}
@@ -222,7 +207,7 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 			return fmt.Errorf("binning: deallocate: %w", err)
 		}
 		if err := r.up.Deallocate(p, size, s); err != nil {
-			r.large.restore(p, e)
+			r.large.restore(p, size, alloc)
 			return fmt.Errorf("binning: deallocate: %w", err)
 		}
 		r.usage.subReserved(size)
@@ -246,15 +231,15 @@ func (r *Binning) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 // may have been a large allocation once and a bin's block now, or the
 // reverse).
 func (r *Binning) diagnose(p gpu.DevicePtr, size int, err error) error {
-	if e, ok := r.large.lookup(p); ok {
-		return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), e.size, size, ErrSizeMismatch)
+	if e, ok := r.large.lookup(p); ok && e.size != size {
+		return sizeMismatchError(p, e.size, size)
 	}
 	for _, b := range r.bins {
 		if b.fixed == nil {
 			continue
 		}
-		if n, ok := b.fixed.liveSize(p); ok {
-			return fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), n, size, ErrSizeMismatch)
+		if n, ok := b.fixed.liveSize(p); ok && n != size {
+			return sizeMismatchError(p, n, size)
 		}
 	}
 	return err

@@ -68,19 +68,16 @@ type syncCore struct {
 	name    string
 	dev     gpu.Device
 	managed bool // cuMemAllocManaged instead of cuMemAlloc
-	live    liveTable
+	live    ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage   usageMeter
 }
 
 func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStreamOf(c.name, "allocate", c.dev, s); err != nil {
+	if zero, err := checkAlloc(c.name, c.dev, size, s); zero || err != nil {
 		return 0, err
 	}
-	if size < 0 {
-		return 0, fmt.Errorf("%s: allocate %d bytes: %w", c.name, size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
+	if gpu.Capturing(s) {
+		return 0, fmt.Errorf("%s: allocate on stream %d: %w", c.name, s.ID(), ErrStreamCapturing)
 	}
 	var p gpu.DevicePtr
 	var err error
@@ -113,35 +110,33 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("%s: allocate %d bytes: driver returned misaligned %#x: %w",
 			c.name, size, uint64(p), gpu.ErrInvalidValue)
 	}
-	c.live.insert(p, liveEntry{size: size, stream: s})
+	c.live.insert(p, size, s, nil)
 	c.usage.addUsed(size)
 	c.usage.addReserved(size)
 	return p, nil
 }
 
 func (c *syncCore) deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStreamOf(c.name, "deallocate", c.dev, s); err != nil {
+	if null, err := checkFree(c.name, c.dev, p, size, s); null || err != nil {
 		return err
 	}
-	if size < 0 {
-		return fmt.Errorf("%s: deallocate %d bytes: %w", c.name, size, ErrInvalidSize)
+	if gpu.Capturing(s) {
+		return fmt.Errorf("%s: deallocate on stream %d: %w", c.name, s.ID(), ErrStreamCapturing)
 	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("%s: deallocate null pointer as %d bytes: %w", c.name, size, ErrSizeMismatch)
-	}
-	e, err := c.live.take(p, size)
+	alloc, err := c.live.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("%s: deallocate: %w", c.name, err)
 	}
-	if err := c.quiesce(e.stream, s); err != nil {
-		c.live.restore(p, e)
+	if gpu.Capturing(alloc) {
+		c.live.restore(p, size, alloc)
+		return fmt.Errorf("%s: deallocate %#x: its allocation stream %d: %w", c.name, uint64(p), alloc.ID(), ErrStreamCapturing)
+	}
+	if err := c.quiesce(alloc, s); err != nil {
+		c.live.restore(p, size, alloc)
 		return fmt.Errorf("%s: deallocate %#x: %w", c.name, uint64(p), err)
 	}
 	if err := c.dev.Free(p); err != nil {
-		c.live.restore(p, e)
+		c.live.restore(p, size, alloc)
 		return fmt.Errorf("%s: deallocate %#x: %w", c.name, uint64(p), err)
 	}
 	c.usage.subUsed(size)
@@ -161,7 +156,7 @@ func (c *syncCore) quiesce(alloc, free gpu.Stream) error {
 	}
 	err := alloc.Synchronize()
 	if errors.Is(err, gpu.ErrDestroyed) {
-		err = c.dev.Synchronize()
+		err = synchronizeDevice(c.dev)
 	}
 	if err != nil {
 		return fmt.Errorf("synchronize allocation stream %d: %w", alloc.ID(), err)

@@ -1,6 +1,7 @@
-// eventCache: a resource's cache of events (gpu.EventCache), and order,
-// which uses one to make one stream run after another without blocking the
-// host.
+// eventCache: a resource's cache of events (gpu.EventCache), and
+// orderAfter, which makes one stream run after another with an event,
+// without blocking the host: how memory changes home between streams in
+// every resource of this package (streamtable.go).
 
 package mr
 
@@ -31,28 +32,40 @@ func (c *eventCache) order(waiter, signaler gpu.Stream) error {
 	if waiter.ID() == signaler.ID() {
 		return nil
 	}
+	if err := captureOrderable(waiter, signaler); err != nil {
+		return err
+	}
 	e, err := c.Get()
 	if err != nil {
 		return err
 	}
+	_, err = orderAfter(c.Device, e, waiter, signaler)
+	c.Put(e)
+	return err
+}
+
+// orderAfter makes work enqueued on waiter from now on run after all work
+// enqueued on signaler so far, by recording e, which the caller owns, on
+// signaler and making waiter wait on it. e is reusable as soon as
+// orderAfter returns, whatever it returns: a wait captures the event as it
+// was when enqueued, and a failed record or wait leaves nothing waiting on
+// it. If signaler was destroyed, it synchronizes dev instead, the only way
+// left to be ordered after that stream's remaining work; waited reports
+// whether waiter waited on e.
+func orderAfter(dev gpu.Device, e gpu.Event, waiter, signaler gpu.Stream) (waited bool, err error) {
 	if err := e.Record(signaler); err != nil {
-		c.Put(e)
 		if errors.Is(err, gpu.ErrDestroyed) {
-			if err := c.Device.Synchronize(); err != nil {
-				return fmt.Errorf("synchronize after destroyed stream %d: %w", signaler.ID(), err)
+			if err := synchronizeDevice(dev); err != nil {
+				return false, fmt.Errorf("synchronize after destroyed stream %d: %w", signaler.ID(), err)
 			}
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("record event on stream %d: %w", signaler.ID(), err)
+		return false, fmt.Errorf("record event on stream %d: %w", signaler.ID(), err)
 	}
 	if err := waiter.WaitEvent(e); err != nil {
-		// The event may still be pending; it is reusable anyway since
-		// nothing waits on it.
-		c.Put(e)
-		return fmt.Errorf("stream %d wait on stream %d: %w", waiter.ID(), signaler.ID(), err)
+		return false, fmt.Errorf("stream %d wait on stream %d: %w", waiter.ID(), signaler.ID(), err)
 	}
-	c.Put(e)
-	return nil
+	return true, nil
 }
 
 // usableStream returns the first of candidates that can still take work
@@ -64,11 +77,14 @@ func (c *eventCache) order(waiter, signaler gpu.Stream) error {
 // (Release), never per operation.
 func usableStream(dev gpu.Device, candidates []gpu.Stream) (s gpu.Stream, done func(), err error) {
 	for _, c := range candidates {
+		if gpu.Capturing(c) {
+			continue // querying it would invalidate its capture
+		}
 		if err := c.Query(); !errors.Is(err, gpu.ErrDestroyed) {
 			return c, func() {}, nil
 		}
 	}
-	if err := dev.Synchronize(); err != nil {
+	if err := synchronizeDevice(dev); err != nil {
 		return nil, nil, fmt.Errorf("synchronize after destroyed streams: %w", err)
 	}
 	if s, err = dev.NewStream(); err != nil {

@@ -40,7 +40,7 @@ func (st *poolFaultStack) check(when string) {
 		st.t.Fatalf("%s: pool: %v", when, err)
 	}
 	var used int64
-	for _, ps := range st.pool.table.Load().list {
+	for _, ps := range st.pool.streams.all() {
 		ps.mu.Lock()
 		used += ps.used
 		ps.mu.Unlock()

@@ -97,10 +97,8 @@ type fsBlock struct {
 }
 
 type fsStream struct {
-	s    gpu.Stream
-	mu   sync.Mutex
+	streamState
 	free []fsBlock
-	dead bool // dropped from the table by Release: look the stream up again
 }
 
 // NewFixedSize returns a FixedSize resource that takes its chunks from
@@ -150,12 +148,10 @@ func (r *FixedSize) ResetPeaks() { r.meter.resetPeaks() }
 // lockStream returns s's state, locked.
 func (r *FixedSize) lockStream(s gpu.Stream) *fsStream {
 	for {
-		st := r.streams.get(s.ID(), func() *fsStream { return &fsStream{s: s} })
-		st.mu.Lock()
-		if !st.dead {
+		st := r.streams.get(s.ID(), func() *fsStream { return &fsStream{streamState: streamState{s: s}} })
+		if st.lockLive() {
 			return st
 		}
-		st.mu.Unlock()
 	}
 }
 
@@ -164,11 +160,8 @@ func (b fsBlock) ptr(bs int) gpu.DevicePtr { return b.c.base + gpu.DevicePtr(b.i
 // Allocate returns a block for a request of at most BlockSize bytes; a
 // larger request is out of memory for this resource (Limit: BlockSize).
 func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if err := checkStreamOf(r.name, "allocate", r.dev, s); err != nil {
+	if zero, err := checkAlloc(r.name, r.dev, size, s); zero || err != nil {
 		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("%s: allocate %d bytes: %w", r.name, size, ErrInvalidSize)
 	}
 	if size > r.blockSize {
 		// Like RMM's bad_alloc: this resource cannot serve it, whatever
@@ -177,8 +170,8 @@ func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
 			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize)}
 	}
-	if size == 0 {
-		return 0, nil
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(r.captureClient(), id, size, s)
 	}
 	st := r.lockStream(s)
 	var b fsBlock
@@ -230,7 +223,7 @@ func (r *FixedSize) steal(st *fsStream) ([]fsBlock, error) {
 		}
 		v.mu.Lock()
 		n := len(v.free)
-		if n == 0 || v.dead {
+		if n == 0 || v.dead || gpu.Capturing(v.s) {
 			v.mu.Unlock()
 			continue
 		}
@@ -275,20 +268,17 @@ func (r *FixedSize) grow(size int, s gpu.Stream) ([]fsBlock, error) {
 // Deallocate frees p in stream order on s; the block is reusable on s at
 // once and on other streams after an event wait.
 func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if err := checkStreamOf(r.name, "deallocate", r.dev, s); err != nil {
+	if null, err := checkFree(r.name, r.dev, p, size, s); null || err != nil {
 		return err
 	}
-	if size < 0 {
-		return fmt.Errorf("%s: deallocate %d bytes: %w", r.name, size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("%s: deallocate null pointer as %d bytes: %w", r.name, size, ErrSizeMismatch)
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(r.captureClient(), id, p, size, s, r.knows)
 	}
 	b, err := r.block(p)
 	if err != nil {
+		if handled, ferr := freeOutsideCapture(r.captureClient(), p, size, s); handled {
+			return ferr
+		}
 		return fmt.Errorf("%s: deallocate: %w", r.name, err)
 	}
 	state := &b.c.state[b.i]
@@ -296,12 +286,11 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		cur := state.Load()
 		switch {
 		case cur == 0:
-			return fmt.Errorf("%s: deallocate: pointer %#x: %w", r.name, uint64(p), ErrUnknownPointer)
+			return fmt.Errorf("%s: deallocate: %w", r.name, pointerError(p, ErrUnknownPointer))
 		case cur == freedState:
-			return fmt.Errorf("%s: deallocate: pointer %#x: %w", r.name, uint64(p), ErrDoubleFree)
+			return fmt.Errorf("%s: deallocate: %w", r.name, pointerError(p, ErrDoubleFree))
 		case cur != int64(size):
-			return fmt.Errorf("%s: deallocate: pointer %#x of %d bytes freed as %d: %w",
-				r.name, uint64(p), cur, size, ErrSizeMismatch)
+			return fmt.Errorf("%s: deallocate: %w", r.name, sizeMismatchError(p, int(cur), size))
 		}
 		if state.CompareAndSwap(cur, freedState) {
 			break
@@ -324,7 +313,7 @@ func (r *FixedSize) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 func (r *FixedSize) block(p gpu.DevicePtr) (fsBlock, error) {
 	c, base, ok := r.chunks.find(p)
 	if !ok || int(p-base)%r.blockSize != 0 {
-		return fsBlock{}, fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return fsBlock{}, pointerError(p, ErrUnknownPointer)
 	}
 	return fsBlock{c: c, i: int(p-base) / r.blockSize}, nil
 }

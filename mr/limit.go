@@ -70,7 +70,7 @@ type Limit struct {
 	passThrough
 	dev    gpu.Device
 	budget *Budget
-	live   ptrTable[uint64] // the charge
+	live   ptrTable[gpu.DevicePtr, uint64] // the charge
 	used   atomic.Uint64
 }
 
@@ -83,7 +83,7 @@ func NewLimit(upstream Resource, budget *Budget) *Limit {
 // over the budget fails with an *OutOfMemoryError (matching ErrOutOfMemory)
 // naming the budget, without reaching the upstream.
 func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("limit: allocate", l.dev, size, s); zero || err != nil {
+	if zero, err := checkAlloc("limit", l.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	if size > maxAlignable {
@@ -114,7 +114,7 @@ func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate frees p through the upstream and gives its charge back. Bad
 // frees are refused with typed errors before they reach the upstream.
 func (l *Limit) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("limit: deallocate", l.dev, p, size, s); null || err != nil {
+	if null, err := checkFree("limit", l.dev, p, size, s); null || err != nil {
 		return err
 	}
 	c, err := l.live.take(p, size, func(uint64) error { return l.up.Deallocate(p, size, s) })

@@ -59,7 +59,7 @@ type Logging struct {
 	w      *trace.CSVWriter
 	thread uint64
 	now    func() time.Time
-	live   ptrTable[struct{}]
+	live   ptrTable[gpu.DevicePtr, struct{}]
 
 	errMu sync.Mutex
 	err   error
@@ -96,7 +96,7 @@ func (l *Logging) write(op trace.Op, p gpu.DevicePtr, size int, s gpu.Stream) {
 // Allocate allocates from the upstream and logs the allocation or its
 // failure.
 func (l *Logging) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("logging: allocate", l.dev, size, s); zero || err != nil {
+	if zero, err := checkAlloc("logging", l.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	p, err := l.up.Allocate(size, s)
@@ -112,7 +112,7 @@ func (l *Logging) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // refused with typed errors before they reach the upstream, and not
 // logged.
 func (l *Logging) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("logging: deallocate", l.dev, p, size, s); null || err != nil {
+	if null, err := checkFree("logging", l.dev, p, size, s); null || err != nil {
 		return err
 	}
 	_, err := l.live.take(p, size, func(struct{}) error {

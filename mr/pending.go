@@ -326,6 +326,15 @@ func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
 	})
 
 	for i, c := range claims {
+		if gpu.Capturing(c.s) {
+			// Querying or synchronizing it would invalidate its
+			// capture: its bytes stay pending (capture.go).
+			p.mu.Lock()
+			c.e.claimed -= c.bytes
+			c.e.claimedN -= c.frees
+			p.mu.Unlock()
+			continue
+		}
 		done, cerr := complete(c.s, wait)
 		if cerr != nil {
 			p.unclaim(claims[i:], c.e)
@@ -391,7 +400,7 @@ func complete(s gpu.Stream, wait bool) (bool, error) {
 		}
 		// The stream's work still runs after Destroy; a device-wide
 		// synchronize is the one way left to know it finished.
-		if derr := s.Device().Synchronize(); derr != nil {
+		if derr := synchronizeDevice(s.Device()); derr != nil {
 			return false, fmt.Errorf("stream destroyed, synchronize device: %w", derr)
 		}
 		return true, nil

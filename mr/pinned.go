@@ -8,41 +8,37 @@
 //
 // Allocation and free are synchronous and expensive (they change the
 // host's page tables), so Pinned is meant for long-lived staging buffers,
-// not per-copy allocation, and one mutex is enough. A buffer that an
+// not per-copy allocation. A buffer that an
 // asynchronous copy on s may still be reading or writing must not be freed
 // before that copy completes: FreeAfter(b, s) synchronizes s first; Free
 // is for buffers no enqueued work uses.
 //
-// Invariants: live maps the address of every buffer handed out and not
-// freed to its length, and its lengths sum to Usage().Used (== Reserved:
-// nothing is cached); up to maxFreedPinned freed addresses are remembered
-// to report double frees; a failed free leaves the buffer live.
+// Invariants: live (the package's pointer table, ptrtable.go, which also
+// remembers recent frees to report double frees) maps the address of every
+// buffer handed out and not freed to its length, and its lengths sum to
+// Usage().Used (== Reserved: nothing is cached); a failed free leaves the
+// buffer live.
 
 package mr
 
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
-const maxFreedPinned = 1024
-
 // Pinned hands out page-locked host memory. It is safe for concurrent use.
 type Pinned struct {
 	dev   gpu.Device
-	mu    sync.Mutex
-	live  map[uintptr]int
-	freed map[uintptr]struct{}
+	live  ptrTable[uintptr, struct{}]
 	usage usageMeter
 }
 
 // NewPinned returns a Pinned allocator for dev.
 func NewPinned(dev gpu.Device) *Pinned {
-	return &Pinned{dev: dev, live: make(map[uintptr]int), freed: make(map[uintptr]struct{})}
+	return &Pinned{dev: dev}
 }
 
 // Device is the device whose context the memory is registered with.
@@ -53,7 +49,7 @@ func (p *Pinned) Device() gpu.Device { return p.dev }
 // ErrInvalidSize; failure to allocate an *OutOfMemoryError.
 func (p *Pinned) Allocate(n int) ([]byte, error) {
 	if n < 0 {
-		return nil, fmt.Errorf("pinned: allocate %d bytes: %w", n, ErrInvalidSize)
+		return nil, sizeError("pinned", opAllocate, n)
 	}
 	if n == 0 {
 		return nil, nil
@@ -70,11 +66,7 @@ func (p *Pinned) Allocate(n int) ([]byte, error) {
 		return nil, fmt.Errorf("pinned: allocate %d bytes: %w", n, err)
 	}
 	b = b[:n:n]
-	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	p.mu.Lock()
-	p.live[a] = n
-	delete(p.freed, a)
-	p.mu.Unlock()
+	p.live.insert(uintptr(unsafe.Pointer(unsafe.SliceData(b))), n, struct{}{}, nil)
 	p.usage.addUsed(n)
 	p.usage.addReserved(n)
 	return b, nil
@@ -90,37 +82,15 @@ func (p *Pinned) Free(b []byte) error {
 		return nil
 	}
 	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	p.mu.Lock()
-	n, ok := p.live[a]
-	switch {
-	case !ok:
-		_, freed := p.freed[a]
-		p.mu.Unlock()
-		if freed {
-			return fmt.Errorf("pinned: free %#x: %w", a, ErrDoubleFree)
-		}
-		return fmt.Errorf("pinned: free %#x: %w", a, ErrUnknownPointer)
-	case n != len(b):
-		p.mu.Unlock()
-		return fmt.Errorf("pinned: free %#x of %d bytes as %d: %w", a, n, len(b), ErrSizeMismatch)
+	n := len(b)
+	// Claimed: a racing free of b now fails.
+	if _, err := p.live.take(a, n, nil); err != nil {
+		return fmt.Errorf("pinned: free: %w", err)
 	}
-	delete(p.live, a) // claimed: a racing free of b now fails
-	p.mu.Unlock()
 	if err := p.dev.FreeHost(b[:n:n]); err != nil {
-		p.mu.Lock()
-		p.live[a] = n
-		p.mu.Unlock()
+		p.live.restore(a, n, struct{}{})
 		return fmt.Errorf("pinned: free %#x: %w", a, err)
 	}
-	p.mu.Lock()
-	if len(p.freed) >= maxFreedPinned {
-		for old := range p.freed {
-			delete(p.freed, old)
-			break
-		}
-	}
-	p.freed[a] = struct{}{}
-	p.mu.Unlock()
 	p.usage.subUsed(n)
 	p.usage.subReserved(n)
 	return nil
@@ -129,7 +99,7 @@ func (p *Pinned) Free(b []byte) error {
 // FreeAfter synchronizes s, so that copies enqueued on s that use b have
 // completed, then frees b as Free does. It blocks the host until then.
 func (p *Pinned) FreeAfter(b []byte, s gpu.Stream) error {
-	if err := checkStream("pinned: free", p.dev, s); err != nil {
+	if err := checkStream("pinned", "free", p.dev, s); err != nil {
 		return err
 	}
 	if len(b) == 0 {

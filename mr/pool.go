@@ -141,10 +141,9 @@ type Pool struct {
 	dev      gpu.Device
 	opts     PoolOptions
 
-	table   atomic.Pointer[poolTable]
-	tableMu sync.Mutex // serializes table replacement
+	streams streamTable[poolStream]
 
-	chunks atomic.Pointer[poolChunkIndex] // replaced under mu
+	chunks spanIndex[*poolChunk] // changed under mu
 
 	// mu serializes growth, steals and releases; taken before any
 	// stream's mutex.
@@ -186,22 +185,6 @@ func (p *Pool) slack(rounded int) int {
 
 var defaultPoolTune = poolTune{smallMax: poolSmallMax, smallChunk: poolSmallChunk, granularity: poolGranularity, bigSlack: 3}
 
-// poolTableScan is the number of streams up to which lookupStream scans
-// an array instead of hashing.
-const poolTableScan = 8
-
-// poolTable is an immutable map and list of the pool's streams.
-type poolTable struct {
-	// ids holds the IDs of list[:poolTableScan], so that a lookup among
-	// a few streams reads the table alone. Reading each poolStream's id
-	// instead would read the cache line of its mutex, which its own
-	// goroutine writes on every operation: with 4 or 8 busy streams that
-	// false sharing made every pair about ten times slower.
-	ids  [poolTableScan]uint64
-	byID map[uint64]*poolStream
-	list []*poolStream
-}
-
 // NewPool returns a pool over upstream. It reserves nothing until the
 // first request (InitialSize is reserved then, on that request's stream).
 func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
@@ -220,8 +203,6 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts, tune: defaultPoolTune}
 	p.tune.bigMin = max(opts.ChunkSize/2, p.tune.smallMax+Alignment)
-	p.table.Store(&poolTable{byID: map[uint64]*poolStream{}})
-	p.chunks.Store(&poolChunkIndex{})
 	return p, nil
 }
 
@@ -236,22 +217,27 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if s == nil {
-		return 0, checkStream("pool: allocate", p.dev, s)
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureAllocate(p.captureClient(), id, size, s)
 	}
 	// A stream the pool knows was checked when it was added (IDs are
-	// never reused), so the hot path skips the device comparison.
-	st := p.lookupStream(s.ID())
+	// never reused), so the hot path skips the device comparison (args.go).
+	var st *poolStream
+	if s != nil {
+		st = p.streams.lookup(s.ID())
+	}
 	if st == nil {
-		if err := checkStream("pool: allocate", p.dev, s); err != nil {
+		if err := checkStream("pool", opAllocate, p.dev, s); err != nil {
 			return 0, err
 		}
 	}
-	if size < 0 || size > maxAlignable {
-		return 0, fmt.Errorf("pool: allocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if size == 0 {
-		return 0, nil
+	if size <= 0 || size > maxAlignable {
+		// Zero, negative, or too large to align: checked off the hot
+		// path (args.go).
+		if zero, err := checkAllocSize("pool", size); zero || err != nil {
+			return 0, err
+		}
+		return 0, sizeError("pool", opAllocate, size)
 	}
 	if p.closed.Load() {
 		return 0, fmt.Errorf("pool: allocate: %w", ErrClosed)
@@ -278,23 +264,23 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	if s == nil {
-		return checkStream("pool: deallocate", p.dev, s)
+	if id := gpu.CaptureID(s); id != 0 {
+		return captureDeallocate(p.captureClient(), id, ptr, size, s, p.knows)
 	}
-	st := p.lookupStream(s.ID())
+	var st *poolStream
+	if s != nil {
+		st = p.streams.lookup(s.ID())
+	}
 	if st == nil {
-		if err := checkStream("pool: deallocate", p.dev, s); err != nil {
+		if err := checkStream("pool", opDeallocate, p.dev, s); err != nil {
 			return err
 		}
 	}
-	if size < 0 {
-		return fmt.Errorf("pool: deallocate %d bytes: %w", size, ErrInvalidSize)
-	}
-	if ptr == 0 {
-		if size == 0 {
-			return nil
-		}
-		return fmt.Errorf("pool: deallocate null pointer as %d bytes: %w", size, ErrSizeMismatch)
+	if ptr == 0 || size < 0 {
+		// The null pointer or a negative size: checked off the hot path
+		// (args.go), which answers nil or an error.
+		_, err := checkFreeArgs("pool", ptr, size)
+		return err
 	}
 	if st != nil {
 		st.mu.Lock()
@@ -328,7 +314,7 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 }
 
 func poolSizeMismatch(p gpu.DevicePtr, req, size int) error {
-	return fmt.Errorf("pool: deallocate %#x of %d bytes as %d: %w", uint64(p), req, size, ErrSizeMismatch)
+	return fmt.Errorf("pool: deallocate: %w", sizeMismatchError(p, req, size))
 }
 
 // Usage reports the bytes reserved from upstream and the bytes handed out
@@ -341,7 +327,7 @@ func poolSizeMismatch(p gpu.DevicePtr, req, size int) error {
 func (p *Pool) Usage() Usage {
 	u := p.usage.snapshot()
 	var used int64
-	for _, st := range p.table.Load().list {
+	for _, st := range p.streams.all() {
 		st.mu.Lock()
 		used += st.used
 		st.mu.Unlock()
@@ -357,7 +343,7 @@ func (p *Pool) ResetPeaks() {
 	defer p.mu.Unlock()
 	// Flush every stream first, so that the total is not above the new
 	// peak (addUsed relies on the peak covering every value of the total).
-	for _, st := range p.table.Load().list {
+	for _, st := range p.streams.all() {
 		st.mu.Lock()
 		p.usedSum.Add(st.unflushed)
 		st.unflushed = 0
@@ -392,7 +378,7 @@ func (p *Pool) Close() error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, st := range p.table.Load().list {
+	for _, st := range p.streams.all() {
 		st.mu.Lock()
 		for _, e := range st.events {
 			if err := e.Destroy(); err != nil {
@@ -406,48 +392,16 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
-// lookupStream returns the state of stream id, or nil.
-func (p *Pool) lookupStream(id uint64) *poolStream {
-	t := p.table.Load()
-	if n := len(t.list); n <= poolTableScan {
-		for i, x := range t.ids[:n] {
-			if x == id {
-				return t.list[i]
-			}
-		}
-		return nil
-	}
-	return t.byID[id]
-}
-
 // streamOf returns the state of s, creating it on first use.
 func (p *Pool) streamOf(s gpu.Stream) *poolStream {
-	id := s.ID()
-	if st := p.lookupStream(id); st != nil {
-		return st
-	}
-	p.tableMu.Lock()
-	defer p.tableMu.Unlock()
-	old := p.table.Load()
-	if st := old.byID[id]; st != nil {
-		return st
-	}
-	st := newPoolStream(p, s)
-	t := &poolTable{byID: make(map[uint64]*poolStream, len(old.list)+1), list: make([]*poolStream, 0, len(old.list)+1)}
-	for _, x := range old.list {
-		t.byID[x.id] = x
-		t.list = append(t.list, x)
-	}
-	t.byID[id] = st
-	t.list = append(t.list, st)
-	for i, x := range t.list[:min(len(t.list), poolTableScan)] {
-		t.ids[i] = x.id
-	}
-	if len(t.list) > 1 {
-		p.usedQuantum.Store(usedQuantum)
-	}
-	p.table.Store(t)
-	return st
+	return p.streams.get(s.ID(), func() *poolStream {
+		if len(p.streams.all()) > 0 {
+			// A second stream: streams add their used bytes to the
+			// pool-wide total in steps from now on (addUsed).
+			p.usedQuantum.Store(usedQuantum)
+		}
+		return newPoolStream(p, s)
+	})
 }
 
 // flushUsed adds a stream's change of used bytes to the pool-wide total

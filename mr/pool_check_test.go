@@ -22,10 +22,11 @@ import (
 func (p *Pool) checkInvariants() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	idx := *p.chunks.Load()
+	idx := p.chunks.all()
 	reserved := 0
 	homedTotal := 0
-	for i, c := range idx {
+	for i, sp := range idx {
+		c := sp.v
 		reserved += c.size
 		if i > 0 && idx[i-1].base+gpu.DevicePtr(idx[i-1].size) > c.base {
 			return fmt.Errorf("chunks %#x and %#x overlap or are unsorted", idx[i-1].base, c.base)
@@ -37,8 +38,8 @@ func (p *Pool) checkInvariants() error {
 	if uint64(reserved) != p.usage.reserved.Load() {
 		return fmt.Errorf("reserved %d, chunks sum to %d", p.usage.reserved.Load(), reserved)
 	}
-	for _, st := range p.table.Load().list {
-		if err := st.check(idx); err != nil {
+	for _, st := range p.streams.all() {
+		if err := st.check(&p.chunks); err != nil {
 			return fmt.Errorf("stream %d: %w", st.id, err)
 		}
 		st.mu.Lock()
@@ -51,7 +52,7 @@ func (p *Pool) checkInvariants() error {
 	return nil
 }
 
-func (st *poolStream) check(idx poolChunkIndex) error {
+func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	used := 0
@@ -72,7 +73,7 @@ func (st *poolStream) check(idx poolChunkIndex) error {
 		if c.homeIdx != i || c.home.Load() != st {
 			return fmt.Errorf("chunk %#x: homeIdx %d at %d, home %p", c.base, c.homeIdx, i, c.home.Load())
 		}
-		if idx.find(c.base) != c {
+		if found, _, _ := idx.find(c.base); found != c {
 			return fmt.Errorf("chunk %#x not indexed", c.base)
 		}
 		at := c.base
@@ -431,7 +432,7 @@ func runPoolModel(t *testing.T, data []byte, opts PoolOptions, capacity int) {
 			if b%7 == 0 {
 				err := p.Deallocate(l.p, l.size, s)
 				want := ErrDoubleFree
-				if p.chunks.Load().find(l.p) == nil {
+				if _, _, indexed := p.chunks.find(l.p); !indexed {
 					want = ErrUnknownPointer // its chunk was released
 				}
 				if !errors.Is(err, want) {

@@ -18,10 +18,10 @@
 // always in its home's live map. home is nil while a chunk is being
 // released.
 //
-// chunkIndex is the sorted, immutable list of all chunks, replaced
-// copy-on-write under Pool.mu when the pool grows or releases; Deallocate
-// reads it without a lock to find the chunk of a pointer that is not live
-// on the calling stream.
+// Pool.chunks, a spanIndex (spanindex.go), holds every chunk, changed
+// under Pool.mu when the pool grows or releases; Deallocate reads it
+// without a lock to find the chunk of a pointer that is not live on the
+// calling stream.
 
 package mr
 
@@ -90,57 +90,4 @@ func (c *poolChunk) class() int {
 		return 0
 	}
 	return 1
-}
-
-func (c *poolChunk) contains(p gpu.DevicePtr) bool {
-	return p >= c.base && p < c.base+gpu.DevicePtr(c.size)
-}
-
-// chunkIndex is an immutable list of chunks sorted by base.
-type poolChunkIndex []*poolChunk
-
-// find returns the chunk that contains p, or nil. It takes no lock.
-func (x poolChunkIndex) find(p gpu.DevicePtr) *poolChunk {
-	i := x.upper(p)
-	if i == 0 {
-		return nil
-	}
-	if c := x[i-1]; c.contains(p) {
-		return c
-	}
-	return nil
-}
-
-// upper returns the number of chunks whose base is at most p.
-func (x poolChunkIndex) upper(p gpu.DevicePtr) int {
-	lo, hi := 0, len(x)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if x[m].base <= p {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
-
-// with returns a new index holding x's chunks and c.
-func (x poolChunkIndex) with(c *poolChunk) poolChunkIndex {
-	i := x.upper(c.base)
-	y := make(poolChunkIndex, 0, len(x)+1)
-	y = append(y, x[:i]...)
-	y = append(y, c)
-	return append(y, x[i:]...)
-}
-
-// without returns a new index holding x's chunks but c.
-func (x poolChunkIndex) without(c *poolChunk) poolChunkIndex {
-	y := make(poolChunkIndex, 0, len(x))
-	for _, d := range x {
-		if d != c {
-			y = append(y, d)
-		}
-	}
-	return y
 }

@@ -126,8 +126,8 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, e
 // take one back, and streams would pass chunks around instead of growing
 // to one each. Caller holds p.mu.
 func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, error) {
-	for _, o := range p.table.Load().list {
-		if o == st {
+	for _, o := range p.streams.all() {
+		if o == st || gpu.Capturing(o.s) {
 			continue
 		}
 		o.mu.Lock()
@@ -227,7 +227,7 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	p.grown = true
 	p.wide.growths++
 	c := &poolChunk{base: ptr, size: g, small: small}
-	p.chunks.Store(indexRef(p.chunks.Load().with(c)))
+	p.chunks.add(c.base, c.size, c)
 	p.usage.addReserved(g)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -244,8 +244,6 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	return b.ptr, nil
 }
 
-func indexRef(x poolChunkIndex) *poolChunkIndex { return &x }
-
 // releaseIdle gives idle chunks back to the upstream, largest first,
 // until the pool reserves at most keep bytes (keep <= 0: every idle
 // chunk). Unless force is set, it keeps the working chunks of streams
@@ -259,7 +257,10 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		home *poolStream
 	}
 	var cands []cand
-	for _, o := range p.table.Load().list {
+	for _, o := range p.streams.all() {
+		if gpu.Capturing(o.s) {
+			continue // its chunks cannot be freed on it now (capture.go)
+		}
 		o.mu.Lock()
 		o.quickFlush()
 		for _, c := range o.homed {
@@ -294,7 +295,9 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		if werr != nil {
 			o.refile(c)
 			o.mu.Unlock()
-			errs = append(errs, fmt.Errorf("pool: release chunk %#x: %w", uint64(c.base), werr))
+			if !errors.Is(werr, ErrStreamCapturing) { // kept until the capture ends (capture.go)
+				errs = append(errs, fmt.Errorf("pool: release chunk %#x: %w", uint64(c.base), werr))
+			}
 			continue
 		}
 		// Every block of c is free and ordered before o's later work:
@@ -316,10 +319,12 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			o.addHomed(c)
 			o.putFree(b)
 			o.mu.Unlock()
-			errs = append(errs, err)
+			if !errors.Is(err, ErrStreamCapturing) { // kept until the capture ends (capture.go)
+				errs = append(errs, err)
+			}
 			continue
 		}
-		p.chunks.Store(indexRef(p.chunks.Load().without(c)))
+		p.chunks.remove(map[gpu.DevicePtr]bool{c.base: true})
 		p.usage.subReserved(c.size)
 		released += c.size
 		p.wide.releases++
@@ -341,14 +346,14 @@ func (p *Pool) upstreamFree(c *poolChunk, o, requester *poolStream) error {
 		}
 		return nil
 	}
-	if err := p.dev.Synchronize(); err != nil {
+	if err := synchronizeDevice(p.dev); err != nil {
 		return fmt.Errorf("pool: release poolChunk %#x of destroyed stream %d: %w", uint64(c.base), o.id, err)
 	}
 	var candidates []gpu.Stream
 	if requester != nil && requester != o {
 		candidates = append(candidates, requester.s)
 	}
-	for _, x := range p.table.Load().list {
+	for _, x := range p.streams.all() {
 		if x != o {
 			candidates = append(candidates, x.s)
 		}
@@ -378,16 +383,19 @@ func (p *Pool) trim(st *poolStream) error {
 // chunks: memory of another stream's chunk (a cross-stream free), or bad
 // input, which it diagnoses without changing anything.
 func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	c := p.chunks.Load().find(ptr)
-	if c == nil {
-		return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+	c, _, ok := p.chunks.find(ptr)
+	if !ok {
+		if handled, err := freeOutsideCapture(p.captureClient(), ptr, size, s); handled {
+			return err
+		}
+		return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 	}
 	var from *poolStream
 	for {
 		h := c.home.Load()
 		if h == nil {
 			// Being released: it has no live block.
-			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), ErrUnknownPointer)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 		}
 		if from == nil && h.id != s.ID() {
 			// Created before h.mu is taken: creating takes the table lock.
@@ -402,7 +410,7 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		if b == nil {
 			err := h.diagnose(c, ptr)
 			h.mu.Unlock()
-			return fmt.Errorf("pool: deallocate %#x: %w", uint64(ptr), err)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, err))
 		}
 		if b.req != size {
 			req := b.req

@@ -64,7 +64,7 @@ func TestPoolQuickReuse(t *testing.T) {
 			p, _, s := quickPool(t, PoolOptions{})
 			q := mustAlloc(t, p, tc.size, s)
 			mustFree(t, p, q, tc.size, s)
-			st := p.lookupStream(s.ID())
+			st := p.streams.lookup(s.ID())
 			if st.nquick != 1 {
 				t.Fatalf("after a free on the home, %d blocks cached, want 1", st.nquick)
 			}
@@ -103,7 +103,7 @@ func TestPoolQuickEviction(t *testing.T) {
 		mustFree(t, p, q, n, s)
 	}
 	mustCheck(t, p)
-	st := p.lookupStream(s.ID())
+	st := p.streams.lookup(s.ID())
 	if st.nquick != poolQuick {
 		t.Fatalf("%d cached, want %d", st.nquick, poolQuick)
 	}

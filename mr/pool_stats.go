@@ -15,7 +15,7 @@ type PoolStats struct {
 	// Allocations is the number of requests served (size 0 excluded).
 	Allocations uint64
 	// QuickHits is how many of them took a block from the quick cache:
-	// the block freed last on the stream, of the same size.
+	// one of the last blocks freed on their home stream, of the same size.
 	QuickHits uint64
 	// Frees is the number of blocks freed, and CrossStreamFrees how many
 	// of them on another stream than the one that owns the block's chunk
@@ -56,9 +56,9 @@ func (p *Pool) Stats() PoolStats {
 		Steals:   p.wide.steals,
 		Growths:  p.wide.growths,
 		Releases: p.wide.releases,
-		Chunks:   len(*p.chunks.Load()),
+		Chunks:   len(p.chunks.all()),
 	}
-	for _, st := range p.table.Load().list {
+	for _, st := range p.streams.all() {
 		st.mu.Lock()
 		c := st.stats
 		live := st.live.len()

@@ -316,12 +316,19 @@ func (st *poolStream) absorb() error {
 }
 
 // orderAfter makes work enqueued on this stream from now on run after the
-// work enqueued on from so far, with an event of this stream's cache. If
-// from was destroyed (its last work may still be running and no event can
-// be recorded on it), it synchronizes the device instead.
+// work enqueued on from so far (orderAfter in eventcache.go), with an event
+// of this stream's own cache, guarded by its mutex, rather than the
+// resource-wide gpu.EventCache that FixedSize and Arena share: absorbing
+// another stream's frees then takes no lock that other streams take. If
+// this stream was destroyed (a release on behalf of a stream gone, or an
+// adopted wrapper forgotten), it can wait on nothing, and it synchronizes
+// the device instead, which orders all that follows after from's work.
 func (st *poolStream) orderAfter(from *poolStream) error {
 	if from == st {
 		return nil
+	}
+	if err := captureOrderable(st.s, from.s); err != nil {
+		return err
 	}
 	var e gpu.Event
 	if n := len(st.events); n > 0 {
@@ -334,22 +341,14 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 			return fmt.Errorf("new event: %w", err)
 		}
 	}
-	err := e.Record(from.s)
-	if err == nil {
-		if err = st.s.WaitEvent(e); err != nil {
-			err = fmt.Errorf("stream %d wait on stream %d: %w", st.id, from.id, err)
-		} else {
-			st.stats.waits++
+	waited, err := orderAfter(st.pool.dev, e, st.s, from.s)
+	if waited {
+		st.stats.waits++
+	} else if errors.Is(err, gpu.ErrDestroyed) { // this stream, the waiter
+		if err = synchronizeDevice(st.pool.dev); err != nil {
+			err = fmt.Errorf("synchronize for destroyed stream %d: %w", st.id, err)
 		}
-	} else if errors.Is(err, gpu.ErrDestroyed) {
-		if err = st.pool.dev.Synchronize(); err != nil {
-			err = fmt.Errorf("synchronize after destroyed stream %d: %w", from.id, err)
-		}
-	} else {
-		err = fmt.Errorf("record event on stream %d: %w", from.id, err)
 	}
-	// A wait captures the event as it was when enqueued, so the event can
-	// be recorded again at once.
 	if len(st.events) < poolStreamEvents {
 		st.events = append(st.events, e)
 	} else {

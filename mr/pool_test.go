@@ -45,7 +45,7 @@ func TestPoolConformance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mrtest.Run(t, func(tb testing.TB, dev gpu.Device) mr.Resource {
 				return newPool(tb, tc.up(dev), tc.opts)
-			}, dev, mrtest.Options{DetectsDoubleFree: true})
+			}, dev, mrtest.Options{DetectsDoubleFree: true, Foreign: testdev.Foreign(t)})
 		})
 	}
 }

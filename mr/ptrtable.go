@@ -1,78 +1,112 @@
-// ptrTable: the live allocations an adaptor has seen, with a value of the
-// adaptor's choosing per allocation (the stream for statistics, the stack
-// for tracking, the upstream block for alignment).
+// ptrTable: the live allocations a resource or an adaptor has handed out,
+// each with its size and a value of the owner's choosing (the allocating
+// stream for the driver-backed resources, the stream's counters for
+// statistics, the call stack for tracking, the upstream block for
+// alignment), and a memory of recent frees.
 //
-// Every adaptor keeps one, so that a free of a pointer it never handed out,
-// a double free and a free with the wrong size are refused with a typed
-// error before they reach the wrapped resource, and are never counted.
+// Every resource that does not carve memory itself (Direct, Managed, Async,
+// the large allocations of Arena and Binning, Pinned) and every adaptor
+// keeps one, so that a free of a pointer it never handed out, a double free
+// and a free with the wrong size are refused with a typed error before
+// they reach the driver (where they are undefined behaviour) or the wrapped
+// resource, and are never counted.
 //
-// The table is split into shards by a hash of the address, each with its
-// own mutex: goroutines that free different pointers rarely contend.
+// Sharding. The table is split into 64 shards by a Fibonacci hash of the
+// address, each with its own mutex: the lock a pair takes is one of 64,
+// chosen by address, never one lock for the whole resource, so goroutines
+// that free different pointers rarely contend.
 //
-// Invariants:
-//   - A pointer is in at most one shard's map (its own).
-//   - take runs the caller's free function under the shard's lock and
-//     removes the pointer only if it succeeds. So of two racing frees of one
-//     pointer exactly one reaches the upstream; a failed free leaves the
-//     entry as it was; and an allocation that gets the same address back
-//     from the upstream cannot be recorded (insert takes the same lock)
-//     before the free's own bookkeeping (a log line, a counter) is done.
-//     That keeps an adaptor's log and counters in the order the upstream
-//     handed the memory out.
-//   - Each shard remembers the last freedRing pointers it freed, to tell a
-//     double free (ErrDoubleFree) from a pointer never seen
-//     (ErrUnknownPointer). An older double free reads as an unknown
-//     pointer, never the reverse; a pointer handed out again is live and
-//     the ring is not consulted for it.
+// Padding. Every shard ends with a whole cache line of padding. A table
+// lives inside its owner's struct at whatever offset, so rounding a shard
+// up to a multiple of the line would not keep two shards off one line; a
+// full line between the last word of one shard (its memory of frees,
+// written by every free) and the first of the next (its mutex) does,
+// whatever the alignment. Without it, frees on two goroutines that hash to
+// neighbouring shards would pass one line back and forth between cores.
+//
+// Memory of frees. Each shard remembers the last freedRing pointers freed
+// from it, in a ring: a pointer that is not live and is in the ring is a
+// double free (ErrDoubleFree), one that is not is unknown
+// (ErrUnknownPointer). A ring rather than a set with a bound: it costs no
+// allocation and no hashing on a free, its memory is fixed (32 pointers a
+// shard, 2048 a table), and what it forgets is always the oldest free, so
+// the answer to a bad free does not depend on map iteration order. A
+// double free further back than that reads as an unknown pointer, never
+// the reverse: still a typed error that changes nothing. A pointer handed
+// out again is live and the ring is not consulted for it.
+//
+// Two ways to free. An adaptor calls take(p, size, free), which runs free
+// (the upstream's Deallocate) under the shard's lock and removes p only if
+// it succeeds: of two racing frees of p exactly one reaches the upstream,
+// a failed free leaves p live, and an allocation that gets p back from the
+// upstream cannot be recorded (insert takes the same lock) before the
+// free's own bookkeeping (a log line, a counter) is done, which keeps an
+// adaptor's log and counters in the order the upstream handed the memory
+// out. A resource calls take(p, size, nil), which claims p at once, then
+// frees with no lock held (a driver call, a synchronization of streams, an
+// upstream free that may block) and calls restore if that fails: a slow
+// free then never stalls the other frees of its shard, and a resource has
+// no log whose order the lock would keep. Between take and restore a
+// racing free of p reads as a double free.
+//
+// Invariants: a pointer is in at most one shard's live map (its own); a
+// failed take changes nothing.
 
 package mr
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
 const (
-	ptrShards = 64
-	freedRing = 32
+	ptrShardBits = 6
+	ptrShards    = 1 << ptrShardBits
+	freedRing    = 32
+	// cacheLine is the size of a cache line on amd64 and arm64 servers.
+	cacheLine = 64
 )
 
-// ptrRecord is one live allocation: its size and the adaptor's value.
+// address is the type of a table's keys: a device pointer, or a host
+// address (Pinned).
+type address interface{ ~uint64 | ~uintptr }
+
+// ptrRecord is one live allocation: its size and the owner's value.
 type ptrRecord[V any] struct {
 	size int
 	v    V
 }
 
-type ptrShard[V any] struct {
+type ptrShard[K address, V any] struct {
 	mu    sync.Mutex
-	live  map[gpu.DevicePtr]ptrRecord[V]
-	freed [freedRing]gpu.DevicePtr
-	next  int
+	live  map[K]ptrRecord[V]
+	next  int // where the next free goes in freed
+	freed [freedRing]K
+	_     [cacheLine]byte // see the file comment
 }
 
-type ptrTable[V any] struct {
-	shards [ptrShards]ptrShard[V]
+type ptrTable[K address, V any] struct {
+	shards [ptrShards]ptrShard[K, V]
 }
 
-func (t *ptrTable[V]) shard(p gpu.DevicePtr) *ptrShard[V] {
+func (t *ptrTable[K, V]) shard(p K) *ptrShard[K, V] {
 	// Allocations are aligned, so the low bits say nothing; a Fibonacci
 	// multiply spreads the high ones over the shard index.
-	return &t.shards[(uint64(p)*0x9E3779B97F4A7C15)>>(64-6)]
+	return &t.shards[(uint64(p)*0x9E3779B97F4A7C15)>>(64-ptrShardBits)]
 }
 
 // insert records p as live with size and v. If then is not nil it runs
 // under the shard's lock after the record is made (a log line that must
 // not overtake the free of the same address). If p was already recorded
-// (the upstream handed out an address the adaptor believes live, which
-// only happens if the memory was freed around the adaptor) the old record
-// is replaced and returned.
-func (t *ptrTable[V]) insert(p gpu.DevicePtr, size int, v V, then func()) (old ptrRecord[V], replaced bool) {
+// (the upstream handed out an address the owner believes live, which only
+// happens if the memory was freed around it) the old record is replaced
+// and returned.
+func (t *ptrTable[K, V]) insert(p K, size int, v V, then func()) (old ptrRecord[V], replaced bool) {
 	sh := t.shard(p)
 	sh.mu.Lock()
 	if sh.live == nil {
-		sh.live = make(map[gpu.DevicePtr]ptrRecord[V])
+		sh.live = make(map[K]ptrRecord[V])
 	}
 	old, replaced = sh.live[p]
 	sh.live[p] = ptrRecord[V]{size: size, v: v}
@@ -83,13 +117,13 @@ func (t *ptrTable[V]) insert(p gpu.DevicePtr, size int, v V, then func()) (old p
 	return old, replaced
 }
 
-// take checks that p is live with the given size and calls free with its
-// value under the shard's lock. If free returns nil, p is removed and its
-// value returned; if free fails, p stays live and free's error is
-// returned unchanged. A pointer that is not live, or is live with another
-// size, gives an error matching ErrDoubleFree, ErrUnknownPointer or
-// ErrSizeMismatch, and free is not called.
-func (t *ptrTable[V]) take(p gpu.DevicePtr, size int, free func(v V) error) (V, error) {
+// take checks that p is live with the given size and calls free (if not
+// nil) with its value under the shard's lock. If free returns nil, or is
+// nil, p is removed and its value returned; if free fails, p stays live and
+// free's error is returned unchanged. A pointer that is not live, or is
+// live with another size, gives an error matching ErrDoubleFree,
+// ErrUnknownPointer or ErrSizeMismatch, and free is not called.
+func (t *ptrTable[K, V]) take(p K, size int, free func(v V) error) (V, error) {
 	sh := t.shard(p)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -98,13 +132,13 @@ func (t *ptrTable[V]) take(p gpu.DevicePtr, size int, free func(v V) error) (V, 
 		var zero V
 		for _, f := range sh.freed {
 			if f == p {
-				return zero, fmt.Errorf("pointer %#x: %w", uint64(p), ErrDoubleFree)
+				return zero, pointerError(gpu.DevicePtr(p), ErrDoubleFree)
 			}
 		}
-		return zero, fmt.Errorf("pointer %#x: %w", uint64(p), ErrUnknownPointer)
+		return zero, pointerError(gpu.DevicePtr(p), ErrUnknownPointer)
 	}
 	if r.size != size {
-		return r.v, fmt.Errorf("pointer %#x of %d bytes freed as %d: %w", uint64(p), r.size, size, ErrSizeMismatch)
+		return r.v, sizeMismatchError(gpu.DevicePtr(p), r.size, size)
 	}
 	if free != nil {
 		if err := free(r.v); err != nil {
@@ -117,8 +151,12 @@ func (t *ptrTable[V]) take(p gpu.DevicePtr, size int, free func(v V) error) (V, 
 	return r.v, nil
 }
 
+// restore makes p live again with size and v after take(p, size, nil)
+// claimed it and the owner's free then failed.
+func (t *ptrTable[K, V]) restore(p K, size int, v V) { t.insert(p, size, v, nil) }
+
 // lookup returns p's record without changing anything.
-func (t *ptrTable[V]) lookup(p gpu.DevicePtr) (ptrRecord[V], bool) {
+func (t *ptrTable[K, V]) lookup(p K) (ptrRecord[V], bool) {
 	sh := t.shard(p)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -128,7 +166,7 @@ func (t *ptrTable[V]) lookup(p gpu.DevicePtr) (ptrRecord[V], bool) {
 
 // each calls fn for every live allocation, one shard at a time under that
 // shard's lock (fn must not call back into the table).
-func (t *ptrTable[V]) each(fn func(p gpu.DevicePtr, size int, v V)) {
+func (t *ptrTable[K, V]) each(fn func(p K, size int, v V)) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
@@ -140,42 +178,10 @@ func (t *ptrTable[V]) each(fn func(p gpu.DevicePtr, size int, v V)) {
 }
 
 // count returns the number of live allocations and their bytes.
-func (t *ptrTable[V]) count() (n int, bytes uint64) {
-	t.each(func(_ gpu.DevicePtr, size int, _ V) {
+func (t *ptrTable[K, V]) count() (n int, bytes uint64) {
+	t.each(func(_ K, size int, _ V) {
 		n++
 		bytes += uint64(size)
 	})
 	return n, bytes
-}
-
-// checkAlloc checks the arguments of an adaptor's Allocate in the order the
-// resources do (stream, then size). zero reports a request of 0 bytes,
-// which the adaptor answers with the null pointer, touching nothing.
-func checkAlloc(op string, dev gpu.Device, size int, s gpu.Stream) (zero bool, err error) {
-	if err := checkStream(op, dev, s); err != nil {
-		return false, err
-	}
-	if size < 0 {
-		return false, fmt.Errorf("%s %d bytes: %w", op, size, ErrInvalidSize)
-	}
-	return size == 0, nil
-}
-
-// checkFree checks the arguments of an adaptor's Deallocate. null reports
-// a free of the null pointer with size 0, which succeeds touching nothing;
-// the null pointer with any other size matches ErrSizeMismatch.
-func checkFree(op string, dev gpu.Device, p gpu.DevicePtr, size int, s gpu.Stream) (null bool, err error) {
-	if err := checkStream(op, dev, s); err != nil {
-		return false, err
-	}
-	if size < 0 {
-		return false, fmt.Errorf("%s %d bytes: %w", op, size, ErrInvalidSize)
-	}
-	if p == 0 {
-		if size == 0 {
-			return true, nil
-		}
-		return false, fmt.Errorf("%s null pointer as %d bytes: %w", op, size, ErrSizeMismatch)
-	}
-	return false, nil
 }

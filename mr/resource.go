@@ -1,32 +1,7 @@
-// Package mr holds streamalloc's memory resources and the adaptors that
-// wrap them.
-//
-// A Resource hands out device memory in stream order. Allocate(n, s) returns
-// at once, and the memory may be used by any work enqueued on s after the
-// call. Deallocate(p, n, s) is enqueued on s as well: the memory may be
-// handed to another request on s at once (later work on s runs after the
-// free), and to a request on another stream only once that stream is
-// ordered after the free, by an event wait or because the free has
-// completed. A resource never blocks the host to give that guarantee unless
-// its documentation says so.
-//
-// Contracts every resource and adaptor keeps:
-//
-//   - It is safe for concurrent use by many goroutines on many streams.
-//   - Every allocation is aligned to Alignment (256) bytes.
-//   - Allocate(0, s) returns the null pointer 0 and no error, touching
-//     nothing; Deallocate(0, 0, s) returns nil. (Decided once for all
-//     resources, like cudaMalloc(0).)
-//   - A negative size returns an error matching ErrInvalidSize; a free of a
-//     pointer the resource did not hand out matches ErrUnknownPointer; a free
-//     of one it handed out and has freed matches ErrDoubleFree where it can
-//     tell; a free with another size than the allocation's matches
-//     ErrSizeMismatch; a nil stream, or one of another device, matches
-//     gpu.ErrInvalidHandle or gpu.ErrWrongDevice. None of them changes the
-//     resource's state.
-//   - Out of memory is an error matching ErrOutOfMemory (gpu.ErrOutOfMemory),
-//     an *OutOfMemoryError carrying the request and the state of the
-//     resource that refused it.
+// The Resource interface, the errors every resource and adaptor shares,
+// and the interfaces through which resources report what they hold. The
+// contracts they keep are stated in the package doc (doc.go).
+
 package mr
 
 import (

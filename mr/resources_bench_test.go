@@ -9,17 +9,18 @@ package mr_test
 //	BenchmarkRandom/resource=R                RMM-style random allocations: up
 //	                                          to 512 live blocks of 1 KiB to 4 MiB,
 //	                                          random allocate or free per op
-//	BenchmarkNotebook/resource=R              the seed-001 loop: allocate 4 MiB,
+//	BenchmarkNotebook/resource=R              the notebook loop: allocate 4 MiB,
 //	                                          fill it with a kernel, free; time per
 //	                                          iteration with the stream syncs
 //	BenchmarkPipeline/resource=R              a producer stream fills 1 MiB buffers,
 //	                                          a consumer uses and frees them; time
 //	                                          per buffer, peak reserved MiB
 //
-// The workloads, the cases and the resources they run on (the pool
-// included) live in package bench, which `streamalloc bench` runs too, so
-// both measure the same code under the same names. Add resources or
-// parameters there (bench.Resources, bench.Suite) rather than here.
+// The workloads and the cases live in package bench, which
+// `streamalloc bench` runs too, so both measure the same code under the
+// same names; the resources they run on (the pool included) come from the
+// table of mr/registry. Add resources there and parameters to bench.Suite
+// rather than here.
 //
 // The device is internal/testdev's: the simulator by default, the GPU
 // with STREAMALLOC_DEVICE=cuda (the GPU script), from the same binary.

@@ -19,8 +19,8 @@ func TestResourcesConformance(t *testing.T) {
 		make mrtest.Factory
 		opts mrtest.Options
 	}{
-		{"direct", func(tb testing.TB, dev gpu.Device) mr.Resource { return mr.NewDirect(dev) }, mrtest.Options{}},
-		{"managed", func(tb testing.TB, dev gpu.Device) mr.Resource { return mr.NewManaged(dev) }, mrtest.Options{}},
+		{"direct", func(tb testing.TB, dev gpu.Device) mr.Resource { return mr.NewDirect(dev) }, mrtest.Options{RefusesCapture: true}},
+		{"managed", func(tb testing.TB, dev gpu.Device) mr.Resource { return mr.NewManaged(dev) }, mrtest.Options{RefusesCapture: true}},
 		{"async", func(tb testing.TB, dev gpu.Device) mr.Resource {
 			r, err := mr.NewAsync(dev, mr.AsyncOptions{})
 			if err != nil {
@@ -85,6 +85,7 @@ func TestResourcesConformance(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.DetectsDoubleFree = true
+			tc.opts.Foreign = testdev.Foreign(t)
 			mrtest.Run(t, tc.make, dev, tc.opts)
 		})
 	}

@@ -73,7 +73,7 @@ type Retry struct {
 	dev      gpu.Device
 	opts     RetryOptions
 	attempts int
-	live     ptrTable[struct{}]
+	live     ptrTable[gpu.DevicePtr, struct{}]
 
 	oom, recovered, failed, retries, reaped atomic.Uint64
 }
@@ -93,7 +93,7 @@ func NewRetry(upstream Resource, opts RetryOptions) *Retry {
 // Allocate allocates from the upstream, recovering and retrying on
 // out-of-memory as the file comment describes.
 func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("retry: allocate", r.dev, size, s); zero || err != nil {
+	if zero, err := checkAlloc("retry", r.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	p, err := r.up.Allocate(size, s)
@@ -111,7 +111,16 @@ func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error) {
 	var recErrs []error
 	for attempt := 1; attempt <= r.attempts; attempt++ {
-		if rerr := r.reclaim(attempt > 1); rerr != nil {
+		var rerr error
+		if gpu.Capturing(s) {
+			// The request's stream captures: what reclaim does on other
+			// streams must not be forbidden by a global-mode capture
+			// (capture.go), and it leaves capturing streams alone.
+			gpu.RelaxCapture(r.dev, func() error { rerr = r.reclaim(attempt > 1); return nil })
+		} else {
+			rerr = r.reclaim(attempt > 1)
+		}
+		if rerr != nil {
 			recErrs = append(recErrs, rerr)
 		}
 		if r.opts.OnOutOfMemory != nil && !r.opts.OnOutOfMemory(size, s, attempt, err) {
@@ -163,7 +172,7 @@ func (r *Retry) reclaim(wait bool) error {
 // Deallocate frees p through the upstream. Bad frees are refused with
 // typed errors before they reach the upstream.
 func (r *Retry) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("retry: deallocate", r.dev, p, size, s); null || err != nil {
+	if null, err := checkFree("retry", r.dev, p, size, s); null || err != nil {
 		return err
 	}
 	if _, err := r.live.take(p, size, func(struct{}) error { return r.up.Deallocate(p, size, s) }); err != nil {

@@ -9,8 +9,8 @@
 // segments: each is its own upstream allocation, with nothing else in it.
 //
 // Invariants:
-//   - AppendSegments reads the copy-on-write indexes the resources keep for
-//     their frees (Pool.chunks, spanIndex) and atomic owner pointers, so it
+//   - AppendSegments reads the copy-on-write span indexes the resources keep
+//     for their frees (spanindex.go) and atomic owner pointers, so it
 //     takes no lock at all and allocates nothing when dst has room: a
 //     replay may call it after every event.
 //   - The list is in address order and its segments do not overlap. It is
@@ -59,12 +59,12 @@ var (
 // AppendSegments appends the pool's chunks, each with the ID of its home
 // stream.
 func (p *Pool) AppendSegments(dst []Segment) []Segment {
-	for _, c := range *p.chunks.Load() {
+	for _, e := range p.chunks.all() {
 		var home uint64
-		if h := c.home.Load(); h != nil {
+		if h := e.v.home.Load(); h != nil {
 			home = h.id
 		}
-		dst = append(dst, Segment{Base: c.base, Size: c.size, Stream: home})
+		dst = append(dst, Segment{Base: e.base, Size: e.size, Stream: home})
 	}
 	return dst
 }

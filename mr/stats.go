@@ -113,7 +113,7 @@ func (c *statCounters) resetPeaks() {
 type Stats struct {
 	passThrough
 	dev       gpu.Device
-	live      ptrTable[*statCounters] // the allocating stream's counters, or nil
+	live      ptrTable[gpu.DevicePtr, *statCounters] // the allocating stream's counters, or nil
 	all       statCounters
 	perStream bool
 	streams   sync.Map // Stream.ID -> *statCounters
@@ -139,7 +139,7 @@ func (a *Stats) streamCounters(s gpu.Stream) *statCounters {
 // Allocate allocates from the upstream and counts the allocation, or the
 // failure.
 func (a *Stats) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("stats: allocate", a.dev, size, s); zero || err != nil {
+	if zero, err := checkAlloc("stats", a.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	sc := a.streamCounters(s)
@@ -169,7 +169,7 @@ func (a *Stats) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate frees p through the upstream and uncounts it. Bad frees are
 // refused with typed errors before they reach the upstream.
 func (a *Stats) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("stats: deallocate", a.dev, p, size, s); null || err != nil {
+	if null, err := checkFree("stats", a.dev, p, size, s); null || err != nil {
 		return err
 	}
 	_, err := a.live.take(p, size, func(sc *statCounters) error {

@@ -87,7 +87,7 @@ type Tracking struct {
 	dev    gpu.Device
 	depth  int
 	skip   int
-	live   ptrTable[trackRecord]
+	live   ptrTable[gpu.DevicePtr, trackRecord]
 	stacks [stackShards]stackShard
 	seq    atomic.Uint64
 }
@@ -133,7 +133,7 @@ func (t *Tracking) intern(pcs []uintptr) *stackRecord {
 
 // Allocate allocates from the upstream and records the caller's stack.
 func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("tracking: allocate", t.dev, size, s); zero || err != nil {
+	if zero, err := checkAlloc("tracking", t.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	var buf [maxStackDepth]uintptr
@@ -160,7 +160,7 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate frees p through the upstream and forgets it. Bad frees are
 // refused with typed errors before they reach the upstream.
 func (t *Tracking) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("tracking: deallocate", t.dev, p, size, s); null || err != nil {
+	if null, err := checkFree("tracking", t.dev, p, size, s); null || err != nil {
 		return err
 	}
 	_, err := t.live.take(p, size, func(r trackRecord) error {
@@ -228,8 +228,10 @@ func (t *Tracking) liveAllocs() []liveAlloc {
 
 // WriteLeakReport writes the live allocations to w, grouped by call stack,
 // the stacks holding the most bytes first, each with its source location
-// (frames of package mr at the innermost end left out). With nothing live
-// it writes only the summary line.
+// (frames of package mr at the innermost end left out), then the captures
+// of the device begun with BeginCapture and not released (their graphs'
+// memory is held until Capture.Release), with where each began. With
+// nothing live it writes only the summary line.
 func (t *Tracking) WriteLeakReport(w io.Writer) error {
 	type group struct {
 		stack        []uintptr
@@ -261,6 +263,7 @@ func (t *Tracking) WriteLeakReport(w io.Writer) error {
 			fmt.Fprintf(bw, "\t%s\n\t\t%s:%d\n", f.Function, f.File, f.Line)
 		}
 	}
+	writeUnreleasedCaptures(bw, t.dev)
 	return bw.Flush()
 }
 

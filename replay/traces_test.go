@@ -7,6 +7,7 @@ import (
 
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/trace"
+	_ "github.com/streamalloc/streamalloc/trace/torchsnap" // snapshots for trace.Open
 )
 
 // The three traces of ../shared/traces, copied into testdata. The
@@ -98,11 +99,11 @@ func TestLogRoundTrip(t *testing.T) {
 	}
 }
 
-// The snapshot fixture of package trace: the mapping of snapshot actions
-// is tested there; here, that its events replay with the counts they
-// imply.
+// The snapshot fixture of package trace/torchsnap (linked by the import
+// above): the mapping of snapshot actions is tested there; here, that its
+// events replay with the counts they imply.
 func TestSnapshotReplay(t *testing.T) {
-	r, _ := replayFile(t, "../trace/testdata/snapshot.pickle", func(d *fakeDevice) mr.Resource {
+	r, _ := replayFile(t, "../trace/torchsnap/testdata/snapshot.pickle", func(d *fakeDevice) mr.Resource {
 		return newFakeResource(d, 1<<40)
 	}, Options{})
 	// 11 events: 6 allocations of the trace + 2 preexisting blocks,

@@ -1,8 +1,10 @@
 package sanitize_test
 
-// The hazard suite: for each pitfall of seed 002 (and the resource-side
-// hazard of reuse before free), the wrong version is caught and the right
-// version is clean. The sanitizer runs in refusing mode, so the hazardous
+// The hazard suite: for each pitfall of stream-ordered allocation (mixing
+// streams without ordering, a buffer that dies while a kernel still uses
+// it, a cross-stream free, a read before the allocation is ready on another
+// stream) and the resource-side hazard of reuse before the free is
+// ordered, the wrong version is caught and the right version is clean. The sanitizer runs in refusing mode, so the hazardous
 // operation of a wrong version is never enqueued: the simulator never
 // executes the race, and the suite is clean under -race while the right
 // versions move real bytes that -race checks.

@@ -49,10 +49,11 @@
 // free and early reuse, and are trimmed away where a new allocation covers
 // them.
 //
-// A free is modelled as streamalloc's resources implement it (design
-// brief, "cross-stream frees"): Deallocate(p, n, s) is ordered after all
-// work enqueued on p's allocation stream before the call, so only uses on
-// third streams need the caller's ordering. Options.StrictCrossStreamFree
+// A free is modelled as streamalloc's resources implement it (a free on
+// another stream than the allocation's is ordered after that stream by an
+// event): Deallocate(p, n, s) is ordered after all work enqueued on p's
+// allocation stream before the call, so only uses on third streams need
+// the caller's ordering. Options.StrictCrossStreamFree
 // drops that assumption, for resources that do not give it.
 //
 // # Reports

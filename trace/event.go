@@ -19,10 +19,15 @@
 // ten. PyTorch snapshots are pickles, which can only be decoded whole; the
 // snapshot reader decodes the file once, keeps the events as a compact
 // slice and drops the rest (snapshots are bounded by PyTorch's max_entries).
+// It is package trace/torchsnap, apart from this one so that a program
+// that only reads or writes CSV (the mr logging adaptor writes it) does not
+// link a pickle decoder.
 //
 // Open detects the format from the content, never from the file name:
 // gzip by its magic bytes (1f 8b), a pickle by its PROTO opcode (0x80), and
-// anything else is read as CSV and must start with the RMM header.
+// anything else is read as CSV and must start with the RMM header. A
+// pickle is read by the reader that trace/torchsnap registers when a
+// program imports it, and refused with ErrFormat otherwise.
 //
 // # Errors
 //
@@ -105,7 +110,8 @@ type Reader interface {
 // errors.Is, and may match the underlying error too (a gzip error, an
 // I/O error).
 var (
-	// ErrFormat: the content is neither gzip, a pickle nor an RMM CSV log.
+	// ErrFormat: a format that Open detects but whose reader the program
+	// does not link (a PyTorch snapshot without trace/torchsnap).
 	ErrFormat = errors.New("trace: unknown trace format")
 	// ErrHeader: the first line of a CSV log is not the RMM header.
 	ErrHeader = errors.New("trace: wrong header")
@@ -127,7 +133,7 @@ var (
 	ErrAction = errors.New("trace: unknown action")
 	// ErrCompressed: gzip data that is corrupt or truncated.
 	ErrCompressed = errors.New("trace: corrupt or truncated gzip data")
-	// ErrPickle: a pickle that cannot be decoded.
+	// ErrPickle: a pickle that cannot be decoded (trace/torchsnap).
 	ErrPickle = errors.New("trace: unreadable pickle")
 	// ErrSnapshot: a pickle that decodes but is not a PyTorch memory
 	// snapshot, or a snapshot trace entry with missing or bad fields.

@@ -1,6 +1,8 @@
 package trace_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -50,17 +52,24 @@ func ExampleNewCSVWriter() {
 	// 1,10:00:00.005000,free,0x7f7e81d00000,2048,0x28b473b0
 }
 
-func ExampleOpen() {
-	// Open detects gzip and the format from the content.
-	f, err := trace.Open("testdata/snapshot-p2.pickle.gz", nil)
+// NewReader, like Open, tells the format and a gzip layer from the
+// content: here an RMM log compressed in memory.
+func ExampleNewReader() {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	w := trace.NewCSVWriter(zw)
+	w.Write(trace.Event{Op: trace.Alloc, Ptr: 0x7f0000000000, Size: 4096})
+	w.Write(trace.Event{Op: trace.Free, Ptr: 0x7f0000000000, Size: 4096})
+	w.Flush()
+	zw.Close()
+
+	r, format, err := trace.NewReader(&buf, "log.gz", nil)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer f.Close()
-	n := 0
 	for {
-		_, err := f.Next()
+		ev, err := r.Next()
 		if err == io.EOF {
 			break
 		}
@@ -68,10 +77,11 @@ func ExampleOpen() {
 			fmt.Println(err)
 			return
 		}
-		n++
+		fmt.Printf("%s: line %d: %s %d bytes\n", format, ev.Line, ev.Op, ev.Size)
 	}
-	fmt.Println(f.Format(), f.Compressed(), n, "events")
-	// Output: torch-snapshot true 11 events
+	// Output:
+	// rmm-csv: line 2: allocate 4096 bytes
+	// rmm-csv: line 3: free 4096 bytes
 }
 
 func ExampleParseError() {

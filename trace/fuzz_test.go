@@ -2,10 +2,7 @@ package trace
 
 import (
 	"bytes"
-	"compress/gzip"
 	"errors"
-	"io"
-	"os"
 	"testing"
 	"time"
 )
@@ -84,55 +81,5 @@ func FuzzRoundTrip(f *testing.F) {
 			ev.Size = -(ev.Size + 1)
 		}
 		checkRoundTrip(t, []Event{normalize(ev, 0)})
-	})
-}
-
-// FuzzNewReader: format detection, gzip and the pickle decoder on any
-// input: no panic, errors are *ParseError naming the file, events valid.
-func FuzzNewReader(f *testing.F) {
-	pkl, err := os.ReadFile("testdata/snapshot.pickle")
-	if err != nil {
-		f.Fatal(err)
-	}
-	pgz, err := os.ReadFile("testdata/snapshot-p2.pickle.gz")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(pkl)
-	f.Add(pgz)
-	f.Add(pkl[:len(pkl)/3])
-	f.Add([]byte(smallCSV))
-	f.Add(gz(f, []byte(smallCSV)))
-	f.Add([]byte{0x1f, 0x8b})
-	f.Add([]byte{0x80, 2, '}', ']', 'K', 1, 's', '.'})
-	f.Add(encodePickle(f, map[any]any{"device_traces": []any{[]any{
-		map[any]any{"action": "alloc", "addr": int64(1), "size": int64(2), "stream": int64(3)},
-		map[any]any{"action": "free_completed", "addr": int64(1), "size": int64(2), "stream": int64(3)},
-		map[any]any{"action": "oom", "device_free": int64(1), "size": int64(2), "stream": int64(3)},
-	}}}, 2))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		// Keep a gzip bomb from taking the fuzzer's memory: the readers
-		// themselves do not limit decompressed size.
-		if zr, err := gzip.NewReader(bytes.NewReader(data)); err == nil {
-			if n, _ := io.Copy(io.Discard, io.LimitReader(zr, 1<<24)); n >= 1<<24 {
-				t.Skip("decompresses to more than 16 MiB")
-			}
-		}
-		r, _, err := NewReader(bytes.NewReader(data), "fuzz", nil)
-		var evs []Event
-		if err == nil {
-			evs, err = readAll(t, r)
-		}
-		if err != nil {
-			var pe *ParseError
-			if !errors.As(err, &pe) || pe.File != "fuzz" {
-				t.Fatalf("error %#v is not a *ParseError naming the file", err)
-			}
-		}
-		for _, ev := range evs {
-			if ev.Op < Alloc || ev.Op > Free || ev.Size < 0 {
-				t.Fatalf("invalid event %+v", ev)
-			}
-		}
 	})
 }

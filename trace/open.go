@@ -5,7 +5,8 @@
 // does) before the inner format is detected. An inner first byte 0x80 is
 // the PROTO opcode that starts every pickle of protocol 2 or later, which
 // is what both Python 3's pickle.dump and libtorch's C++ pickler write;
-// such a file is read as a PyTorch memory snapshot. Anything else is read
+// such a file is read as a PyTorch memory snapshot, by the reader that
+// package trace/torchsnap registers (register.go). Anything else is read
 // as an RMM CSV log, whose reader insists on the exact header, so a file
 // of any other kind fails on line 1 with ErrHeader.
 //
@@ -34,7 +35,10 @@ type Format string
 
 // The formats Open recognises.
 const (
-	FormatCSV      Format = "rmm-csv"
+	// FormatCSV is the RMM CSV log, read by this package.
+	FormatCSV Format = "rmm-csv"
+	// FormatSnapshot is a PyTorch memory snapshot, read by package
+	// trace/torchsnap once a program imports it.
 	FormatSnapshot Format = "torch-snapshot"
 )
 
@@ -135,12 +139,14 @@ func newReader(src *countingReader, name string, o *Options) (Reader, Format, bo
 		}
 		return nil, "", compressed, classify(src, name, 0, err, "reading")
 	}
-	if len(first) == 1 && first[0] == 0x80 {
-		sr, err := NewSnapshotReader(br, name, o)
-		if err != nil {
-			return nil, "", compressed, err
+	if len(first) == 1 {
+		if i := detect(br.Peek); i >= 0 {
+			rd, err := readDetected(i, br, name, o)
+			if err != nil {
+				return nil, "", compressed, err
+			}
+			return rd, detected[i].format, compressed, nil
 		}
-		return sr, FormatSnapshot, compressed, nil
 	}
 	cr := NewCSVReader(br, name)
 	if compressed {

@@ -37,10 +37,6 @@ func writeFile(t testing.TB, name string, data []byte) string {
 }
 
 func TestOpenDetectsByContent(t *testing.T) {
-	pkl, err := os.ReadFile("testdata/snapshot.pickle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name       string // deliberately misleading extensions
 		data       []byte
@@ -51,8 +47,6 @@ func TestOpenDetectsByContent(t *testing.T) {
 		{"plain.csv.gz", []byte(smallCSV), FormatCSV, false, 3},
 		{"compressed.csv", gz(t, []byte(smallCSV)), FormatCSV, true, 3},
 		{"two-members.txt", append(gz(t, []byte(smallCSV[:60])), gz(t, []byte(smallCSV[60:]))...), FormatCSV, true, 3},
-		{"snapshot.csv", pkl, FormatSnapshot, false, len(fixtureAll)},
-		{"snapshot.txt", gz(t, pkl), FormatSnapshot, true, len(fixtureAll)},
 	}
 	for _, tc := range tests {
 		f, err := Open(writeFile(t, tc.name, tc.data), nil)
@@ -84,8 +78,6 @@ func TestOpenBadGzip(t *testing.T) {
 	corrupt[10] = 0x07
 	badCRC := bytes.Clone(z)
 	badCRC[len(badCRC)-6] ^= 0xff
-	pkl, _ := os.ReadFile("testdata/snapshot.pickle")
-	zp := gz(t, pkl)
 	tests := []struct {
 		name string
 		data []byte
@@ -98,7 +90,6 @@ func TestOpenBadGzip(t *testing.T) {
 		{"bad checksum", badCRC, false},
 		{"truncated header", z[:5], true},
 		{"trailing garbage", append(bytes.Clone(z), 0x1f, 0x8b, 0, 0), false},
-		{"truncated snapshot", zp[:len(zp)-10], true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -307,5 +298,56 @@ func TestLargeGzipStreams(t *testing.T) {
 	// gzip refills its window now and then; per event it must be zero.
 	if allocs > float64(n)/1000 {
 		t.Errorf("%v allocations for %d events", allocs, n)
+	}
+}
+
+// This test binary does not link trace/torchsnap: a pickle, plain or
+// compressed, is refused with ErrFormat, naming the package that reads it,
+// not read as CSV and refused for its header.
+func TestOpenUnlinkedFormat(t *testing.T) {
+	pkl := []byte{0x80, 2, '}', 'q', 0, '.'} // protocol 2: an empty dict
+	want := "snap: a torch-snapshot trace, which this program cannot read: its reader is package github.com/streamalloc/streamalloc/trace/torchsnap, which the program does not import"
+	for _, data := range [][]byte{pkl, gz(t, pkl)} {
+		r, format, err := NewReader(bytes.NewReader(data), "snap", nil)
+		var pe *ParseError
+		if !errors.Is(err, ErrFormat) || !errors.As(err, &pe) || pe.File != "snap" || err.Error() != want || r != nil || format != "" {
+			t.Errorf("%q: %v, %q, %v; want the error %q", data, r, format, err, want)
+		}
+	}
+}
+
+// A registered reader gets the content from its first byte, below any
+// gzip layer, and default options; Open reports its format; its errors
+// come back as they are.
+func TestRegisterReader(t *testing.T) {
+	defer RegisterReader(FormatSnapshot, nil)
+	data := []byte("\x80 not really a pickle")
+	var got []byte
+	RegisterReader(FormatSnapshot, func(r io.Reader, name string, o *Options) (Reader, error) {
+		var err error
+		if got, err = io.ReadAll(r); err != nil || o == nil {
+			t.Errorf("reader got %v, options %v", err, o)
+		}
+		return NewCSVReader(strings.NewReader(smallCSV), name), nil
+	})
+	for _, compressed := range []bool{false, true} {
+		in := data
+		if compressed {
+			in = gz(t, data)
+		}
+		f, err := Open(writeFile(t, "x.csv", in), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := readAll(t, f)
+		f.Close()
+		if f.Format() != FormatSnapshot || f.Compressed() != compressed || !bytes.Equal(got, data) || len(evs) != 3 || err != nil {
+			t.Errorf("compressed %v: format %s compressed %v, reader got %q, %d events, %v", compressed, f.Format(), f.Compressed(), got, len(evs), err)
+		}
+	}
+	bad := &ParseError{File: "x", Msg: "no", Err: ErrSnapshot}
+	RegisterReader(FormatSnapshot, func(io.Reader, string, *Options) (Reader, error) { return nil, bad })
+	if _, _, err := NewReader(bytes.NewReader(data), "x", nil); err != bad {
+		t.Errorf("error %v, want the reader's %v", err, bad)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/streamalloc/streamalloc/bench"
 	"github.com/streamalloc/streamalloc/gpu/backend"
+	"github.com/streamalloc/streamalloc/mr/registry"
 )
 
 type benchFlags struct {
@@ -46,13 +47,14 @@ func newBenchCmd() *cobra.Command {
                          pairs/s is the total of all of them
   Random                 RMM-style random allocations: up to 512 live blocks
                          of 1 KiB to 4 MiB, a random allocate or free per op
-  Notebook               the notebook loop that motivates stream-ordered
-                         allocation: allocate 4 MiB, fill it with a kernel,
-                         free, on one stream; direct (cuMemAlloc) against
-                         stream-ordered async and pool, time per iteration
-                         including the stream synchronizations
-  Pipeline               a producer stream hands 1 MiB buffers to a
-                         consumer stream that frees them
+  Notebook               the notebook loop: allocate 4 MiB, fill it with a
+                         kernel, free, on one stream; direct (cuMemAlloc)
+                         against stream-ordered async and pool, time per
+                         iteration including the stream synchronizations
+  Pipeline               a producer stream fills 1 MiB buffers, a consumer
+                         stream uses and frees them; async with and without
+                         its return wait, and pool: time per buffer and
+                         peak reserved memory
 
 Under the table, "one op" says what one iteration of each case timed.
 
@@ -65,7 +67,7 @@ times are the simulator's on this CPU, not a GPU's, and the output says so.`,
 			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), kind, f)
 		},
 	}
-	cmd.Flags().StringVar(&f.resources, "resource", "all", "resources to benchmark: a comma-separated list of "+fmt.Sprint(bench.ResourceNames())+", or all")
+	cmd.Flags().StringVar(&f.resources, "resource", "all", "resources to benchmark: a comma-separated list of "+fmt.Sprint(registry.All())+", or all")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the results as a JSON array")
 	cmd.Flags().StringVar(&f.benchtime, "benchtime", "1s", "run each case for this long (1s, 200ms) or this many iterations (100x), as go test -benchtime")
 	cmd.Flags().StringVar(&f.filter, "filter", "", "run only the cases whose name (Pair/resource=pool/size=4KiB) matches this `REGEX`")
@@ -89,9 +91,9 @@ type benchRow struct {
 }
 
 func runBench(stdout, stderr io.Writer, kind string, f benchFlags) error {
-	names, err := parseBenchResources(f.resources)
+	names, err := registry.All().Parse(f.resources)
 	if err != nil {
-		return err
+		return fmt.Errorf("--resource: %w", err)
 	}
 	var filter *regexp.Regexp
 	if f.filter != "" {
@@ -179,32 +181,6 @@ func newBenchRow(c bench.Case, res testing.BenchmarkResult, dev string, simulate
 	}
 }
 
-// parseBenchResources splits a comma-separated --resource value as replay
-// does, expanding "all" to the suite's resources, and rejects unknown
-// names before any work starts.
-func parseBenchResources(v string) ([]string, error) {
-	known := bench.ResourceNames()
-	var names []string
-	for _, n := range strings.Split(v, ",") {
-		n = strings.TrimSpace(n)
-		switch {
-		case n == "all":
-			names = append(names, known...)
-		case slices.Contains(known, n):
-			names = append(names, n)
-		default:
-			return nil, fmt.Errorf("--resource: unknown resource %q (want one of %s, or all)", n, strings.Join(known, ", "))
-		}
-	}
-	var uniq []string
-	for _, n := range names {
-		if !slices.Contains(uniq, n) {
-			uniq = append(uniq, n)
-		}
-	}
-	return uniq, nil
-}
-
 func writeBenchTable(w io.Writer, rows []benchRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "case\tresource\titerations\tns/op\tB/op\tallocs/op\tmetrics\t")
@@ -215,8 +191,9 @@ func writeBenchTable(w io.Writer, rows []benchRow) error {
 	return tw.Flush()
 }
 
-// comparisons are the ratios the resources issue sets targets for, printed
-// under the table when both rows ran.
+// comparisons are the ratios that say whether stream-ordered allocation
+// pays (the pool against the driver's pool, both against cuMemAlloc),
+// printed under the table when both rows ran.
 var comparisons = []struct {
 	workload   bench.Workload
 	fast, slow string

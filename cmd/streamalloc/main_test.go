@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/mr/registry"
 	"github.com/streamalloc/streamalloc/sanitize"
 	"github.com/streamalloc/streamalloc/trace"
 )
@@ -109,7 +110,7 @@ func TestReplayGzipTableAndLog(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("stderr is not a terminal, yet got %q", stderr)
 	}
-	for _, name := range resourceNames {
+	for _, name := range registry.Replay() {
 		if !strings.Contains(out, " "+name+" ") {
 			t.Errorf("table lacks resource %s:\n%s", name, out)
 		}
@@ -121,7 +122,7 @@ func TestReplayGzipTableAndLog(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
 	// Per resource: 3 allocations, the trace's 1 known free, 2 frees at
 	// the end; one header for the whole file.
-	if lines[0] != "Thread,Time,Action,Pointer,Size,Stream" || len(lines) != 1+6*len(resourceNames) {
+	if lines[0] != "Thread,Time,Action,Pointer,Size,Stream" || len(lines) != 1+6*len(registry.Replay()) {
 		t.Errorf("log has %d lines, header %q", len(lines), lines[0])
 	}
 	// The log replays.
@@ -130,7 +131,7 @@ func TestReplayGzipTableAndLog(t *testing.T) {
 		t.Fatalf("replaying the log: %v", err)
 	}
 	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["allocations"] != float64(3*len(resourceNames)) {
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["allocations"] != float64(3*len(registry.Replay())) {
 		t.Errorf("log replay: %v %s", err, out)
 	}
 }
@@ -166,7 +167,7 @@ func gzipped(t *testing.T, data string) string {
 	return b.String()
 }
 
-// badInput is a malformed trace of the issue, the sentinel its error
+// badInput is a malformed trace, the sentinel its error
 // must match, and the line it must name: 0 where the format or the damage
 // has none (a pickle, a gzip header), -1 for any line after the header
 // (damage inside gzip data shows at the line being decompressed).
@@ -182,7 +183,7 @@ func badInputs(t *testing.T) []badInput {
 	z := []byte(gzipped(t, long))
 	corrupt := bytes.Clone(z)
 	corrupt[len(z)/2] ^= 0x55
-	pkl, err := os.ReadFile("../../trace/testdata/snapshot.pickle")
+	pkl, err := os.ReadFile("../../trace/torchsnap/testdata/snapshot.pickle")
 	if err != nil {
 		t.Fatal(err)
 	}

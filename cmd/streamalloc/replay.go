@@ -14,9 +14,11 @@ import (
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/backend"
 	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/mr/registry"
 	"github.com/streamalloc/streamalloc/replay"
 	"github.com/streamalloc/streamalloc/sanitize"
 	"github.com/streamalloc/streamalloc/trace"
+	_ "github.com/streamalloc/streamalloc/trace/torchsnap" // PyTorch snapshots for trace.Open
 )
 
 type replayFlags struct {
@@ -58,7 +60,7 @@ are counted, not fatal.`,
 			return runReplay(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), kind, f, args)
 		},
 	}
-	cmd.Flags().StringVar(&f.resources, "resource", "pool", "resources to replay against: a comma-separated list of "+fmt.Sprint(resourceNames)+", or all")
+	cmd.Flags().StringVar(&f.resources, "resource", "pool", "resources to replay against: a comma-separated list of "+fmt.Sprint(registry.Replay())+", or all")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the results as a JSON array")
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
@@ -67,9 +69,9 @@ are counted, not fatal.`,
 }
 
 func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f replayFlags, traces []string) error {
-	names, err := parseResources(f.resources)
+	names, err := registry.Replay().Parse(f.resources)
 	if err != nil {
-		return err
+		return fmt.Errorf("--resource: %w", err)
 	}
 	b, err := backend.Open(kind)
 	if err != nil {
@@ -142,12 +144,14 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name
 		}})
 		dev = z.Device(dev)
 	}
-	res, err := newResource(name, dev)
+	// The zero options: suballocators over Direct, so that what they
+	// report as reserved is all the memory they hold.
+	res, closeRes, err := registry.New(name, dev, registry.Options{})
 	if err != nil {
 		return replayRow{}, err
 	}
 	defer func() {
-		if cerr := closeResource(res); cerr != nil && err == nil {
+		if cerr := closeRes(); cerr != nil && err == nil {
 			err = fmt.Errorf("replay %s on %s: close: %w", path, name, cerr)
 		}
 	}()

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/streamalloc/streamalloc/mr/registry"
 	"github.com/streamalloc/streamalloc/replay"
 )
 
@@ -42,10 +43,11 @@ func TestReplayTableLayout(t *testing.T) {
 		if head[0] != "resource" || strings.Contains(rows[2], "failures") || strings.Contains(rows[2], "hazards") {
 			t.Errorf("trace %d: header %q", i, rows[2])
 		}
-		body := rows[3 : 3+len(resourceNames)]
+		names := registry.Replay()
+		body := rows[3 : 3+len(names)]
 		for k, r := range body {
-			if f := strings.Fields(r); len(f) == 0 || f[0] != resourceNames[k] {
-				t.Errorf("trace %d row %d: %q, want resource %s", i, k, r, resourceNames[k])
+			if f := strings.Fields(r); len(f) == 0 || f[0] != names[k] {
+				t.Errorf("trace %d row %d: %q, want resource %s", i, k, r, names[k])
 			}
 		}
 		// No shown column is constant: every column's cells differ

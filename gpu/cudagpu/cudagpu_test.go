@@ -518,7 +518,7 @@ func TestKernels(t *testing.T) {
 	ok(t, s.Synchronize())
 }
 
-// The seed-001 loop: allocate 4 MiB, fill it with a kernel, check, free;
+// The notebook loop: allocate 4 MiB, fill it with a kernel, check, free;
 // 100 times on one stream, the data checked every time.
 func TestNotebookLoop(t *testing.T) {
 	_, d := needDevice(t)

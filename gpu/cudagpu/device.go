@@ -11,6 +11,7 @@ package cudagpu
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/streamalloc/streamalloc/cuda"
@@ -27,6 +28,9 @@ type Device struct {
 
 	hostMu sync.Mutex
 	host   map[*byte]int // live MallocHost allocations: first byte -> size
+
+	captures atomic.Int32 // captures begun and not ended (capture.go)
+	foreign  handleTable  // raw handle -> wrapper (foreign.go)
 }
 
 // Context is the device's primary context, for code that calls package
@@ -168,7 +172,9 @@ func (d *Device) NewMemPool() (gpu.MemPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MemPool{dev: d, h: h}, nil
+	p := &MemPool{dev: d, h: h}
+	d.foreign.addPool(p)
+	return p, nil
 }
 
 // MemsetD8Async is cuMemsetD8Async.
@@ -192,6 +198,9 @@ func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) erro
 	if err != nil {
 		return err
 	}
+	if err := d.captureCopy("CopyHtoDAsync", cs, src); err != nil {
+		return err
+	}
 	return d.ctx.MemcpyHtoDAsync(cuda.DevicePtr(dst), src, cs.h)
 }
 
@@ -201,6 +210,9 @@ func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) erro
 func (d *Device) CopyDtoHAsync(dst []byte, src gpu.DevicePtr, s gpu.Stream) error {
 	cs, err := d.stream("CopyDtoHAsync", s)
 	if err != nil {
+		return err
+	}
+	if err := d.captureCopy("CopyDtoHAsync", cs, dst); err != nil {
 		return err
 	}
 	return d.ctx.MemcpyDtoHAsync(dst, cuda.DevicePtr(src), cs.h)

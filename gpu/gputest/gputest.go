@@ -7,6 +7,28 @@
 // the card guarantees, never simulator internals: stream order, event
 // ordering, data written by kernels and copies, pool attributes, errors
 // for bad input, and that the device stays usable after an error.
+//
+// The cases, as Run names its subtests:
+//
+//	Properties          name, memory and ordinal; MemGetInfo consistent
+//	NotebookLoop        allocate 4 MiB in stream order, fill, check, free,
+//	                    100 times on one stream; the check kernel can fail
+//	EventOrdersStreams  a write on S1 behind a 50 ms spin is seen by a read
+//	                    on S2 after an event wait
+//	AllocS1FreeS2Reuse  memory allocated on S1 and freed on S2, each step
+//	                    ordered by events, 20 rounds: the pool's reserved
+//	                    high-water mark does not grow
+//	PoolAttributes      release threshold, reuse policies, used/reserved
+//	                    current and high-water, TrimTo, reset; bad ones refused
+//	OutOfMemory         1 PiB from Malloc, MallocAsync and a pool of its own;
+//	                    the device and the stream work after
+//	CopiesAndMemset     copies in every direction and sets, odd sizes
+//	ManagedAndHost      managed memory and page-locked host memory
+//	QueryNotReady       stream and event queries while a kernel runs
+//	TimingEvents        elapsed time around a kernel; not ready before it ends
+//	Streams             distinct non-zero IDs; Destroy lets enqueued work finish
+//	BadInput            nil, foreign and destroyed handles, bad sizes and
+//	                    launch arguments: typed errors, nothing changed
 package gputest
 
 import (
@@ -40,6 +62,7 @@ func Run(t *testing.T, dev gpu.Device) {
 		{"TimingEvents", testTimingEvents},
 		{"Streams", testStreams},
 		{"BadInput", testBadInput},
+		{"Capture", RunCapture},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, dev) })
 	}

@@ -22,8 +22,9 @@ func testProperties(t *testing.T, dev gpu.Device) {
 	}
 }
 
-// testNotebookLoop is seed 001: allocate 4 MiB in stream order, fill it
-// with a kernel, check it, free it, 100 times on one stream.
+// testNotebookLoop is the notebook loop that shows why stream-ordered
+// allocation matters: allocate 4 MiB in stream order, fill it with a
+// kernel, check it, free it, 100 times on one stream.
 func testNotebookLoop(t *testing.T, dev gpu.Device) {
 	const size = 4 << 20
 	const n = size / 4

@@ -37,10 +37,10 @@ func testEventOrdersStreams(t *testing.T, dev gpu.Device) {
 	must(t, e.Query()) // S2 synchronized past its wait, so the event completed
 }
 
-// testAllocS1FreeS2Reuse is seed 000: memory allocated on S1 and used
-// there is freed on S2 after an event wait; afterwards S1 (ordered after
-// the free by another event) allocates again and gets reused memory, so the
-// pool does not grow.
+// testAllocS1FreeS2Reuse is the cross-stream free ordered by events:
+// memory allocated on S1 and used there is freed on S2 after an event
+// wait; afterwards S1 (ordered after the free by another event) allocates
+// again and gets reused memory, so the pool does not grow.
 func testAllocS1FreeS2Reuse(t *testing.T, dev gpu.Device) {
 	const size = 4 << 20
 	const n = size / 4

@@ -48,6 +48,8 @@ type Backend struct {
 	hostMu  sync.Mutex
 	host    atomic.Pointer[hostClock]
 	streams sync.Map // stream ID -> *stream, for HappensBefore
+
+	captureState // captures of all devices (capture.go)
 }
 
 // hostClock is an immutable snapshot of the host's vector clock; gen
@@ -75,6 +77,7 @@ func New(cfg Config) *Backend {
 		cfg.HostCapacity = DefaultHostCapacity
 	}
 	b := &Backend{cfg: cfg}
+	b.active = make(map[*capture]struct{})
 	b.host.Store(&hostClock{})
 	for i := 0; i < cfg.Devices; i++ {
 		b.devices = append(b.devices, newDevice(b, i))

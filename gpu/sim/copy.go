@@ -19,7 +19,9 @@ import (
 )
 
 // enqueueMem validates and enqueues a memory operation.
-func (d *Device) enqueueMem(op Op, o *op, gs gpu.Stream, ranges ...memRange) error {
+// host is the caller's host memory of a copy (nil for others), which a
+// captured copy keeps.
+func (d *Device) enqueueMem(op Op, o *op, gs gpu.Stream, host []byte, ranges ...memRange) error {
 	s, err := d.stream(o.name, gs)
 	if err != nil {
 		return err
@@ -38,6 +40,9 @@ func (d *Device) enqueueMem(op Op, o *op, gs gpu.Stream, ranges ...memRange) err
 			return driverErrf(o.name, gpu.ErrInvalidValue, "[%#x, +%d) is not inside one allocation of device %d", uint64(r.p), o.n, d.ordinal)
 		}
 	}
+	if s.cs.capt.Load() != nil {
+		return s.captureOp(o, host)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
@@ -52,7 +57,7 @@ type memRange struct{ p gpu.DevicePtr }
 // MemsetD8Async sets n bytes at p to v.
 func (d *Device) MemsetD8Async(p gpu.DevicePtr, v byte, n int, s gpu.Stream) error {
 	o := &op{kind: opMemset, name: "cuMemsetD8Async", dst: p, val: v, n: n}
-	return d.enqueueMem(OpMemset, o, s, memRange{p})
+	return d.enqueueMem(OpMemset, o, s, nil, memRange{p})
 }
 
 // CopyHtoDAsync copies src to dst; src may be reused when it returns.
@@ -61,20 +66,20 @@ func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) erro
 	if len(src) > 0 && d.mapped(dst, len(src)) {
 		o.host = append([]byte(nil), src...)
 	}
-	return d.enqueueMem(OpCopy, o, s, memRange{dst})
+	return d.enqueueMem(OpCopy, o, s, src, memRange{dst})
 }
 
 // CopyDtoHAsync copies len(dst) bytes at src into dst, which holds them
 // once the stream is synchronized past the copy.
 func (d *Device) CopyDtoHAsync(dst []byte, src gpu.DevicePtr, s gpu.Stream) error {
 	o := &op{kind: opCopyDtoH, name: "cuMemcpyDtoHAsync", src: src, host: dst, n: len(dst)}
-	return d.enqueueMem(OpCopy, o, s, memRange{src})
+	return d.enqueueMem(OpCopy, o, s, dst, memRange{src})
 }
 
 // CopyDtoDAsync copies n bytes from src to dst.
 func (d *Device) CopyDtoDAsync(dst, src gpu.DevicePtr, n int, s gpu.Stream) error {
 	o := &op{kind: opCopyDtoD, name: "cuMemcpyDtoDAsync", dst: dst, src: src, n: n}
-	return d.enqueueMem(OpCopy, o, s, memRange{dst}, memRange{src})
+	return d.enqueueMem(OpCopy, o, s, nil, memRange{dst}, memRange{src})
 }
 
 // fill sets every byte of b to v with range writes.

@@ -71,6 +71,15 @@
 // code is clean. Atomic operations of kernels (Launch.AddUint32, ...) are
 // relaxed, as on the card: they neither order nor race.
 //
+// # Capture
+//
+// Streams can be captured into graphs (gpu.CaptureStream): captured work is
+// recorded, not run; what the driver forbids during a capture fails with
+// its error and invalidates the capture, as measured on an H100; a graph
+// launch replays the nodes on streams of the executable with the graph's
+// edges as event waits, so the race detector checks graphs too. See
+// capture.go and graph.go.
+//
 // # Test hooks
 //
 // *Device has hooks for tests: Hold blocks a stream like a long kernel,

@@ -18,10 +18,15 @@ import (
 type event struct {
 	dev    *Device
 	timing bool
+	raw    uintptr // the simulator's raw handle (foreign.go)
+	// foreign: made by NewRawEvent, seen by users only through adopted
+	// wrappers.
+	foreign bool
 
 	mu        sync.Mutex
 	destroyed bool
 	rec       *op
+	capRec    *capRecord // the last record was in a capture (capture.go)
 }
 
 var _ gpu.Event = (*event)(nil)
@@ -60,12 +65,16 @@ func (e *event) Record(gs gpu.Stream) error {
 	if err := e.dev.inject(OpEventRecord); err != nil {
 		return err
 	}
+	if s.cs.capt.Load() != nil {
+		return e.captureRecord(s, call)
+	}
 	o := &op{kind: opRecord, name: call}
 	s.mu.Lock()
 	s.enqueueLocked(o)
 	s.mu.Unlock()
 	e.mu.Lock()
 	e.rec = o
+	e.capRec = nil
 	e.mu.Unlock()
 	return nil
 }
@@ -90,6 +99,9 @@ func (e *event) Query() error {
 	if err := e.dev.inject(OpEventQuery); err != nil {
 		return err
 	}
+	if err := e.eventGate(call); err != nil {
+		return err
+	}
 	r := e.current()
 	if r == nil {
 		return nil
@@ -111,6 +123,9 @@ func (e *event) Synchronize() error {
 		return err
 	}
 	if err := e.dev.inject(OpEventSynchronize); err != nil {
+		return err
+	}
+	if err := e.eventGate(call); err != nil {
 		return err
 	}
 	r := e.current()
@@ -170,5 +185,6 @@ func (e *event) Destroy() error {
 		return wrap(call, gpu.ErrDestroyed)
 	}
 	e.destroyed = true
+	e.dev.foreign.forgetEvent(e)
 	return nil
 }

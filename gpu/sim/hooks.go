@@ -1,4 +1,9 @@
 // Test hooks: holding a stream, and the happens-before relation.
+//
+// The relation costs memory for the life of the backend: each stream keeps
+// one clock per change of what is ordered before it (tens of bytes each,
+// vclock.go), and streams stay registered after Destroy, so that
+// HappensBefore can answer for any operation ever enqueued.
 
 package sim
 
@@ -12,11 +17,12 @@ import (
 // kernel, until release is called (release is idempotent and safe from any
 // goroutine). Work enqueued after it waits; the host is not blocked.
 // Holding creates no ordering between the releasing goroutine and the
-// stream. If s is not a usable stream of d, nothing is enqueued and
-// release does nothing.
+// stream. A stream held and never released keeps its worker goroutine. If
+// s is not a usable stream of d, nothing is enqueued and release does
+// nothing.
 func (d *Device) Hold(gs gpu.Stream) (release func()) {
 	s, err := d.stream("sim.Hold", gs)
-	if err != nil {
+	if err != nil || s.cs.capt.Load() != nil {
 		return func() {}
 	}
 	ch := make(chan struct{})
@@ -30,6 +36,9 @@ func (d *Device) Hold(gs gpu.Stream) (release func()) {
 // LastOp returns the last operation enqueued on s (the zero OpID if none,
 // or if s is not a stream of the simulator).
 func (d *Device) LastOp(gs gpu.Stream) OpID {
+	if a, ok := gs.(*adoptedStream); ok && a != nil {
+		gs = a.s
+	}
 	s, ok := gs.(*stream)
 	if !ok || s == nil {
 		return OpID{}

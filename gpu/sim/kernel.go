@@ -249,6 +249,9 @@ func (d *Device) Launch(gf gpu.Function, grid, block gpu.Dim3, sharedMem int, gs
 		}
 	}
 	l := &Launch{Entry: f.name, Grid: g, Block: b, SharedMem: sharedMem, Args: append([]any(nil), args...), dev: d, fn: f.fn}
+	if s.cs.capt.Load() != nil {
+		return s.captureOp(&op{kind: opLaunch, name: call, launch: l}, nil)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {

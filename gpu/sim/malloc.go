@@ -28,6 +28,7 @@ const (
 	allocMalloc allocKind = iota
 	allocManaged
 	allocPool
+	allocGraph // a graph's allocation node (graph.go)
 )
 
 // allocation is a live allocation, by address in Device.allocs.
@@ -38,6 +39,7 @@ type allocation struct {
 	seg       *segment // allocMalloc, allocManaged
 	blk       *block   // allocPool
 	freeOp    *op      // async free of cuMemAlloc memory, pending
+	ga        *graphAlloc
 }
 
 func mallocCharge(size uint64) uint64 {
@@ -116,6 +118,9 @@ func (d *Device) malloc(op Op, size int, kind allocKind) (gpu.DevicePtr, error) 
 	if err := d.checkSize(call, size); err != nil {
 		return 0, err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return 0, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reapLocked()
@@ -147,9 +152,12 @@ func (d *Device) Free(p gpu.DevicePtr) error {
 	if err := d.inject(OpFree); err != nil {
 		return err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	a := d.allocs[uint64(p)]
-	if a == nil {
+	if a == nil || a.kind == allocGraph {
 		d.mu.Unlock()
 		return driverErrf(call, gpu.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
 	}
@@ -178,6 +186,9 @@ func (d *Device) MallocHost(size int) ([]byte, error) {
 	if err := d.inject(OpMallocHost); err != nil {
 		return nil, err
 	}
+	if err := d.unsafeCall(call); err != nil {
+		return nil, err
+	}
 	if size < 0 {
 		return nil, driverErrf(call, gpu.ErrInvalidValue, "negative size %d", size)
 	}
@@ -200,6 +211,9 @@ func (d *Device) MallocHost(size int) ([]byte, error) {
 func (d *Device) FreeHost(b []byte) error {
 	const call = "cuMemFreeHost"
 	if err := d.inject(OpFreeHost); err != nil {
+		return err
+	}
+	if err := d.unsafeCall(call); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -228,11 +242,23 @@ func (d *Device) FreeAsync(p gpu.DevicePtr, gs gpu.Stream) error {
 	if err := d.inject(OpFreeAsync); err != nil {
 		return err
 	}
+	capturing := s.cs.capt.Load() != nil
+	if !capturing {
+		if err := d.unsafeCall(call); err != nil {
+			return err
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if capturing {
+		return d.captureFreeLocked(call, p, s)
+	}
 	a := d.allocs[uint64(p)]
 	if a == nil {
 		return driverErrf(call, gpu.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
+	}
+	if a.kind == allocGraph {
+		return d.freeGraphAllocLocked(call, a, s)
 	}
 	delete(d.allocs, uint64(p))
 	o := &op{kind: opFree, name: call}

@@ -18,9 +18,9 @@
 // than by atomics alone on purpose: a "store my flag, then load yours"
 // handshake needs sequentially consistent atomics, and inside
 // runtime.RaceDisable (below) the race runtime's atomics are only
-// acquire/release, so such a handshake loses wake-ups under -race.
-// (It did: work linked as the worker gave up was left with no worker, and
-// Synchronize waited forever.)
+// acquire/release, so such a handshake loses wake-ups under -race: work
+// linked as the worker gives up is left with no worker, and Synchronize
+// waits forever.
 //
 // The link pointers, running, done, waiters and the sticky error are
 // atomics accessed with race synchronization disabled, and wmu is taken
@@ -63,6 +63,7 @@ const (
 	opCopyDtoH
 	opCopyDtoD
 	opLaunch
+	opGraphJoin // a wait on another lane of a graph launch, taking its sticky error (graph.go)
 )
 
 // op is one operation on a stream. Fields above next are written by the
@@ -101,6 +102,10 @@ func (o *op) vc() vclock { return o.deps.with(o.s.id, o.seq) }
 type stream struct {
 	dev *Device
 	id  uint64
+	raw uintptr // the simulator's raw handle (foreign.go)
+	// foreign: made by a raw call (NewRawStream, or the default streams),
+	// so users see it only through adopted wrappers.
+	foreign bool
 
 	mu        sync.Mutex // host side
 	destroyed bool
@@ -110,6 +115,7 @@ type stream struct {
 	deps      vclock
 	hostGen   uint64
 	hist      []histEntry
+	cs        capState // its part in a capture (capture.go)
 
 	tailSync byte // race-detector address chaining the stream's workers
 
@@ -124,7 +130,7 @@ type stream struct {
 }
 
 func newStream(d *Device) *stream {
-	s := &stream{dev: d, id: gpu.NewStreamID()}
+	s := &stream{dev: d, id: gpu.NewStreamID(), raw: newRaw()}
 	s.tail = &op{s: s} // sentinel: seq 0, never run
 	s.wcond = sync.NewCond(&s.wmu)
 	return s
@@ -326,6 +332,13 @@ func (s *stream) exec(o *op) {
 			r.s.waitSeq(r.seq)
 			raceAcquire(unsafe.Pointer(r))
 		}
+	case opGraphJoin:
+		r := o.rec
+		r.s.waitSeq(r.seq)
+		raceAcquire(unsafe.Pointer(r))
+		if err := r.s.stickyErr(); err != nil {
+			s.setSticky(err)
+		}
 	case opAlloc:
 		for _, w := range o.waits {
 			w.s.waitSeq(w.seq)
@@ -390,6 +403,9 @@ func (s *stream) Synchronize() error {
 	if err := s.dev.inject(OpStreamSynchronize); err != nil {
 		return err
 	}
+	if err := s.streamGate("cuStreamSynchronize"); err != nil {
+		return err
+	}
 	err := s.syncNow("cuStreamSynchronize")
 	s.dev.afterSync()
 	return err
@@ -405,6 +421,9 @@ func (s *stream) Query() error {
 		return wrap("cuStreamQuery", gpu.ErrDestroyed)
 	}
 	if err := s.dev.inject(OpStreamQuery); err != nil {
+		return err
+	}
+	if err := s.streamGate("cuStreamQuery"); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -436,6 +455,9 @@ func (s *stream) WaitEvent(ge gpu.Event) error {
 	if err := s.dev.inject(OpStreamWaitEvent); err != nil {
 		return err
 	}
+	if done, err := s.captureWait(e, call); done {
+		return err
+	}
 	e.mu.Lock()
 	rec := e.rec
 	e.mu.Unlock()
@@ -462,6 +484,8 @@ func (s *stream) Destroy() error {
 	if err := s.dev.inject(OpStreamDestroy); err != nil {
 		return err
 	}
+	// Before s.mu: the handle table's lock is never taken under it.
+	s.dev.foreign.forgetStream(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {

@@ -63,6 +63,23 @@ func Device(tb testing.TB) gpu.Device {
 	return d
 }
 
+// Foreign returns a device that nothing made on Device belongs to:
+// device 0 of a fresh simulator, whatever Kind says, for the checks that
+// a stream of another device is refused (mrtest.Options.Foreign). On the
+// GPU it is another backend's device, which resources must refuse too.
+func Foreign(tb testing.TB) gpu.Device {
+	tb.Helper()
+	b, err := backend.Open("sim")
+	if err != nil {
+		tb.Fatalf("testdev: foreign device: %v", err)
+	}
+	d, err := b.Device(0)
+	if err != nil {
+		tb.Fatalf("testdev: foreign device: %v", err)
+	}
+	return d
+}
+
 // SkipWithoutGPU is for tests that use the real driver directly, whatever
 // Kind says: given err, the error of opening the GPU, it skips tb, or
 // fails it when the environment says a GPU is expected (Env=cuda, as the

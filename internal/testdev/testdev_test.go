@@ -134,3 +134,16 @@ func TestMust(t *testing.T) {
 		t.Error("Must(0, err) did not fail the test")
 	}
 }
+
+// Foreign is a simulated device of its own, whatever the environment asks
+// for, and never Device's.
+func TestForeign(t *testing.T) {
+	t.Setenv(testdev.Env, "sim")
+	d, f := testdev.Device(t), testdev.Foreign(t)
+	if f == d || !f.Properties().Simulated {
+		t.Errorf("Foreign() = %v (simulated %v), Device() = %v", f, f.Properties().Simulated, d)
+	}
+	if f2 := testdev.Foreign(t); f2 == f {
+		t.Error("two Foreign devices share a simulator")
+	}
+}

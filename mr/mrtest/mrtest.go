@@ -17,8 +17,41 @@
 //				tb.Fatal(err)
 //			}
 //			return p
-//		}, dev, mrtest.Options{DetectsDoubleFree: true})
+//		}, dev, mrtest.Options{DetectsDoubleFree: true, Foreign: testdev.Foreign(t)})
 //	}
+//
+// The cases, as Run names its subtests:
+//
+//	ZeroSize          Allocate(0) is the null pointer, Deallocate(0, 0) a no-op
+//	Alignment         sizes from 1 B to MaxSize: aligned, disjoint, patterns kept
+//	BadInput          negative size, nil stream, another device's stream,
+//	                  unknown and interior pointers, wrong sizes, double free:
+//	                  each its sentinel, usage unchanged, the allocation intact
+//	Pattern           random allocations and frees on one stream, each filled
+//	                  by a kernel and checked before its free
+//	Goroutines        Options.Goroutines goroutines, each on its own stream
+//	CrossStream       allocated and written on S1, read and freed on S2 behind
+//	                  an event, while S1 allocates again and writes at once
+//	CrossStreamReuse  64 or more rounds of allocate on S1, free on S2: the
+//	                  resource's peak reserved memory, and what the device
+//	                  lost, stay within 16 blocks or 64 MiB, whichever is more
+//	OutOfMemory       an *mr.OutOfMemoryError naming the request, the stream
+//	                  and the resource; the resource works afterwards
+//	ReleaseAll        blocks allocated on several streams, freed on others
+//	Capture           a loop of allocate, fill, check, free captured on one and
+//	                  on two streams and replayed while other streams allocate
+//	                  and fill with another pattern: no corrupted word; a block
+//	                  allocated before the capture and freed in it, graph
+//	                  outputs; or, with RefusesCapture, ErrStreamCapturing
+//	                  with the capture left intact
+//
+// After each case every allocation is freed: Usage().Used is 0, after
+// Release Usage().Reserved is 0, and on the simulator the device's memory
+// is back where it was before the resource was made.
+//
+// The suite names no backend: what it needs besides dev, a device whose
+// streams the resources must refuse, comes from the caller
+// (Options.Foreign; a simulated device will do, also when dev is a GPU).
 //
 // Every subtest makes a fresh resource, so a failure in one does not leak
 // into the next. The suite runs on the simulator (where a missing event
@@ -43,7 +76,6 @@ import (
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
-	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
@@ -68,6 +100,14 @@ type Options struct {
 	// (pinned host memory); the data tests then check the contracts
 	// without writing patterns.
 	NoKernels bool
+	// Foreign is a device that the resources under test do not belong
+	// to, of another backend or not: BadInput checks that a stream of it
+	// is refused with gpu.ErrWrongDevice. Required.
+	Foreign gpu.Device
+	// RefusesCapture: the resource cannot serve a capturing stream (Direct,
+	// Managed) and must refuse with mr.ErrStreamCapturing; otherwise the
+	// capture tests check that it serves captures safely.
+	RefusesCapture bool
 	// Goroutines is the number of goroutines (each on its own stream) of
 	// the concurrency test (default 8); Iterations the operations per
 	// goroutine or sequence (default 200; a quarter under -short).
@@ -100,6 +140,9 @@ func (o *Options) defaults() {
 // dev. Subtests run one after another (they measure the device's memory).
 func Run(t *testing.T, newResource Factory, dev gpu.Device, opts Options) {
 	t.Helper()
+	if opts.Foreign == nil || opts.Foreign == dev {
+		t.Fatal("mrtest: Options.Foreign must be a device other than dev, to check that its streams are refused (a simulated device will do)")
+	}
 	opts.defaults()
 	for _, tc := range []struct {
 		name string
@@ -114,6 +157,8 @@ func Run(t *testing.T, newResource Factory, dev gpu.Device, opts Options) {
 		{"CrossStreamReuse", testCrossStreamReuse},
 		{"OutOfMemory", testOutOfMemory},
 		{"ReleaseAll", testReleaseAll},
+		{"Capture", testCapture},
+		{"AdoptedStreams", testAdoptedStreams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, dev, newResource, opts)
@@ -376,11 +421,7 @@ func testBadInput(e *env) {
 		}
 	}
 
-	other, err := sim.New(sim.Config{}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	foreign, err := other.NewStream()
+	foreign, err := e.opts.Foreign.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,62 @@
+// Sets of names, and the parser of the lists that --resource flags take.
+//
+// A list is comma-separated; white space around a name is dropped; "all"
+// stands for the whole Set, in its order; a name given twice (or named
+// and covered by "all") is kept once, where it first appears. Every name
+// is checked before any is built, so a typo fails before a long run
+// starts, and an empty name (an empty list, a stray comma) is a name like
+// any other: unknown.
+
+package registry
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A Set is the resource names one command offers, in the order its "all"
+// expands to.
+type Set []string
+
+// All is every resource of the table, in table order: what
+// `streamalloc bench` offers, its "all", and the order of the benchmark
+// suite.
+func All() Set {
+	s := make(Set, len(table))
+	for i, r := range table {
+		s[i] = r.Name
+	}
+	return s
+}
+
+// Replay is what `streamalloc replay` offers, in the order its "all"
+// expands to. fixedsize is not among them: its block size must cover the
+// largest request, which a replay does not know before it starts.
+func Replay() Set { return Set{"direct", "async", "pool", "arena", "binning"} }
+
+// Parse returns the names of the comma-separated list, with "all"
+// expanded to s and repeats dropped, in the order they first appear. A
+// name that is not in s, the empty name included, is an error matching
+// ErrUnknown that lists s.
+func (s Set) Parse(list string) ([]string, error) {
+	var names []string
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "all":
+			names = append(names, s...)
+		case slices.Contains(s, n):
+			names = append(names, n)
+		default:
+			return nil, fmt.Errorf("%w %q (want one of %s, or all)", ErrUnknown, n, strings.Join(s, ", "))
+		}
+	}
+	var uniq []string
+	for _, n := range names {
+		if !slices.Contains(uniq, n) {
+			uniq = append(uniq, n)
+		}
+	}
+	return uniq, nil
+}

@@ -1,0 +1,260 @@
+// From the decoded snapshot to events, in four steps, each a function:
+//
+//  1. deviceTraces finds the per-device lists of trace entries;
+//  2. collect takes the entries of the selected devices, merged in time
+//     order when there are several and every entry has a time;
+//  3. mapEntries turns each entry into an event (or skips it), and notes
+//     the addresses whose first event is a free;
+//  4. liveBlocks finds the blocks the segments hold as active that the
+//     trace never names.
+//
+// The synthetic allocations of steps 3 and 4 go in front of the events,
+// at the time of the first one. The mapping of actions is in the package
+// comment. The first bad entry stops the build with a *trace.ParseError
+// naming it; the segments are a summary, so a malformed one is skipped.
+
+package torchsnap
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	pickle "github.com/kisielk/og-rek"
+
+	"github.com/streamalloc/streamalloc/trace"
+)
+
+// entry is one decoded trace entry, with where it came from.
+type entry struct {
+	device, index int
+	action        string
+	fields        map[any]any
+	time          int64
+	hasTime       bool
+}
+
+// build fills sr.events (and the counters) from the decoded snapshot.
+func (sr *Reader) build(root any, o *trace.Options) error {
+	top, devices, err := sr.deviceTraces(root)
+	if err != nil {
+		return err
+	}
+	selected := func(d int) bool { return o.Devices == nil || slices.Contains(o.Devices, d) }
+	entries, err := sr.collect(devices, selected)
+	if err != nil {
+		return err
+	}
+	// Several devices: merge by time when every entry has one (each
+	// device's list is already in time order).
+	if len(o.Devices) != 1 && len(devices) > 1 && allTimed(entries) {
+		slices.SortStableFunc(entries, func(a, b entry) int { return cmp.Compare(a.time, b.time) })
+	}
+	pre, seen, err := sr.mapEntries(entries)
+	if err != nil {
+		return err
+	}
+	live, liveFrames := liveBlocks(top["segments"], selected, seen)
+	for k, f := range liveFrames {
+		sr.stacks.note(true, len(pre)+k, f)
+	}
+	pre = append(pre, live...)
+	if len(pre) > 0 {
+		var t0 time.Duration
+		if len(sr.events) > 0 {
+			t0 = sr.events[0].Time
+		}
+		for i := range pre {
+			pre[i].Time = t0
+		}
+		sr.Preexisting = len(pre)
+		sr.events = append(pre, sr.events...)
+	}
+	sr.stacks.finish(len(pre), len(sr.events))
+	return nil
+}
+
+// deviceTraces checks that root is a snapshot dictionary with recorded
+// history, and returns it and its list of per-device traces.
+func (sr *Reader) deviceTraces(root any) (map[any]any, []any, error) {
+	top, ok := root.(map[any]any)
+	if !ok {
+		return nil, nil, sr.errorf(0, "the pickle holds a %s, not a snapshot dictionary", pyType(root))
+	}
+	dt, ok := top["device_traces"]
+	if !ok {
+		return nil, nil, sr.errorf(0, "no device_traces: was memory history recorded (torch.cuda.memory._record_memory_history)?")
+	}
+	devices, ok := dt.([]any)
+	if !ok {
+		return nil, nil, sr.errorf(0, "device_traces is a %s, not a list", pyType(dt))
+	}
+	return top, devices, nil
+}
+
+// collect returns the entries of the selected devices' traces, device by
+// device, each in its recorded order.
+func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, error) {
+	var entries []entry
+	for d, dv := range devices {
+		if !selected(d) {
+			continue
+		}
+		list, ok := dv.([]any)
+		if !ok {
+			return nil, sr.errorf(0, "device_traces[%d] is a %s, not a list", d, pyType(dv))
+		}
+		for i, ev := range list {
+			m, ok := ev.(map[any]any)
+			if !ok {
+				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] is a %s, not a dictionary", d, i, pyType(ev))
+			}
+			action, err := pickle.AsString(m["action"])
+			if err != nil {
+				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] has no action string", d, i)
+			}
+			e := entry{device: d, index: i, action: action, fields: m}
+			if t, ok := m["time_us"]; ok {
+				e.time, err = pickle.AsInt64(t)
+				e.hasTime = err == nil
+			}
+			entries = append(entries, e)
+		}
+	}
+	return entries, nil
+}
+
+// allTimed reports whether every entry has a time.
+func allTimed(entries []entry) bool {
+	return !slices.ContainsFunc(entries, func(e entry) bool { return !e.hasTime })
+}
+
+// mapEntries sets sr.events to the events of the entries, in order, and
+// counts the entries it skips. It returns the synthetic allocations of the
+// blocks whose first event is a free, and every address the events name.
+func (sr *Reader) mapEntries(entries []entry) (pre []trace.Event, seen map[uint64]bool, err error) {
+	// free_requested is followed by free_completed when the trace has
+	// any; otherwise it is the only free there is.
+	freeAction := "free_completed"
+	if !slices.ContainsFunc(entries, func(e entry) bool { return e.action == "free_completed" }) {
+		freeAction = "free_requested"
+	}
+	seen = make(map[uint64]bool)
+	sr.events = make([]trace.Event, 0, len(entries))
+	for _, e := range entries {
+		var op trace.Op
+		switch e.action {
+		case "alloc":
+			op = trace.Alloc
+		case freeAction, "free":
+			op = trace.Free
+		case "oom":
+			op = trace.AllocFailure
+		default:
+			sr.Skipped++
+			continue
+		}
+		ev, err := sr.event(e, op)
+		if err != nil {
+			return nil, nil, err
+		}
+		if op != trace.AllocFailure {
+			if op == trace.Free && !seen[ev.Ptr] {
+				pre = append(pre, trace.Event{Op: trace.Alloc, Ptr: ev.Ptr, Size: ev.Size, Stream: ev.Stream})
+			}
+			seen[ev.Ptr] = true
+		}
+		sr.events = append(sr.events, ev)
+		if op == trace.Alloc {
+			sr.stacks.note(false, len(sr.events)-1, e.fields["frames"])
+		}
+	}
+	return pre, seen, nil
+}
+
+// event reads the fields of entry e, whose action maps to op: size, then
+// stream (0 if absent), then the address (but for a failure, which has
+// none).
+func (sr *Reader) event(e entry, op trace.Op) (trace.Event, error) {
+	line := int64(e.index + 1)
+	where := fmt.Sprintf("device_traces[%d][%d] (%s)", e.device, e.index, e.action)
+	ev := trace.Event{Op: op, Line: line}
+	if e.hasTime {
+		ev.Time = time.Duration(e.time) * time.Microsecond
+	}
+	size, err := pickle.AsInt64(e.fields["size"])
+	if err != nil {
+		return ev, sr.errorf(line, "%s: size: %v", where, err)
+	}
+	if size < 0 {
+		return ev, &trace.ParseError{File: sr.name, Line: line, Msg: fmt.Sprintf("%s: size %d is negative", where, size),
+			Err: errors.Join(trace.ErrSnapshot, trace.ErrNegativeSize)}
+	}
+	ev.Size = size
+	if s, ok := e.fields["stream"]; ok {
+		if ev.Stream, err = asUint64(s); err != nil {
+			return ev, sr.errorf(line, "%s: stream: %v", where, err)
+		}
+	}
+	if op != trace.AllocFailure {
+		if ev.Ptr, err = asUint64(e.fields["addr"]); err != nil {
+			return ev, sr.errorf(line, "%s: addr: %v", where, err)
+		}
+	}
+	return ev, nil
+}
+
+// liveBlocks returns allocations of the blocks that the segments of the
+// selected devices hold as active (allocated, or freed but not yet
+// completed) at addresses not in seen, which were live through the whole
+// recorded window, and adds their addresses to seen. Their size is the
+// requested size where the snapshot has it. frames[i] is the "frames"
+// value of the block of pre[i].
+func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pre []trace.Event, frames []any) {
+	segs, _ := segments.([]any)
+	for _, sv := range segs {
+		seg, ok := sv.(map[any]any)
+		if !ok {
+			continue
+		}
+		if dev, err := pickle.AsInt64(seg["device"]); err == nil && !selected(int(dev)) {
+			continue
+		}
+		stream, _ := asUint64(seg["stream"])
+		blocks, _ := seg["blocks"].([]any)
+		for _, bv := range blocks {
+			addr, size, ok := activeBlock(bv)
+			if !ok || seen[addr] {
+				continue
+			}
+			seen[addr] = true
+			pre = append(pre, trace.Event{Op: trace.Alloc, Ptr: addr, Size: size, Stream: stream})
+			frames = append(frames, bv.(map[any]any)["frames"])
+		}
+	}
+	return pre, frames
+}
+
+// activeBlock returns the address and size of a segment's block if it is
+// a well-formed active one.
+func activeBlock(bv any) (addr uint64, size int64, ok bool) {
+	b, ok := bv.(map[any]any)
+	if !ok {
+		return 0, 0, false
+	}
+	state, _ := pickle.AsString(b["state"])
+	if state != "active_allocated" && state != "active_pending_free" {
+		return 0, 0, false
+	}
+	addr, err1 := asUint64(b["address"])
+	size, err2 := pickle.AsInt64(b["requested_size"])
+	if err2 != nil {
+		size, err2 = pickle.AsInt64(b["size"])
+	}
+	if err1 != nil || err2 != nil || size < 0 {
+		return 0, 0, false
+	}
+	return addr, size, true
+}
