@@ -187,7 +187,7 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 		}
 		reserved = int(p.usage.reserved.Load())
 	}
-	if p.opts.MaxSize > 0 && reserved+g > p.opts.MaxSize {
+	if p.opts.MaxSize > 0 && g > p.opts.MaxSize-reserved {
 		room := (p.opts.MaxSize - reserved) &^ (Alignment - 1)
 		if room < rounded {
 			return 0, errPoolLimit

@@ -3,6 +3,7 @@ package mr_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -263,7 +264,7 @@ func TestPoolBadInputChangesNothing(t *testing.T) {
 		{"double free", p.Deallocate(b, 300, s), mr.ErrDoubleFree},
 		{"null with a size", p.Deallocate(0, 8, s), mr.ErrSizeMismatch},
 		{"nil stream", p.Deallocate(a, n, nil), gpu.ErrInvalidHandle},
-		{"absurd size", func() error { _, err := p.Allocate(int(^uint(0)>>1), s); return err }(), mr.ErrInvalidSize},
+		{"absurd size", func() error { _, err := p.Allocate(int(^uint(0)>>1), s); return err }(), mr.ErrOutOfMemory},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
@@ -500,6 +501,10 @@ func TestNewPoolOptions(t *testing.T) {
 		{mr.PoolOptions{MaxSize: -1}, mr.ErrInvalidSize},
 		{mr.PoolOptions{InitialSize: 2 << 20, MaxSize: 1 << 20}, mr.ErrInvalidSize},
 		{mr.PoolOptions{ChunkSize: 3 << 20}, nil},
+		// Sizes the pool could not round up to 2 MiB in an int.
+		{mr.PoolOptions{ChunkSize: math.MaxInt}, mr.ErrInvalidSize},
+		{mr.PoolOptions{InitialSize: math.MaxInt - 1<<20}, mr.ErrInvalidSize},
+		{mr.PoolOptions{InitialSize: math.MaxInt &^ (2<<20 - 1), MaxSize: math.MaxInt, ReleaseThreshold: math.MaxInt}, nil},
 	} {
 		_, err := mr.NewPool(up, tc.opts)
 		if !errors.Is(err, tc.want) {

@@ -19,6 +19,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -56,7 +57,10 @@ func (sr *Reader) build(root any, o *trace.Options) error {
 	if err != nil {
 		return err
 	}
-	live, liveFrames := liveBlocks(top["segments"], selected, seen)
+	live, liveFrames, err := sr.liveBlocks(top["segments"], selected, seen)
+	if err != nil {
+		return err
+	}
 	for k, f := range liveFrames {
 		sr.stacks.note(true, len(pre)+k, f)
 	}
@@ -107,6 +111,9 @@ func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, erro
 			return nil, sr.errorf(0, "device_traces[%d] is a %s, not a list", d, pyType(dv))
 		}
 		for i, ev := range list {
+			if err := sr.spend(); err != nil {
+				return nil, err
+			}
 			m, ok := ev.(map[any]any)
 			if !ok {
 				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] is a %s, not a dictionary", d, i, pyType(ev))
@@ -116,14 +123,37 @@ func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, erro
 				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] has no action string", d, i)
 			}
 			e := entry{device: d, index: i, action: action, fields: m}
-			if t, ok := m["time_us"]; ok {
-				e.time, err = pickle.AsInt64(t)
-				e.hasTime = err == nil
+			if e.time, e.hasTime, err = sr.timeOf(m["time_us"], d, i); err != nil {
+				return nil, err
 			}
 			entries = append(entries, e)
 		}
 	}
 	return entries, nil
+}
+
+// maxTimeUS is the largest time_us whose nanoseconds fit a
+// time.Duration (about 292 years after the epoch).
+const maxTimeUS = math.MaxInt64 / int64(time.Microsecond)
+
+// timeOf reads the time_us of entry i of device d: absent or None is no
+// time; an int from 0 to maxTimeUS is one; anything else is an error
+// matching trace.ErrSnapshot and trace.ErrTime, never a time wrapped by
+// the conversion to nanoseconds.
+func (sr *Reader) timeOf(t any, d, i int) (us int64, ok bool, err error) {
+	if t == nil || t == (pickle.None{}) {
+		return 0, false, nil
+	}
+	us, err = pickle.AsInt64(t)
+	if err == nil && (us < 0 || us > maxTimeUS) {
+		err = fmt.Errorf("%d is outside 0 to %d, the times a trace can hold", us, maxTimeUS)
+	}
+	if err != nil {
+		return 0, false, &trace.ParseError{File: sr.name, Line: int64(i + 1),
+			Msg: fmt.Sprintf("device_traces[%d][%d]: time_us: %v", d, i, err),
+			Err: errors.Join(trace.ErrSnapshot, trace.ErrTime)}
+	}
+	return us, true, nil
 }
 
 // allTimed reports whether every entry has a time.
@@ -211,8 +241,8 @@ func (sr *Reader) event(e entry, op trace.Op) (trace.Event, error) {
 // completed) at addresses not in seen, which were live through the whole
 // recorded window, and adds their addresses to seen. Their size is the
 // requested size where the snapshot has it. frames[i] is the "frames"
-// value of the block of pre[i].
-func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pre []trace.Event, frames []any) {
+// value of the block of pre[i]. Its only error is trace.ErrExpansion.
+func (sr *Reader) liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pre []trace.Event, frames []any, err error) {
 	segs, _ := segments.([]any)
 	for _, sv := range segs {
 		seg, ok := sv.(map[any]any)
@@ -225,6 +255,9 @@ func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pr
 		stream, _ := asUint64(seg["stream"])
 		blocks, _ := seg["blocks"].([]any)
 		for _, bv := range blocks {
+			if err := sr.spend(); err != nil {
+				return nil, nil, err
+			}
 			addr, size, ok := activeBlock(bv)
 			if !ok || seen[addr] {
 				continue
@@ -234,7 +267,7 @@ func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pr
 			frames = append(frames, bv.(map[any]any)["frames"])
 		}
 	}
-	return pre, frames
+	return pre, frames, nil
 }
 
 // activeBlock returns the address and size of a segment's block if it is

@@ -48,7 +48,10 @@
 // values) and bounds what a lying length field can make it allocate. The
 // events are then copied into a slice of Events, the allocations' frames
 // into a table of distinct stacks (frames.go), and the decoded tree is
-// dropped before the first Next.
+// dropped before the first Next. Decoding costs time and memory in
+// proportion to the pickle's size: a guard refuses decimal integers longer
+// than Python reads (guard.go), and the build refuses a tree that repeated
+// references expand beyond trace.Options.MaxExpansion (expansion.go).
 
 package torchsnap
 
@@ -88,6 +91,11 @@ type Reader struct {
 	// live before the recorded history began.
 	Preexisting int
 	stacks      snapshotStacks // allocation stacks (frames.go)
+	// budget is what is left of the trace entries and segment blocks the
+	// build may still visit (expansion.go), out of initial, for a pickle
+	// of size bytes at perKiB units per KiB.
+	budget, initial, size int64
+	perKiB                int
 }
 
 // NewReader decodes the pickled snapshot in r. name is used in errors
@@ -98,8 +106,11 @@ func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 	}
 	// A pickle has no lines: a bad one is placed by the bytes the
 	// decoder had consumed when it stopped, counted below its buffer.
+	// The guard sits below the buffer, which the decoder reads directly
+	// (og-rek keeps a *bufio.Reader it is given), so that the count
+	// stays exact.
 	cr := &byteCounter{r: r}
-	br := bufio.NewReaderSize(cr, 64<<10)
+	br := bufio.NewReaderSize(newGuard(cr, name), 64<<10)
 	root, err := decodePickle(br)
 	consumed := cr.n - int64(br.Buffered())
 	if err == nil {
@@ -118,6 +129,13 @@ func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 			Err: errors.Join(trace.ErrPickle, err)}
 	}
 	sr := &Reader{name: name}
+	sr.perKiB = o.MaxExpansion
+	if sr.perKiB <= 0 {
+		sr.perKiB = trace.DefaultMaxExpansion
+	}
+	sr.size = consumed
+	sr.budget = expansionBudget(consumed, sr.perKiB)
+	sr.initial = sr.budget
 	if err := sr.build(root, o); err != nil {
 		return nil, err
 	}
@@ -160,6 +178,13 @@ func (sr *Reader) Next() (trace.Event, error) {
 	ev := sr.events[sr.next]
 	sr.next++
 	return ev, nil
+}
+
+// Rewind starts the events again from the first (a trace.Rewinder): the
+// snapshot is decoded once however many times it is replayed.
+func (sr *Reader) Rewind() error {
+	sr.next = 0
+	return nil
 }
 
 // Len is the number of events in the snapshot.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
 	"os"
 	"strings"
 	"testing"
@@ -192,6 +194,12 @@ func TestSnapshotErrors(t *testing.T) {
 		{"no addr", traces(alloc("addr", nil)), 1, []error{trace.ErrSnapshot}},
 		{"addr a float", traces(alloc("addr", 1.5)), 1, []error{trace.ErrSnapshot}},
 		{"stream a string", traces(alloc("stream", "s")), 1, []error{trace.ErrSnapshot}},
+		// time_us x 1000 must fit a time.Duration: refused, never wrapped.
+		{"time_us overflows ns", traces(alloc(), alloc("time_us", int64(maxTimeUS+1))), 2, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us max int64", traces(alloc("time_us", int64(math.MaxInt64))), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us beyond int64", traces(alloc("time_us", new(big.Int).Lsh(big.NewInt(1), 70))), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us negative", traces(alloc("time_us", int64(-1))), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us a string", traces(alloc("time_us", "noon")), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,6 +214,18 @@ func TestSnapshotErrors(t *testing.T) {
 				t.Errorf("error %#v, want a *trace.ParseError at bad.pickle:%d", err, tc.line)
 			}
 		})
+	}
+}
+
+// The largest time_us is read exactly; None is no time.
+func TestSnapshotTimeLimits(t *testing.T) {
+	snap := map[any]any{"device_traces": []any{[]any{
+		map[any]any{"action": "alloc", "addr": int64(0x100), "size": int64(10), "time_us": pickle.None{}},
+		map[any]any{"action": "alloc", "addr": int64(0x200), "size": int64(10), "time_us": int64(maxTimeUS)},
+	}}}
+	got, err := readAll(t, mustSnapshot(t, snap))
+	if err != nil || len(got) != 2 || got[0].Time != 0 || got[1].Time != time.Duration(maxTimeUS)*time.Microsecond || got[1].Time < 0 {
+		t.Errorf("got %+v, %v", got, err)
 	}
 }
 
