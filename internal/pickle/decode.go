@@ -766,6 +766,8 @@ func (d *decoder) setItems(m *Dict, k int) error {
 	if err := d.changeable(m, &m.shape); err != nil {
 		return err
 	}
+	m.keys.list = slices.Grow(m.keys.list, (len(d.stack)-k)/2)
+	m.vals = slices.Grow(m.vals, (len(d.stack)-k)/2)
 	for i := k; i < len(d.stack); i += 2 {
 		key, v := d.stack[i], d.stack[i+1]
 		if err := d.checkKey(key); err != nil {

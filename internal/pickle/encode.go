@@ -3,12 +3,15 @@
 // Encode writes what Python's pickler writes for the same values, less
 // its FRAME opcodes (which are optional): the shortest integer and string
 // opcodes, lists and dicts filled in batches of 1000 after they are
-// memoized, and a memo reference for a container met again (by pointer)
-// or a string or bytes value met again (by value). A value that Decode
-// would refuse is refused here too: a container that contains itself, a
-// dict key or set element of a type Decode does not hash, nesting beyond
-// DefaultMaxDepth, bytes below protocol 3 and sets below protocol 4
-// (where Python writes them as calls to constructors).
+// memoized, and a memo reference for an object met again. As Python's
+// pickler, it knows an object by identity: a container by its pointer, a
+// string or bytes by where its bytes are (one Go string assigned twice is
+// one object; two equal strings made apart are two), so that meeting one
+// again costs no hashing of its text. A value that Decode would refuse is
+// refused here too: a container that contains itself, a dict key or set
+// element of a type Decode does not hash, nesting beyond DefaultMaxDepth,
+// bytes below protocol 3 and sets below protocol 4 (where Python writes
+// them as calls to constructors).
 
 package pickle
 
@@ -22,6 +25,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"unsafe"
 )
 
 // batchSize is how many items Python's pickler puts under one MARK.
@@ -49,7 +53,7 @@ func Encode(w io.Writer, v any, protocol int) error {
 type encoder struct {
 	w      *bufio.Writer
 	proto  int
-	memo   map[any]uint32 // containers by pointer, strings and bytes by value
+	memo   map[any]uint32 // containers by pointer, strings and bytes by textID
 	n      uint64         // memo entries written, those not in memo too
 	active map[any]bool   // containers being written
 	depth  int
@@ -211,8 +215,16 @@ func twosComplement(z *big.Int) []byte {
 	return b
 }
 
+// textID is a string's identity: where its bytes are, and how many.
+type textID struct {
+	p      *byte
+	n      int
+	binary bool // bytes, not str
+}
+
 func (e *encoder) str(s string) error {
-	if idx, ok := e.memo[s]; ok {
+	id := textID{unsafe.StringData(s), len(s), false}
+	if idx, ok := e.memo[id]; ok {
 		e.get(idx)
 		return nil
 	}
@@ -227,14 +239,15 @@ func (e *encoder) str(s string) error {
 		return fmt.Errorf("%w: a string of %d bytes below protocol 4", ErrUnsupported, len(s))
 	}
 	e.w.WriteString(s)
-	return e.memoize(s)
+	return e.memoize(id)
 }
 
 func (e *encoder) bytes(b Bytes) error {
 	if e.proto < 3 {
 		return fmt.Errorf("%w: bytes below protocol 3", ErrUnsupported)
 	}
-	if idx, ok := e.memo[b]; ok {
+	id := textID{unsafe.StringData(string(b)), len(b), true}
+	if idx, ok := e.memo[id]; ok {
 		e.get(idx)
 		return nil
 	}
@@ -249,7 +262,7 @@ func (e *encoder) bytes(b Bytes) error {
 		return fmt.Errorf("%w: bytes of %d bytes below protocol 4", ErrUnsupported, len(b))
 	}
 	e.w.WriteString(string(b))
-	return e.memoize(b)
+	return e.memoize(id)
 }
 
 // length writes op and a little-endian length of size bytes.
