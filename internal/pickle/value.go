@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"math/big"
 	"slices"
 )
 
@@ -249,4 +250,34 @@ func shapeOf(v any) *shape {
 		return &c.shape
 	}
 	return nil
+}
+
+// TypeName names the Python type of a decoded value, for messages.
+func TypeName(v any) string {
+	switch v := v.(type) {
+	case None:
+		return "None"
+	case bool:
+		return "bool"
+	case int64, *big.Int:
+		return "int"
+	case float64:
+		return "float"
+	case string:
+		return "str"
+	case Bytes:
+		return "bytes"
+	case *Tuple:
+		return "tuple"
+	case *List:
+		return "list"
+	case *Dict:
+		return "dict"
+	case *Set:
+		if v.Frozen {
+			return "frozenset"
+		}
+		return "set"
+	}
+	return fmt.Sprintf("%T", v)
 }
