@@ -24,6 +24,9 @@ func (d *decoder) take(n uint64) ([]byte, error) {
 	if n > uint64(len(d.data)-d.pos) {
 		return nil, d.truncated(n)
 	}
+	if d.pos < d.frameEnd && n > uint64(d.frameEnd-d.pos) {
+		return nil, d.failAt(ErrInvalid, "%d bytes of argument cross the end of the frame at byte %d", n, d.frameAt)
+	}
 	b := d.data[d.pos : d.pos+int(n)]
 	d.pos += int(n)
 	return b, nil
@@ -65,17 +68,25 @@ func lengthSize(op, short, long byte) int {
 }
 
 // line returns the text up to the next newline (not included), which
-// must come within max bytes, and moves past the newline.
+// must come within max bytes (and within the frame it starts in), and
+// moves past the newline.
 func (d *decoder) line(max int) ([]byte, error) {
 	rest := d.data[d.pos:]
+	inFrame := d.pos < d.frameEnd
+	if inFrame {
+		rest = d.data[d.pos:d.frameEnd]
+	}
 	window := rest[:min(len(rest), max+1)]
 	i := bytes.IndexByte(window, '\n')
 	if i < 0 {
-		if len(window) == len(rest) {
-			d.pos = len(d.data)
-			return nil, d.fail(ErrTruncated, "the input ends inside %s's line at byte %d", opName(d.op), d.opAt+1)
+		switch {
+		case len(window) < len(rest):
+			return nil, d.failAt(ErrInvalid, "a line longer than %d bytes", max)
+		case inFrame:
+			return nil, d.failAt(ErrInvalid, "a line that crosses the end of the frame at byte %d", d.frameAt)
 		}
-		return nil, d.failAt(ErrInvalid, "a line longer than %d bytes", max)
+		d.pos = len(d.data)
+		return nil, d.fail(ErrTruncated, "the input ends inside %s's line at byte %d", opName(d.op), d.opAt+1)
 	}
 	d.pos += i + 1
 	return window[:i], nil

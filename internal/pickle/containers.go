@@ -57,9 +57,6 @@ func (d *decoder) tuple(k int) error {
 // appendTo appends the stack entries from height k to the list below
 // them, and drops them.
 func (d *decoder) appendTo(k int) error {
-	if k == len(d.stack) {
-		return nil // nothing to append: Python does not look at the list
-	}
 	l, ok := d.stack[k-1].(*List)
 	if !ok {
 		sentinel := ErrInvalid
@@ -67,6 +64,9 @@ func (d *decoder) appendTo(k int) error {
 			sentinel = ErrUnsupported // a bytearray, which Python extends
 		}
 		return d.failAt(sentinel, "%s to a %s", opName(d.op), TypeName(d.stack[k-1]))
+	}
+	if k == len(d.stack) {
+		return nil // nothing to append
 	}
 	return d.appendItems(l, k)
 }

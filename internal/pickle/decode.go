@@ -19,6 +19,12 @@
 // is bounded too; walking it naively may still visit a shared container
 // once per reference, which its user bounds (trace/torchsnap counts what
 // it visits).
+//
+// Where CPython's two unpicklers differ, Decode does what the reference
+// one, the pure-Python pickle._Unpickler, does: a FRAME may not begin
+// before the last one ends, nor an argument cross a frame's end, and
+// APPENDS or ADDITEMS of nothing still need a list or a set. What Decode
+// reads, both read alike.
 package pickle
 
 import (
@@ -73,6 +79,9 @@ type decoder struct {
 	stack []any
 	marks []int // stack heights at each MARK; the last is the fence
 
+	// The last FRAME: where it is, and where its bytes end.
+	frameAt, frameEnd int
+
 	// The memo: entries by index, dense from 0 (nil is absent: no
 	// decoded value is nil), and those beyond the dense part in sparse.
 	memo    []any
@@ -110,14 +119,21 @@ func (d *decoder) step() error {
 			return d.failAt(ErrUnsupported, "protocol %d (Python writes 0 to %d)", b[0], highestProtocol)
 		}
 	case opFrame:
-		// A hint for buffered readers; its length must still be there.
+		// A hint for buffered readers, with two rules (those of Python's
+		// reference unpickler, pickle._Unpickler): no argument crosses a
+		// frame's end, and a frame starts where the last one ended.
 		b, err := d.take(8)
 		if err != nil {
 			return err
 		}
-		if n := binary.LittleEndian.Uint64(b); n > uint64(len(d.data)-d.pos) {
+		if d.pos < d.frameEnd {
+			return d.failAt(ErrInvalid, "a frame that starts before the frame at byte %d ends", d.frameAt)
+		}
+		n := binary.LittleEndian.Uint64(b)
+		if n > uint64(len(d.data)-d.pos) {
 			return d.truncated(n)
 		}
+		d.frameAt, d.frameEnd = d.opAt, d.pos+int(n)
 
 	case opNone:
 		d.push(None{})
@@ -286,12 +302,12 @@ func (d *decoder) step() error {
 		if k <= d.fence() {
 			return d.underflow()
 		}
-		if k == len(d.stack) {
-			return nil // nothing to add: Python does not look at the set
-		}
 		s, ok := d.stack[k-1].(*Set)
 		if !ok || s.Frozen {
 			return d.failAt(ErrInvalid, "ADDITEMS to a %s", TypeName(d.stack[k-1]))
+		}
+		if k == len(d.stack) {
+			return nil // nothing to add
 		}
 		return d.addItems(s, k)
 

@@ -17,10 +17,12 @@ var (
 	// ErrTruncated: the input ends before the pickle does, or an
 	// argument's declared length is larger than the bytes left.
 	ErrTruncated = errors.New("pickle: truncated")
-	// ErrInvalid: input no Python unpickler reads either: an unknown
+	// ErrInvalid: input Python refuses too (its reference unpickler,
+	// pickle._Unpickler, or the C one that pickle.load uses): an unknown
 	// opcode, a stack underflow, a missing memo entry, a malformed
-	// argument, an operation on the wrong type, or a dict key or set
-	// element Python cannot hash (a list, dict or set).
+	// argument, frames that overlap or an argument across a frame's end,
+	// an operation on the wrong type, or a dict key or set element Python
+	// cannot hash (a list, dict or set).
 	ErrInvalid = errors.New("pickle: invalid")
 	// ErrRefused: an opcode that makes Python import a name, construct an
 	// object or call a function (GLOBAL, STACK_GLOBAL, REDUCE, BUILD,

@@ -23,11 +23,11 @@ import (
 //     however often they are referenced);
 //   - encoding the value and decoding that gives a value that encodes
 //     to the same bytes (the sharing is kept);
-//   - where python3 is installed, Python's unpickler agrees: a value
-//     Decode returns is the one Python returns, and a pickle Decode
-//     finds truncated or invalid Python refuses too. (Python may read
-//     what Decode refuses as constructing objects, unsupported, too deep
-//     or too long.)
+//   - where python3 is installed, Python's reference unpickler
+//     (testdata/reader.py) agrees: a value Decode returns is the one
+//     Python returns, and a pickle Decode finds truncated or invalid
+//     Python refuses too. (Python may read what Decode refuses as
+//     constructing objects, unsupported, too deep or too long.)
 func FuzzDecode(f *testing.F) {
 	for _, tc := range loadReference(f) {
 		f.Add(tc.Pickle)
@@ -153,8 +153,9 @@ func checkReencoding(t *testing.T, v any) {
 	}
 }
 
-// compareWithPython checks Decode's result against Python's unpickler,
-// when python3 is installed.
+// compareWithPython checks Decode's result against Python's unpicklers,
+// when python3 is installed: a value must be the one both read, and a
+// pickle Decode finds truncated or invalid at least one must refuse.
 func compareWithPython(t *testing.T, data []byte, v any, err error) {
 	py := pythonReader()
 	if py == nil {
@@ -163,24 +164,31 @@ func compareWithPython(t *testing.T, data []byte, v any, err error) {
 	if err == nil && (renderSize(v) > 1<<20 || hasNaNKey(v)) {
 		return // too large to render, or keys Python compares by identity
 	}
-	ok, got, perr := py.read(data)
+	verdicts, perr := py.read(data)
 	if perr != nil {
 		t.Fatalf("python3: %v", perr)
 	}
-	switch {
-	case ok && got == tooLarge:
-		if errors.Is(err, ErrTruncated) || errors.Is(err, ErrInvalid) {
-			t.Fatalf("Python reads what Decode says is %v", err)
+	if err != nil {
+		if !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrInvalid) {
+			return // Python may read what Decode refuses as beyond it
 		}
-	case err == nil && !ok:
-		if got == "MemoryError" || got == "RecursionError" {
-			return // beyond what Python can hold
+		for _, pv := range verdicts {
+			if !pv.ok {
+				return
+			}
 		}
-		t.Fatalf("Python refuses (%s) what Decode reads as %.200s", got, render(v))
-	case err == nil && got != render(v):
-		t.Fatalf("Python reads %.300s, Decode %.300s", got, render(v))
-	case (errors.Is(err, ErrTruncated) || errors.Is(err, ErrInvalid)) && ok:
-		t.Fatalf("Python reads %.200s where Decode says %v", got, err)
+		t.Fatalf("Python's unpicklers read %.200s where Decode says %v", verdicts[0].result, err)
+	}
+	want := render(v)
+	for i, pv := range verdicts {
+		switch {
+		case !pv.ok && (pv.result == "MemoryError" || pv.result == "RecursionError"):
+			// beyond what Python can hold
+		case !pv.ok:
+			t.Fatalf("%s refuses (%s) what Decode reads as %.200s", pythonNames[i], pv.result, want)
+		case pv.result != tooLarge && pv.result != want:
+			t.Fatalf("%s reads %.300s, Decode %.300s", pythonNames[i], pv.result, want)
+		}
 	}
 }
 
@@ -293,36 +301,51 @@ func pythonReader() *pyReader {
 	return py
 }
 
-// tooLarge is what read returns for a value too large to render.
+// tooLarge is the result of a value too large to render.
 const tooLarge = "too large"
 
-// read has Python read data: its rendering of the value (or tooLarge),
-// or the name of its exception.
-func (p *pyReader) read(data []byte) (ok bool, result string, err error) {
+// pythonNames names the unpicklers whose verdicts read returns.
+var pythonNames = [2]string{"pickle._Unpickler", "pickle.Unpickler"}
+
+// pyVerdict is one unpickler's verdict: its rendering of the value (or
+// tooLarge), or the name of its exception.
+type pyVerdict struct {
+	ok     bool
+	result string
+}
+
+// read has Python's two unpicklers read data.
+func (p *pyReader) read(data []byte) ([2]pyVerdict, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var out [2]pyVerdict
 	var head [4]byte
 	binary.LittleEndian.PutUint32(head[:], uint32(len(data)))
 	if _, err := p.in.Write(append(head[:], data...)); err != nil {
-		return false, "", err
+		return out, err
 	}
 	line, err := p.out.ReadBytes('\n')
 	if err != nil {
-		return false, "", err
+		return out, err
 	}
-	var r struct {
+	type verdict struct {
 		OK  *string `json:"ok"`
 		Big bool    `json:"big"`
 		Err string  `json:"err"`
 	}
+	var r struct{ Pure, C verdict }
 	if err := json.Unmarshal(line, &r); err != nil {
-		return false, "", err
+		return out, err
 	}
-	if r.Big {
-		return true, tooLarge, nil
+	for i, v := range []verdict{r.Pure, r.C} {
+		switch {
+		case v.Big:
+			out[i] = pyVerdict{true, tooLarge}
+		case v.OK != nil:
+			out[i] = pyVerdict{true, *v.OK}
+		default:
+			out[i] = pyVerdict{false, v.Err}
+		}
 	}
-	if r.OK != nil {
-		return true, *r.OK, nil
-	}
-	return false, r.Err, nil
+	return out, nil
 }

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Python's own unpickler, for FuzzDecode's differential comparison.
+"""Python's unpicklers, for FuzzDecode's differential comparison.
 
 Reads pickles from standard input, each a 4-byte little-endian length and
-its bytes, and writes one JSON line for each: {"ok": render(value)} with
-gen_reference.render, {"big": true} for a value whose rendering would
-be over a megabyte (a few bytes of pickle can reference one long string
-many times), or {"err": the exception's type name}. Globals and
-persistent IDs are refused before anything is imported or called, so a
-fuzzed pickle cannot run code here.
+its bytes, and writes one JSON line for each: {"pure": verdict, "c":
+verdict}, the verdicts of the reference unpickler (pickle._Unpickler, in
+Python) and of CPython's C one (pickle.Unpickler, reading a file, as
+pickle.load does). A verdict is {"ok": render(value)} with
+gen_reference.render, {"big": true} for a value whose rendering would be
+over a megabyte (a few bytes of pickle can reference one long string many
+times), or {"err": the exception's type name}. The two differ where the
+format leaves room (the C one checks a FRAME's length, the pure one that
+frames do not overlap). Globals and persistent IDs are refused before
+anything is imported or called, so a fuzzed pickle cannot run code here.
 """
 import io
 import json
@@ -44,12 +48,27 @@ def render_size(v):
     return total
 
 
-class Refusing(pickle.Unpickler):
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError("global %s.%s refused" % (module, name))
+def refusing(base):
+    class Refusing(base):
+        def find_class(self, module, name):
+            raise pickle.UnpicklingError("global %s.%s refused" % (module, name))
 
-    def persistent_load(self, pid):
-        raise pickle.UnpicklingError("persistent id refused")
+        def persistent_load(self, pid):
+            raise pickle.UnpicklingError("persistent id refused")
+
+    return Refusing
+
+
+PURE = refusing(pickle._Unpickler)
+C = refusing(pickle.Unpickler)
+
+
+def verdict(unpickler, data):
+    try:
+        value = unpickler(io.BytesIO(data)).load()
+        return {"big": True} if render_size(value) > 1 << 20 else {"ok": render(value)}
+    except BaseException as e:  # noqa: B902 - every failure is an answer
+        return {"err": type(e).__name__}
 
 
 def main():
@@ -59,11 +78,7 @@ def main():
         if len(head) < 4:
             return
         data = stdin.read(struct.unpack("<I", head)[0])
-        try:
-            value = Refusing(io.BytesIO(data)).load()
-            out = {"big": True} if render_size(value) > 1 << 20 else {"ok": render(value)}
-        except BaseException as e:  # noqa: B902 - every failure is an answer
-            out = {"err": type(e).__name__}
+        out = {"pure": verdict(PURE, data), "c": verdict(C, data)}
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
 
