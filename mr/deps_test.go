@@ -32,8 +32,8 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 	banned := []string{
-		"github.com/streamalloc/streamalloc/internal/pickle", // the pickle decoder
-		"github.com/streamalloc/streamalloc/trace/torchsnap", // its user
+		"github.com/streamalloc/streamalloc/internal/unpickle", // the pickle decoder
+		"github.com/streamalloc/streamalloc/trace/torchsnap",   // its user
 		"gonum.org/v1/plot",                         // the charts
 		"github.com/streamalloc/streamalloc/report", // their user
 	}

@@ -23,7 +23,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/streamalloc/streamalloc/internal/pickle"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 
 	"github.com/streamalloc/streamalloc/trace"
 )
@@ -32,7 +32,7 @@ import (
 type entry struct {
 	device, index int
 	action        string
-	fields        *pickle.Dict
+	fields        *unpickle.Dict
 	time          int64
 	hasTime       bool
 }
@@ -82,8 +82,8 @@ func (sr *Reader) build(root any, o *trace.Options) error {
 
 // deviceTraces checks that root is a snapshot dictionary with recorded
 // history, and returns it and its list of per-device traces.
-func (sr *Reader) deviceTraces(root any) (*pickle.Dict, []any, error) {
-	top, ok := root.(*pickle.Dict)
+func (sr *Reader) deviceTraces(root any) (*unpickle.Dict, []any, error) {
+	top, ok := root.(*unpickle.Dict)
 	if !ok {
 		return nil, nil, sr.errorf(0, "the pickle holds a %s, not a snapshot dictionary", pyType(root))
 	}
@@ -91,7 +91,7 @@ func (sr *Reader) deviceTraces(root any) (*pickle.Dict, []any, error) {
 	if !ok {
 		return nil, nil, sr.errorf(0, "no device_traces: was memory history recorded (torch.cuda.memory._record_memory_history)?")
 	}
-	devices, ok := dt.(*pickle.List)
+	devices, ok := dt.(*unpickle.List)
 	if !ok {
 		return nil, nil, sr.errorf(0, "device_traces is a %s, not a list", pyType(dt))
 	}
@@ -103,7 +103,7 @@ func (sr *Reader) deviceTraces(root any) (*pickle.Dict, []any, error) {
 func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, error) {
 	n := 0
 	for d, dv := range devices {
-		if list, ok := dv.(*pickle.List); ok && selected(d) {
+		if list, ok := dv.(*unpickle.List); ok && selected(d) {
 			n += len(list.Items)
 		}
 	}
@@ -114,7 +114,7 @@ func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, erro
 		if !selected(d) {
 			continue
 		}
-		list, ok := dv.(*pickle.List)
+		list, ok := dv.(*unpickle.List)
 		if !ok {
 			return nil, sr.errorf(0, "device_traces[%d] is a %s, not a list", d, pyType(dv))
 		}
@@ -122,7 +122,7 @@ func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, erro
 			if err := sr.spend(); err != nil {
 				return nil, err
 			}
-			m, ok := ev.(*pickle.Dict)
+			m, ok := ev.(*unpickle.Dict)
 			if !ok {
 				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] is a %s, not a dictionary", d, i, pyType(ev))
 			}
@@ -150,7 +150,7 @@ const maxTimeUS = math.MaxInt64 / int64(time.Microsecond)
 // matching trace.ErrSnapshot and trace.ErrTime, never a time wrapped by
 // the conversion to nanoseconds.
 func (sr *Reader) timeOf(t any, d, i int) (us int64, ok bool, err error) {
-	if t == nil || t == (pickle.None{}) {
+	if t == nil || t == (unpickle.None{}) {
 		return 0, false, nil
 	}
 	us, err = asInt64(t)
@@ -252,19 +252,19 @@ func (sr *Reader) event(e entry, op trace.Op) (trace.Event, error) {
 // requested size where the snapshot has it. frames[i] is the "frames"
 // value of the block of pre[i]. Its only error is trace.ErrExpansion.
 func (sr *Reader) liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pre []trace.Event, frames []any, err error) {
-	segs, _ := segments.(*pickle.List)
+	segs, _ := segments.(*unpickle.List)
 	if segs == nil {
 		return nil, nil, nil
 	}
 	for _, seg := range segs.Items {
-		if _, ok := seg.(*pickle.Dict); !ok {
+		if _, ok := seg.(*unpickle.Dict); !ok {
 			continue
 		}
 		if dev, err := asInt64(field(seg, "device")); err == nil && !selected(int(dev)) {
 			continue
 		}
 		stream, _ := asUint64(field(seg, "stream"))
-		blocks, _ := field(seg, "blocks").(*pickle.List)
+		blocks, _ := field(seg, "blocks").(*unpickle.List)
 		if blocks == nil {
 			continue
 		}
@@ -287,7 +287,7 @@ func (sr *Reader) liveBlocks(segments any, selected func(int) bool, seen map[uin
 // activeBlock returns the address and size of a segment's block if it is
 // a well-formed active one.
 func activeBlock(bv any) (addr uint64, size int64, ok bool) {
-	if _, ok := bv.(*pickle.Dict); !ok {
+	if _, ok := bv.(*unpickle.Dict); !ok {
 		return 0, 0, false
 	}
 	state, _ := asString(field(bv, "state"))

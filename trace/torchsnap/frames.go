@@ -36,7 +36,7 @@ import (
 	"encoding/binary"
 	"unsafe"
 
-	"github.com/streamalloc/streamalloc/internal/pickle"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -50,14 +50,14 @@ type snapshotStacks struct {
 	// the synthetic allocations put in front (pre), and the tables that
 	// turn decoded frames into stacks (see the file comment).
 	main, pre []notedStack
-	byList    map[*pickle.List]int32 // a frames list -> its stack, -1 for none
-	byKey     map[string]int32       // a stack's frame numbers -> its stack
-	byDict    map[*pickle.Dict]int32 // a frame dict -> its frame number, -1 if dropped
-	byFrame   map[frameKey]int32     // a frame -> its number
-	frames    []trace.Frame          // the distinct frames, by number
-	byString  map[stringID]int32     // a decoded string -> its text's number
-	byText    map[string]int32       // a text -> its number
-	texts     []string               // the distinct texts, by number
+	byList    map[*unpickle.List]int32 // a frames list -> its stack, -1 for none
+	byKey     map[string]int32         // a stack's frame numbers -> its stack
+	byDict    map[*unpickle.Dict]int32 // a frame dict -> its frame number, -1 if dropped
+	byFrame   map[frameKey]int32       // a frame -> its number
+	frames    []trace.Frame            // the distinct frames, by number
+	byString  map[stringID]int32       // a decoded string -> its text's number
+	byText    map[string]int32         // a text -> its number
+	texts     []string                 // the distinct texts, by number
 }
 
 type notedStack struct {
@@ -96,7 +96,7 @@ func (st *snapshotStacks) note(pre bool, i int, frames any) {
 // stackOf returns the number of the stack of a "frames" value, or -1 if
 // it has none.
 func (st *snapshotStacks) stackOf(v any) int32 {
-	l, ok := v.(*pickle.List)
+	l, ok := v.(*unpickle.List)
 	if !ok || len(l.Items) == 0 {
 		return -1
 	}
@@ -104,7 +104,7 @@ func (st *snapshotStacks) stackOf(v any) int32 {
 		return id
 	}
 	if st.byList == nil {
-		st.byList = map[*pickle.List]int32{}
+		st.byList = map[*unpickle.List]int32{}
 	}
 	key := make([]byte, 0, 4*len(l.Items))
 	for _, fv := range l.Items {
@@ -135,7 +135,7 @@ func (st *snapshotStacks) stackOf(v any) int32 {
 // frameOf returns the number of the frame of a frame dict, or -1 if it is
 // dropped.
 func (st *snapshotStacks) frameOf(v any) int32 {
-	d, ok := v.(*pickle.Dict)
+	d, ok := v.(*unpickle.Dict)
 	if !ok {
 		return -1
 	}
@@ -143,7 +143,7 @@ func (st *snapshotStacks) frameOf(v any) int32 {
 		return id
 	}
 	if st.byDict == nil {
-		st.byDict, st.byFrame = map[*pickle.Dict]int32{}, map[frameKey]int32{}
+		st.byDict, st.byFrame = map[*unpickle.Dict]int32{}, map[frameKey]int32{}
 	}
 	name, _ := asString(field(d, "name"))
 	file, _ := asString(field(d, "filename"))

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamalloc/streamalloc/internal/pickle"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -126,7 +126,7 @@ func TestFileStack(t *testing.T) {
 // decoded returns the value of a pickle.
 func decoded(t *testing.T, data string) any {
 	t.Helper()
-	v, _, err := pickle.Decode([]byte(data), nil)
+	v, _, err := unpickle.Decode([]byte(data), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +134,8 @@ func decoded(t *testing.T, data string) any {
 }
 
 func TestDecodeFrames(t *testing.T) {
-	frame := func(kv ...any) *pickle.Dict {
-		m := pickle.NewDict()
+	frame := func(kv ...any) *unpickle.Dict {
+		m := unpickle.NewDict()
 		for i := 0; i < len(kv); i += 2 {
 			if err := m.Set(kv[i], kv[i+1]); err != nil {
 				t.Fatal(err)
@@ -143,7 +143,7 @@ func TestDecodeFrames(t *testing.T) {
 		}
 		return m
 	}
-	list := func(items ...any) *pickle.List { return &pickle.List{Items: items} }
+	list := func(items ...any) *unpickle.List { return &unpickle.List{Items: items} }
 	tests := []struct {
 		name string
 		in   any
@@ -152,7 +152,7 @@ func TestDecodeFrames(t *testing.T) {
 		{"missing", nil, nil},
 		{"not a list", "train.py", nil},
 		{"empty", list(), nil},
-		{"a tuple", &pickle.Tuple{Items: []any{frame("name", "f", "filename", "a.py", "line", int64(3))}}, nil},
+		{"a tuple", &unpickle.Tuple{Items: []any{frame("name", "f", "filename", "a.py", "line", int64(3))}}, nil},
 		{"whole", list(frame("name", "f", "filename", "a.py", "line", int64(3))),
 			[]trace.Frame{{Function: "f", File: "a.py", Line: 3}}},
 		// [{"name": "f", "filename": "a.py", "line": 3}] of Python 2 byte strings.

@@ -1,5 +1,5 @@
 // Python values as internal/pickle decodes them: ints are int64, or
-// *big.Int beyond int64; dicts are *pickle.Dict, lists *pickle.List. These
+// *big.Int beyond int64; dicts are *unpickle.Dict, lists *unpickle.List. These
 // helpers read the ones a snapshot holds and name the others in errors.
 
 package torchsnap
@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"math/big"
 
-	"github.com/streamalloc/streamalloc/internal/pickle"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 )
 
 // asUint64 accepts a Python int as an address or a stream handle. Negative
@@ -52,7 +52,7 @@ func asString(x any) (string, bool) {
 // field returns the value of key in d, or nil if d is not a dict or has
 // no such key.
 func field(d any, key string) any {
-	m, ok := d.(*pickle.Dict)
+	m, ok := d.(*unpickle.Dict)
 	if !ok {
 		return nil
 	}
@@ -65,5 +65,5 @@ func pyType(x any) string {
 	if x == nil {
 		return "nothing"
 	}
-	return pickle.TypeName(x)
+	return unpickle.TypeName(x)
 }

@@ -63,7 +63,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/streamalloc/streamalloc/internal/pickle"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -120,7 +120,7 @@ func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 	}
 	// A pickle has no lines: a bad one is placed by the bytes the
 	// decoder had consumed when it stopped.
-	root, consumed, err := pickle.Decode(data, nil)
+	root, consumed, err := unpickle.Decode(data, nil)
 	data = nil
 	if err != nil {
 		return nil, &trace.ParseError{File: name,

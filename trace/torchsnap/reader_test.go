@@ -13,7 +13,7 @@ import (
 	"testing/iotest"
 	"time"
 
-	"github.com/streamalloc/streamalloc/internal/pickle"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -142,7 +142,7 @@ func TestSnapshotFreeRequestedOnly(t *testing.T) {
 func encodePickle(t testing.TB, v any, protocol int) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := pickle.Encode(&buf, v, protocol); err != nil {
+	if err := unpickle.Encode(&buf, v, protocol); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -219,7 +219,7 @@ func TestSnapshotErrors(t *testing.T) {
 // The largest time_us is read exactly; None is no time.
 func TestSnapshotTimeLimits(t *testing.T) {
 	snap := map[any]any{"device_traces": []any{[]any{
-		map[any]any{"action": "alloc", "addr": int64(0x100), "size": int64(10), "time_us": pickle.None{}},
+		map[any]any{"action": "alloc", "addr": int64(0x100), "size": int64(10), "time_us": unpickle.None{}},
 		map[any]any{"action": "alloc", "addr": int64(0x200), "size": int64(10), "time_us": int64(maxTimeUS)},
 	}}}
 	got, err := readAll(t, mustSnapshot(t, snap))
@@ -270,10 +270,10 @@ func TestUnreadablePickle(t *testing.T) {
 func TestSnapshotRefusesCode(t *testing.T) {
 	_, _, err := trace.NewReader(strings.NewReader("\x80\x02cos\nsystem\n(X\x02\x00\x00\x00idtR."), "evil.pickle", nil)
 	var pe *trace.ParseError
-	if !errors.Is(err, trace.ErrPickle) || !errors.Is(err, pickle.ErrRefused) || !errors.As(err, &pe) || pe.File != "evil.pickle" {
-		t.Fatalf("error %v, want a *trace.ParseError matching ErrPickle and pickle.ErrRefused", err)
+	if !errors.Is(err, trace.ErrPickle) || !errors.Is(err, unpickle.ErrRefused) || !errors.As(err, &pe) || pe.File != "evil.pickle" {
+		t.Fatalf("error %v, want a *trace.ParseError matching ErrPickle and unpickle.ErrRefused", err)
 	}
-	want := "evil.pickle: unreadable pickle (decoding stopped after byte 3): pickle: refused: the pickle constructs objects or calls code: GLOBAL at byte 2: it would import a name"
+	want := "evil.pickle: unreadable pickle (decoding stopped after byte 3): unpickle: refused: the pickle constructs objects or calls code: GLOBAL at byte 2: it would import a name"
 	if err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
 	}
@@ -315,7 +315,7 @@ func BenchmarkSnapshot(b *testing.B) {
 					map[any]any{"filename": "torch/nn/modules/linear.py", "line": int64(125), "name": "forward"},
 				}
 			}
-			var one any = &pickle.List{Items: frames().([]any)}
+			var one any = &unpickle.List{Items: frames().([]any)}
 			var list []any
 			for i := range int64(50000) {
 				addr := int64(0x7f0000000000) + i%64*4096

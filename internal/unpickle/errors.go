@@ -6,7 +6,7 @@
 // (ErrTruncated, ErrInvalid) or one beyond this decoder's subset
 // (ErrUnsupported) or bounds (ErrDigits, ErrDepth).
 
-package pickle
+package unpickle
 
 import (
 	"errors"
@@ -16,30 +16,30 @@ import (
 var (
 	// ErrTruncated: the input ends before the pickle does, or an
 	// argument's declared length is larger than the bytes left.
-	ErrTruncated = errors.New("pickle: truncated")
+	ErrTruncated = errors.New("unpickle: truncated")
 	// ErrInvalid: input Python refuses too (its reference unpickler,
 	// pickle._Unpickler, or the C one that pickle.load uses): an unknown
 	// opcode, a stack underflow, a missing memo entry, a malformed
 	// argument, frames that overlap or an argument across a frame's end,
 	// an operation on the wrong type, or a dict key or set element Python
 	// cannot hash (a list, dict or set).
-	ErrInvalid = errors.New("pickle: invalid")
+	ErrInvalid = errors.New("unpickle: invalid")
 	// ErrRefused: an opcode that makes Python import a name, construct an
 	// object or call a function (GLOBAL, STACK_GLOBAL, REDUCE, BUILD,
 	// INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID, BINPERSID, EXT1, EXT2, EXT4).
 	// This decoder never does any of that.
-	ErrRefused = errors.New("pickle: refused: the pickle constructs objects or calls code")
+	ErrRefused = errors.New("unpickle: refused: the pickle constructs objects or calls code")
 	// ErrUnsupported: valid Python, outside the plain values this package
 	// holds: protocol-0 text strings, out-of-band buffers, a protocol
 	// above 5, a dict key or set element that is a tuple, a frozenset or
 	// an int beyond 64 bits, and a container that contains itself.
-	ErrUnsupported = errors.New("pickle: unsupported")
+	ErrUnsupported = errors.New("unpickle: unsupported")
 	// ErrDigits: a decimal integer of more digits than Options.MaxDigits
 	// (Python refuses such a pickle too: converting the text is
 	// quadratic in its length).
-	ErrDigits = errors.New("pickle: too many decimal digits")
+	ErrDigits = errors.New("unpickle: too many decimal digits")
 	// ErrDepth: containers nested deeper than Options.MaxDepth.
-	ErrDepth = errors.New("pickle: nested too deep")
+	ErrDepth = errors.New("unpickle: nested too deep")
 )
 
 // Error is a failure to decode: where decoding stopped, the opcode it

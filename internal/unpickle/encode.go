@@ -13,7 +13,7 @@
 // bytes below protocol 3 and sets below protocol 4 (where Python writes
 // them as calls to constructors).
 
-package pickle
+package unpickle
 
 import (
 	"bufio"
@@ -39,12 +39,12 @@ const batchSize = 1000
 // written before it is then not a whole pickle.
 func Encode(w io.Writer, v any, protocol int) error {
 	if protocol < 2 || protocol > highestProtocol {
-		return fmt.Errorf("pickle: encode: %w: protocol %d (2 to %d are written)", ErrUnsupported, protocol, highestProtocol)
+		return fmt.Errorf("unpickle: encode: %w: protocol %d (2 to %d are written)", ErrUnsupported, protocol, highestProtocol)
 	}
 	e := encoder{w: bufio.NewWriter(w), proto: protocol, memo: map[any]uint32{}, active: map[any]bool{}}
 	e.w.Write([]byte{opProto, byte(protocol)})
 	if err := e.value(v); err != nil {
-		return fmt.Errorf("pickle: encode: %w", err)
+		return fmt.Errorf("unpickle: encode: %w", err)
 	}
 	e.w.WriteByte(opStop)
 	return e.w.Flush()

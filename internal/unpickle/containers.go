@@ -7,7 +7,7 @@
 // acyclic and its depth exact: a container's depth is final when it is
 // placed, so its parent's is one more than the deepest of its items.
 
-package pickle
+package unpickle
 
 import "slices"
 

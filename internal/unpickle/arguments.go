@@ -8,7 +8,7 @@
 // read (whitespace, underscores, a base prefix, a NUL where CPython's C
 // parser stops) is ErrUnsupported, not ErrInvalid.
 
-package pickle
+package unpickle
 
 import (
 	"bytes"

@@ -26,7 +26,7 @@
 // complete before it is placed in another (the decoder refuses to change
 // one afterwards), which is what keeps it acyclic and its depth exact.
 
-package pickle
+package unpickle
 
 import (
 	"fmt"

@@ -1,7 +1,7 @@
 // The opcodes of pickle protocols 0 to 5 (Python's Lib/pickletools.py
 // documents each), by the names Python gives them.
 
-package pickle
+package unpickle
 
 const (
 	opMark           = '('

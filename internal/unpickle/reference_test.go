@@ -1,4 +1,4 @@
-package pickle
+package unpickle
 
 import (
 	"crypto/sha256"

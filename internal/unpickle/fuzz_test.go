@@ -1,4 +1,4 @@
-package pickle
+package unpickle
 
 import (
 	"bufio"
@@ -305,7 +305,7 @@ func pythonReader() *pyReader {
 const tooLarge = "too large"
 
 // pythonNames names the unpicklers whose verdicts read returns.
-var pythonNames = [2]string{"pickle._Unpickler", "pickle.Unpickler"}
+var pythonNames = [2]string{"pickle._Unpickler", "unpickle.Unpickler"}
 
 // pyVerdict is one unpickler's verdict: its rendering of the value (or
 // tooLarge), or the name of its exception.

@@ -1,4 +1,4 @@
-// Package pickle decodes and encodes the plain values of Python's pickle
+// Package unpickle decodes and encodes the plain values of Python's pickle
 // format: None, bool, int, float, str, bytes, bytearray, tuple, list,
 // dict, set and frozenset, in protocols 2 to 5 (and the same values in
 // the binary opcodes of protocol 1). It is what trace/torchsnap reads
@@ -25,7 +25,7 @@
 // before the last one ends, nor an argument cross a frame's end, and
 // APPENDS or ADDITEMS of nothing still need a list or a set. What Decode
 // reads, both read alike.
-package pickle
+package unpickle
 
 import (
 	"encoding/binary"

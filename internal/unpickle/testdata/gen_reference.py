@@ -14,7 +14,7 @@ reference_test.go also runs render here, when python3 is installed, on
 the pickles the Go encoder writes. Regenerate from the repository root
 with
 
-    python3 internal/pickle/testdata/gen_reference.py internal/pickle/testdata
+    python3 internal/unpickle/testdata/gen_reference.py internal/unpickle/testdata
 """
 import base64
 import collections

@@ -1,4 +1,4 @@
-package pickle
+package unpickle
 
 import (
 	"bytes"
@@ -167,7 +167,7 @@ func TestEncodeErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		err := Encode(&bytes.Buffer{}, tc.v, tc.proto)
-		if !errors.Is(err, tc.err) || !strings.HasPrefix(fmt.Sprint(err), "pickle: encode: ") {
+		if !errors.Is(err, tc.err) || !strings.HasPrefix(fmt.Sprint(err), "unpickle: encode: ") {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.err)
 		}
 	}
