@@ -501,6 +501,7 @@ func FuzzPoolOps(f *testing.F) {
 		runPoolModel(t, data, PoolOptions{}, 4<<30)
 		runPoolModel(t, data, PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1<<30)
 		runPoolModel(t, data, PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1<<30)
+		runPoolModel(t, data, PoolOptions{SplitBig: true, ChunkSize: 8 << 20, MaxSize: 160 << 20}, 1<<30)
 	})
 }
 

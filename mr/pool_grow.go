@@ -10,7 +10,8 @@
 // Order of resort for a request the calling stream's lists cannot serve:
 // absorb the blocks other streams freed into this stream's chunks; steal
 // the smallest idle chunk of another stream that fits and is not that
-// stream's working chunk; grow (first
+// stream's working chunk; with SplitBig, for a big request, split the
+// best-fitting larger free block of the stream; grow (first
 // releasing idle chunks, largest first, as far as needed for the growth
 // not to raise the high-water mark of reserved memory, nor cross MaxSize
 // or ReleaseThreshold); and on out of memory, steal even a working
@@ -56,6 +57,11 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 		}
 		if stole {
 			if ptr, ok, _ := p.tryOwn(st, size, rounded); ok {
+				return ptr, nil
+			}
+		}
+		if !small && p.opts.SplitBig {
+			if ptr, ok := p.splitLarger(st, size, rounded); ok {
 				return ptr, nil
 			}
 		}
@@ -158,6 +164,24 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 		return true, nil
 	}
 	return false, nil
+}
+
+// splitLarger serves a big request from the free block of st's large
+// chunks that fits it best, whatever its size (PoolOptions.SplitBig): the
+// block is split and the rest stays free in its chunk. It reports false
+// if no free block is large enough. Caller holds p.mu.
+func (p *Pool) splitLarger(st *poolStream, size, rounded int) (gpu.DevicePtr, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.quickFlush()
+	b := st.large.find(rounded)
+	if b == nil {
+		return 0, false
+	}
+	b = st.split(&st.large, b, rounded)
+	st.markLive(b, size)
+	p.wide.bigSplits++
+	return b.ptr, true
 }
 
 // grow reserves a new chunk on st's stream and serves the request from it.
