@@ -112,3 +112,53 @@ func prototypes(h string) []string {
 	slices.Sort(ps)
 	return ps
 }
+
+// TestExportsAllocateNothing: the exported pairs, called as C calls them
+// (the Go functions behind the exports, with the conversions and the
+// deferred recovery), allocate no Go memory once the stream and the
+// pool's chunk exist, on the simulator. A Go allocation per call would
+// make the garbage collector run inside the host process, where the
+// host's threads that call in would assist it or wait for it.
+func TestExportsAllocateNothing(t *testing.T) {
+	if err := a.Configure("pool,backend=sim"); err != nil {
+		t.Fatal(err)
+	}
+	perThread := ptr(2) // cudaStreamPerThread
+	for _, c := range []struct {
+		name string
+		pair func() bool
+	}{
+		{"torch 1 MiB, legacy stream", func() bool {
+			p := sa_torch_alloc(1<<20, 0, nil)
+			sa_torch_free(p, 1<<20, 0, nil)
+			return p != nil
+		}},
+		{"torch 64 MiB, per-thread stream", func() bool {
+			p := sa_torch_alloc(64<<20, 0, perThread)
+			sa_torch_free(p, 64<<20, 0, perThread)
+			return p != nil
+		}},
+		{"cupy 1 MiB", func() bool {
+			p := sa_cupy_malloc(nil, 1<<20, 0)
+			sa_cupy_free(nil, p, 0)
+			return p != nil
+		}},
+	} {
+		runtime.LockOSThread() // one thread, as a host's caller is: one per-thread stream
+		if !c.pair() {
+			t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
+		}
+		n := testing.AllocsPerRun(1000, func() {
+			if !c.pair() {
+				t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
+			}
+		})
+		runtime.UnlockOSThread()
+		if n != 0 {
+			t.Errorf("%s: %v Go allocations per pair, want 0", c.name, n)
+		}
+	}
+	if st, err := a.Stats(0); err != nil || st.BadFrees != 0 || st.Errors != 0 || st.LiveAllocs != 0 {
+		t.Errorf("stats %+v, %v: want no failures and nothing live", st, err)
+	}
+}

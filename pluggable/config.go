@@ -9,6 +9,7 @@
 //	pool,release_threshold=2GiB,chunk_size=32MiB
 //	async,pool=current
 //	pool,backend=sim,sim_capacity=256MiB,log=/tmp/alloc.csv,track
+//	pool,split_big
 //
 // Invariant: ParseConfig(c.String()) == c for every Config that
 // ParseConfig returned.
@@ -55,6 +56,9 @@ type Config struct {
 	// Track keeps the call stack of every live allocation, for
 	// WriteProfile.
 	Track bool
+	// SplitBig is the pool's mr.PoolOptions.SplitBig: big requests split
+	// larger free blocks rather than grow the pool (pool only).
+	SplitBig bool
 }
 
 // DefaultConfig is what an empty string means.
@@ -86,6 +90,9 @@ func ParseConfig(s string) (Config, error) {
 	if c.Kind == "async" && c.ChunkSize+c.InitialSize+c.MaxSize != 0 {
 		return Config{}, fmt.Errorf("%w: chunk_size, initial_size and max_size are options of pool, not async", ErrConfig)
 	}
+	if c.Kind == "async" && c.SplitBig {
+		return Config{}, fmt.Errorf("%w: split_big is an option of pool, not async", ErrConfig)
+	}
 	if c.Kind == "pool" && c.AsyncPool != "default" {
 		return Config{}, fmt.Errorf("%w: pool= is an option of async (pool takes upstream=)", ErrConfig)
 	}
@@ -116,7 +123,19 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		*dst = n
 		return nil
 	}
-	if !hasVal && key != "track" {
+	flag := func(dst *bool) error {
+		if !hasVal {
+			*dst = true
+			return nil
+		}
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return errors.New("want a boolean")
+		}
+		*dst = b
+		return nil
+	}
+	if !hasVal && key != "track" && key != "split_big" {
 		return errors.New("want key=value")
 	}
 	switch key {
@@ -143,16 +162,9 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		c.Log = val
 		return nil
 	case "track":
-		if !hasVal {
-			c.Track = true
-			return nil
-		}
-		b, err := strconv.ParseBool(val)
-		if err != nil {
-			return errors.New("want a boolean")
-		}
-		c.Track = b
-		return nil
+		return flag(&c.Track)
+	case "split_big":
+		return flag(&c.SplitBig)
 	}
 	return errors.New("unknown key")
 }
@@ -211,6 +223,9 @@ func (c Config) String() string {
 	add("log", c.Log, "")
 	if c.Track {
 		parts = append(parts, "track")
+	}
+	if c.SplitBig {
+		parts = append(parts, "split_big")
 	}
 	return strings.Join(parts, ",")
 }

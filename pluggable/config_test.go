@@ -25,6 +25,9 @@ func TestParseConfig(t *testing.T) {
 		{"track=false", d},
 		{"release_threshold=12345", with(func(c *Config) { c.ReleaseThreshold = 12345 })},
 		{"release_threshold=3k", with(func(c *Config) { c.ReleaseThreshold = 3 << 10 })},
+		{"pool,split_big", with(func(c *Config) { c.SplitBig = true })},
+		{"split_big=true,track", with(func(c *Config) { c.SplitBig, c.Track = true, true })},
+		{"pool,split_big=0", d},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -50,6 +53,8 @@ func TestParseConfigErrors(t *testing.T) {
 		"chunk_size",                     // no value
 		"log=",                           // empty path
 		"track=maybe",                    // not a boolean
+		"split_big=2",                    // not a boolean
+		"async,split_big",                // pool option on async
 		"async,chunk_size=8M",            // pool option on async
 		"pool,pool=own",                  // async option on pool
 		"sim_capacity=1G",                // without backend=sim
@@ -73,7 +78,7 @@ func TestParseSize(t *testing.T) {
 // ErrConfig, and what it accepts prints to a string that parses back to
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track",
+	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big",
 		"backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}
