@@ -61,6 +61,32 @@ func TestCProgram(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "capi test ok") {
 		t.Fatalf("capi_test: %v\n%s", err, out)
 	}
+	t.Run("TorchControl", func(t *testing.T) {
+		// The C control of scripts/torch-bench.py builds as a shared
+		// library, and, linked into a test program in mode sa, forwards
+		// to the library and counts what it served.
+		lib := filepath.Join(dir, "libtorch_control.so")
+		cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o", lib,
+			filepath.Join("testdata", "torch_control.c"), "-ldl")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc torch_control.c: %v\n%s", err, out)
+		}
+		exe := filepath.Join(dir, "torch_control_test")
+		cmd = exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", exe,
+			filepath.Join("testdata", "torch_control_test.c"), filepath.Join("testdata", "torch_control.c"), "-ldl", "-lpthread")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc torch_control_test.c: %v\n%s", err, out)
+		}
+		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"bad", "cuda"}} {
+			cmd := exec.Command(exe, c.arg)
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+				"TORCH_CONTROL="+c.mode, "TORCH_CONTROL_LIB="+filepath.Join(dir, "libstreamalloc.so"),
+				"STREAMALLOC_CONF=pool,backend=sim")
+			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "torch_control test ok") {
+				t.Fatalf("torch_control_test %s: %v\n%s", c.arg, err, out)
+			}
+		}
+	})
 	t.Run("PythonShim", func(t *testing.T) {
 		py, err := exec.LookPath("python3")
 		if err != nil {
