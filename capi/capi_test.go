@@ -142,14 +142,18 @@ func prototypes(h string) []string {
 // TestExportsAllocateNothing: the exported pairs, called as C calls them
 // (the Go functions behind the exports, with the conversions and the
 // deferred recovery), allocate no Go memory once the stream and the
-// pool's chunk exist, on the simulator. A Go allocation per call would
+// pool's chunk exist, on the simulator, on the legacy stream and a raw
+// stream of another library (the per-thread stream is pluggable's test). A Go allocation per call would
 // make the garbage collector run inside the host process, where the
 // host's threads that call in would assist it or wait for it.
 func TestExportsAllocateNothing(t *testing.T) {
 	if err := a.Configure("pool,backend=sim"); err != nil {
 		t.Fatal(err)
 	}
-	perThread := ptr(2) // cudaStreamPerThread
+	raw := sa_sim_stream_create(0) // a stream of another library
+	if raw == nil {
+		t.Fatalf("sa_sim_stream_create: %s", a.LastError())
+	}
 	for _, c := range []struct {
 		name string
 		pair func() bool
@@ -159,9 +163,9 @@ func TestExportsAllocateNothing(t *testing.T) {
 			sa_torch_free(p, 1<<20, 0, nil)
 			return p != nil
 		}},
-		{"torch 64 MiB, per-thread stream", func() bool {
-			p := sa_torch_alloc(64<<20, 0, perThread)
-			sa_torch_free(p, 64<<20, 0, perThread)
+		{"torch 64 MiB, raw stream", func() bool {
+			p := sa_torch_alloc(64<<20, 0, raw)
+			sa_torch_free(p, 64<<20, 0, raw)
 			return p != nil
 		}},
 		{"cupy 1 MiB", func() bool {
@@ -170,7 +174,6 @@ func TestExportsAllocateNothing(t *testing.T) {
 			return p != nil
 		}},
 	} {
-		runtime.LockOSThread() // one thread, as a host's caller is: one per-thread stream
 		if !c.pair() {
 			t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
 		}
@@ -179,12 +182,14 @@ func TestExportsAllocateNothing(t *testing.T) {
 				t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
 			}
 		})
-		runtime.UnlockOSThread()
 		if n != 0 {
 			t.Errorf("%s: %v Go allocations per pair, want 0", c.name, n)
 		}
 	}
 	if st, err := a.Stats(0); err != nil || st.BadFrees != 0 || st.Errors != 0 || st.LiveAllocs != 0 {
 		t.Errorf("stats %+v, %v: want no failures and nothing live", st, err)
+	}
+	if rc := sa_sim_stream_destroy(0, raw); rc != 0 {
+		t.Errorf("sa_sim_stream_destroy: %d, %s", rc, a.LastError())
 	}
 }

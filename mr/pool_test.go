@@ -458,6 +458,48 @@ func TestPoolSplitBig(t *testing.T) {
 	})
 }
 
+// With SplitBig a giant chunk (here 64 MiB of a 96 MiB high-water mark,
+// at least 1/16 of it) is not cut for a transient request of less than
+// half its size: the pool gives the idle giant chunk back and grows one of
+// the transient's size, so the next giant request, arriving while the
+// transient lives, raises the mark by one chunk of 8 MiB (to 104 MiB), not
+// by a second giant one (to 160 MiB, had the transient been cut from the
+// first). A request of at least half a giant chunk does split it.
+func TestPoolSplitBigKeepsGiantChunks(t *testing.T) {
+	const mib = 1 << 20
+	dev := testdev.Device(t)
+	s := poolStream(t, dev)
+	p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{SplitBig: true})
+	step := func(sizes ...int) []gpu.DevicePtr {
+		var ptrs []gpu.DevicePtr
+		for _, n := range sizes {
+			ptrs = append(ptrs, poolAlloc(t, p, n, s))
+		}
+		return ptrs
+	}
+	free := func(ptrs []gpu.DevicePtr, sizes ...int) {
+		for i, ptr := range ptrs {
+			poolFree(t, p, ptr, sizes[i], s)
+		}
+	}
+	warm := []int{8 * mib, 8 * mib, 8 * mib, 8 * mib, 64 * mib}
+	free(step(warm...), warm...)
+	if u := p.Usage(); u.PeakReserved != 96*mib {
+		t.Fatalf("after the first step: %+v, want 96 MiB reserved", u)
+	}
+	second := []int{8 * mib, 8 * mib, 8 * mib, 8 * mib, 8 * mib, 64 * mib}
+	free(step(second...), second...)
+	st, u := p.Stats(), p.Usage()
+	if u.PeakReserved != 104*mib || st.Growths != 7 || st.Releases != 1 || st.BigSplits != 0 {
+		t.Errorf("after the second step: stats %+v, usage %+v; want 7 growths, 1 release, no split, 104 MiB at the peak", st, u)
+	}
+	half := step(40 * mib)
+	if st2 := p.Stats(); st2.Growths != st.Growths || st2.BigSplits != 1 {
+		t.Errorf("a request of 40 MiB: stats %+v, want it cut from a free 64 MiB chunk", st2)
+	}
+	free(half, 40*mib)
+}
+
 // A stream that is destroyed with idle memory in the pool: another stream
 // can still take it when it needs it (after a device synchronization,
 // since no event can be recorded on the destroyed stream), and Release
