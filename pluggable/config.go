@@ -9,7 +9,7 @@
 //	pool,release_threshold=2GiB,chunk_size=32MiB
 //	async,pool=current
 //	pool,backend=sim,sim_capacity=256MiB,log=/tmp/alloc.csv,track
-//	pool,split_big
+//	pool,split_big=false
 //
 // Invariant: ParseConfig(c.String()) == c for every Config that
 // ParseConfig returned.
@@ -57,17 +57,23 @@ type Config struct {
 	// WriteProfile.
 	Track bool
 	// SplitBig is the pool's mr.PoolOptions.SplitBig: big requests split
-	// larger free blocks rather than grow the pool (pool only).
+	// larger free blocks rather than grow the pool. On by default for
+	// pool (split_big=false turns it off), always off for async: the
+	// frameworks' training steps repeat with tensors of changing sizes,
+	// where the pool without it gives chunks back and grows new ones
+	// dozens of times a step (BENCHMARKS.md).
 	SplitBig bool
 }
 
 // DefaultConfig is what an empty string means.
-var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", AsyncPool: "default"}
+var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", AsyncPool: "default", SplitBig: true}
 
 // ParseConfig parses a configuration string; "" is DefaultConfig. Every
 // error matches ErrConfig and names the item.
 func ParseConfig(s string) (Config, error) {
 	c := DefaultConfig
+	c.SplitBig = false // set below: the default of the kind, unless given
+	var splitGiven bool
 	items := strings.Split(s, ",")
 	for i, item := range items {
 		item = strings.TrimSpace(item)
@@ -86,6 +92,10 @@ func ParseConfig(s string) (Config, error) {
 		if err := c.set(key, val, hasVal); err != nil {
 			return Config{}, fmt.Errorf("%w: %q: %v", ErrConfig, item, err)
 		}
+		splitGiven = splitGiven || key == "split_big"
+	}
+	if !splitGiven {
+		c.SplitBig = c.Kind == "pool"
 	}
 	if c.Kind == "async" && c.ChunkSize+c.InitialSize+c.MaxSize != 0 {
 		return Config{}, fmt.Errorf("%w: chunk_size, initial_size and max_size are options of pool, not async", ErrConfig)
@@ -224,8 +234,8 @@ func (c Config) String() string {
 	if c.Track {
 		parts = append(parts, "track")
 	}
-	if c.SplitBig {
-		parts = append(parts, "split_big")
+	if c.Kind == "pool" && !c.SplitBig {
+		parts = append(parts, "split_big=false")
 	}
 	return strings.Join(parts, ",")
 }

@@ -222,13 +222,14 @@ func replayTorch(t *testing.T, evs []torchEvent, conf string, steady, end int) t
 // steps, ResNet-50's first twelve) and lengthened by repeating its steady
 // steps (GPT-2 from its 5th step, one cycle of its six sequence lengths
 // per copy; ResNet-50 from its 5th, once the optimizer's state exists), in
-// the pool's two placements. It pins what BENCHMARKS.md reports: the
-// default pool reserves close to the peak of live bytes but gives chunks
-// back and grows new ones dozens of times a step in steady state (each a
-// cuMemFree that synchronizes the device, and a cuMemAlloc); with
-// split_big it grows a few times a step at most, for a little more (GPT-2)
-// or less (ResNet-50) reserved memory. The longer GPT-2 run reproduces
-// the peak reserved that the H100 measured over 30 steps.
+// the pool's two placements. It pins what BENCHMARKS.md reports: with
+// split_big=false the pool reserves close to the peak of live bytes but
+// gives chunks back and grows new ones dozens of times a step in steady
+// state (each a cuMemFree that synchronizes the device, and a cuMemAlloc);
+// with split_big (the default) it grows a few times a step at most, for a
+// little more (GPT-2) or less (ResNet-50) reserved memory. The H100
+// measured the same ratios over 24 steps as the longer runs here: 1.026
+// and 1.051.
 func TestTorchTraces(t *testing.T) {
 	files, _ := filepath.Glob("testdata/torch-*.csv.gz")
 	if len(files) != 2 {
@@ -255,7 +256,7 @@ func TestTorchTraces(t *testing.T) {
 		for _, c := range []struct {
 			conf string
 			want want
-		}{{"pool", tc.pool}, {"pool,split_big", tc.split}} {
+		}{{"pool,split_big=false", tc.pool}, {"pool", tc.split}} {
 			t.Run(tc.name+"/"+c.conf, func(t *testing.T) {
 				r := replayTorch(t, tc.evs, c.conf, tc.steady, tc.end)
 				if r.st.PeakLive != tc.peakLive {
