@@ -42,6 +42,9 @@
 //	pending.go      PendingFrees: live plus incomplete frees, reaped per stream (Async's)
 //	chain.go        Wrapper, Chain and Reclaim: walking a stack of adaptors and resources
 //	current.go      Current and SetCurrent: the per-device default resource
+//	summary.go      StatsOf and Summary: every statistic of a chain, and the text a person reads
+//	strings.go      String methods: %v of the statistics and of every resource, one line
+//	units.go        FormatBytes: sizes in IEC units, as the summary and the errors print them
 //
 // Resources:
 //
@@ -59,6 +62,7 @@
 //	pool_chunk.go          chunks and blocks
 //	pool_grow.go           the Pool's slow paths: steal, growth, release, cross-stream frees
 //	pool_stats.go          PoolStats
+//	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
 //
 // Adaptors: stats.go (Stats), tracking.go (Tracking), logging.go (Logging,
 // RMM CSV), limit.go (Limit and Budget), retry.go (Retry), aligned.go
