@@ -92,13 +92,20 @@ func WithObserver(o Observer) Option { return func(o2 *options) { o2.obs = o } }
 
 // New allocates size bytes from res, ordered on s: the memory may be used
 // by work enqueued on s from now on, and by work on other streams through
-// the buffer's tracking.
+// the buffer's tracking. A nil res means the current resource of s's
+// device (mr.Current: the one mr.SetCurrent or streamalloc.Setup
+// installed, else the device's default); with a nil stream as well there
+// is no device to ask, and New returns an error matching
+// gpu.ErrInvalidHandle.
 func New(res mr.Resource, size int, s gpu.Stream, opts ...Option) (*Buffer, error) {
 	var o options
 	for _, f := range opts {
 		if f != nil {
 			f(&o)
 		}
+	}
+	if res == nil && s != nil {
+		res = mr.Current(s.Device())
 	}
 	if res == nil {
 		return nil, fmt.Errorf("buf: new: nil resource: %w", gpu.ErrInvalidHandle)
