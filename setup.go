@@ -93,6 +93,11 @@ type Config struct {
 	// 3, a negative value no retry (refusals are still counted and
 	// observed).
 	RetryAttempts int
+	// OnOutOfMemory, if set, is called once for each request refused
+	// for lack of memory after every retry, with the refusal and the
+	// statistics of the device's whole stack (mr.RetryOptions.OnFailure;
+	// report.Summary() is the text).
+	OnOutOfMemory func(mr.OutOfMemoryReport)
 	// KeepCurrent leaves the devices' current resources alone: the
 	// stacks are only reachable through the handle.
 	KeepCurrent bool
@@ -202,7 +207,15 @@ func build(cfg Config, dev gpu.Device) (*deviceStack, error) {
 		}
 		top = mr.NewLimit(top, mr.NewBudget(uint64(float64(total)*cfg.MemoryFraction)))
 	}
-	top = mr.NewRetry(top, mr.RetryOptions{Attempts: cfg.RetryAttempts})
+	var onFailure func(mr.OutOfMemoryReport)
+	if cfg.OnOutOfMemory != nil {
+		onFailure = func(rep mr.OutOfMemoryReport) {
+			// The whole stack, not only what is below the Retry adaptor.
+			rep.Stats = mr.StatsOf(ds.top)
+			cfg.OnOutOfMemory(rep)
+		}
+	}
+	top = mr.NewRetry(top, mr.RetryOptions{Attempts: cfg.RetryAttempts, OnFailure: onFailure})
 	if cfg.Stats {
 		top = mr.NewStats(top, mr.StatsOptions{PerStream: true})
 	}

@@ -136,7 +136,9 @@ func TestSetup(t *testing.T) {
 // budget, whatever the resource below would grant.
 func TestSetupMemoryFraction(t *testing.T) {
 	dev := simDevices(t, sim.Config{Capacity: 1 << 30})[0]
-	h, err := streamalloc.Setup(streamalloc.Config{Use: []gpu.Device{dev}, MemoryFraction: 0.25, RetryAttempts: -1})
+	var reports []mr.OutOfMemoryReport
+	h, err := streamalloc.Setup(streamalloc.Config{Use: []gpu.Device{dev}, MemoryFraction: 0.25, RetryAttempts: -1,
+		Stats: true, OnOutOfMemory: func(rep mr.OutOfMemoryReport) { reports = append(reports, rep) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +155,14 @@ func TestSetupMemoryFraction(t *testing.T) {
 		t.Fatalf("over a quarter of the device: %v", err)
 	}
 	top, _ := h.Resource(0)
-	if got := chainNames(top); got != "retry > limit > pool > async" {
+	if got := chainNames(top); got != "stats > retry > limit > pool > async" {
 		t.Errorf("stack %s", got)
+	}
+	// The observer saw the refusal with the whole stack.
+	if len(reports) != 1 || !errors.Is(reports[0].Err, mr.ErrOutOfMemory) || reports[0].Size != 100<<20 ||
+		!strings.Contains(reports[0].Summary(), "chain: stats > retry > limit > pool > async\n") ||
+		!strings.Contains(reports[0].Summary(), "budget 256.0 MiB: 200.0 MiB charged") {
+		t.Fatalf("reports %v", reports)
 	}
 }
 

@@ -57,6 +57,7 @@ type core struct {
 	events    *gpu.EventCache
 	id        uint64
 	untracked bool
+	stack     []uintptr // the allocation's stack, for a leak report (leak.go), or nil
 
 	cur atomic.Pointer[snapshot]
 
@@ -131,6 +132,7 @@ func New(res mr.Resource, size int, s gpu.Stream, opts ...Option) (*Buffer, erro
 		events:    cacheFor(dev),
 		id:        ids.Add(1),
 		untracked: o.untracked,
+		stack:     leakStack(res, 2),
 	}
 	if c.obs == nil {
 		c.obs = findObserver(res)
@@ -142,13 +144,14 @@ func New(res mr.Resource, size int, s gpu.Stream, opts ...Option) (*Buffer, erro
 	return b, nil
 }
 
-// collect closes a buffer that was dropped while open. It runs on the
-// garbage collector's cleanup goroutine; there is no caller to give an
-// error to, so a failed free leaves the memory to the resource's own
-// accounting (it stays live there).
+// collect closes a buffer that was dropped while open, and reports the
+// leak (leak.go). It runs on the garbage collector's cleanup goroutine;
+// there is no caller to give an error to, so a failed free leaves the
+// memory to the resource's own accounting (it stays live there) and the
+// error goes to the leak handler.
 func (c *core) collect() {
 	if sn := c.cur.Load(); sn != nil {
-		c.closeOn(sn.stream)
+		c.reportLeak(sn, func() error { return c.closeOn(sn.stream) })
 	}
 }
 

@@ -64,8 +64,10 @@
 //	pool_stats.go          PoolStats
 //	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
 //
-// Adaptors: stats.go (Stats), tracking.go (Tracking), logging.go (Logging,
-// RMM CSV), limit.go (Limit and Budget), retry.go (Retry), aligned.go
+// Adaptors: stats.go (Stats), tracking.go (Tracking; tracking_leaks.go, the
+// allocations a garbage collector freed for their owners), logging.go
+// (Logging, RMM CSV), limit.go (Limit and Budget), retry.go (Retry;
+// oom_report.go, what its out-of-memory observer gets), aligned.go
 // (Aligned). Packages below: mrtest, the conformance suite every resource
 // and adaptor passes; mrprom, Prometheus collectors; registry, resources by
 // name for the command and the benchmarks.

@@ -46,6 +46,13 @@ type RetryOptions struct {
 	// the attempt (1 for the first retry) and the error that refused it.
 	// It may free memory. Returning false stops retrying.
 	OnOutOfMemory func(size int, s gpu.Stream, attempt int, err error) bool
+	// OnFailure, if set, is called once for each request that is refused
+	// for lack of memory after every retry (or at once, with no retry
+	// left), before Allocate returns the error: the out-of-memory
+	// observer. The report carries the statistics of the chain below the
+	// adaptor, read after the last attempt, and its summary. It runs on
+	// the allocating goroutine with no lock of the adaptor held.
+	OnFailure func(OutOfMemoryReport)
 	// Reapers and Releasers are reaped and released on out-of-memory in
 	// addition to the resources in the chain below the adaptor (other
 	// resources that hold memory of the same device).
@@ -99,7 +106,13 @@ func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	p, err := r.up.Allocate(size, s)
 	if err != nil && errors.Is(err, ErrOutOfMemory) {
 		r.oom.Add(1)
-		p, err = r.recover(size, s, err)
+		var retries int
+		p, retries, err = r.recover(size, s, err)
+		if err != nil {
+			err = fmt.Errorf("retry: %w", err)
+			r.observe(size, s, retries, err)
+			return 0, err
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("retry: %w", err)
@@ -108,7 +121,9 @@ func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	return p, nil
 }
 
-func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error) {
+// recover reclaims and retries as the file comment says, and returns the
+// retries it made.
+func (r *Retry) recover(size int, s gpu.Stream, err error) (p gpu.DevicePtr, retries int, _ error) {
 	var recErrs []error
 	for attempt := 1; attempt <= r.attempts; attempt++ {
 		var rerr error
@@ -127,11 +142,11 @@ func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error
 			break
 		}
 		r.retries.Add(1)
-		var p gpu.DevicePtr
+		retries++
 		p, err = r.up.Allocate(size, s)
 		if err == nil {
 			r.recovered.Add(1)
-			return p, nil
+			return p, retries, nil
 		}
 		if !errors.Is(err, ErrOutOfMemory) {
 			break
@@ -139,9 +154,9 @@ func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error
 	}
 	r.failed.Add(1)
 	if len(recErrs) > 0 {
-		return 0, errors.Join(append([]error{err}, recErrs...)...)
+		return 0, retries, errors.Join(append([]error{err}, recErrs...)...)
 	}
-	return 0, err
+	return 0, retries, err
 }
 
 // reclaim reaps pending frees and releases cached memory below the

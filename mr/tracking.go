@@ -90,6 +90,7 @@ type Tracking struct {
 	live   ptrTable[gpu.DevicePtr, trackRecord]
 	stacks [stackShards]stackShard
 	seq    atomic.Uint64
+	leaks  trackingLeaks // tracking_leaks.go
 }
 
 // NewTracking returns a Tracking adaptor over upstream.
@@ -228,7 +229,9 @@ func (t *Tracking) liveAllocs() []liveAlloc {
 
 // WriteLeakReport writes the live allocations to w, grouped by call stack,
 // the stacks holding the most bytes first, each with its source location
-// (frames of package mr at the innermost end left out), then the captures
+// (frames of package mr at the innermost end left out), then the
+// allocations whose owners dropped them and the garbage collector freed
+// (MarkLeaked), then the captures
 // of the device begun with BeginCapture and not released (their graphs'
 // memory is held until Capture.Release), with where each began. With
 // nothing live it writes only the summary line.
@@ -263,6 +266,7 @@ func (t *Tracking) WriteLeakReport(w io.Writer) error {
 			fmt.Fprintf(bw, "\t%s\n\t\t%s:%d\n", f.Function, f.File, f.Line)
 		}
 	}
+	t.writeLeaked(bw)
 	writeUnreleasedCaptures(bw, t.dev)
 	return bw.Flush()
 }
