@@ -32,6 +32,7 @@
 package streamalloc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -372,7 +373,13 @@ func (h *Handle) String() string {
 // a stack is reported as an error by the resources that hold it (an own
 // driver pool refuses to close under live allocations); free it and call
 // Close again. It returns every error met.
-func (h *Handle) Close() error {
+func (h *Handle) Close() error { return h.CloseContext(context.Background()) }
+
+// CloseContext is Close with its waits for frees still running bounded by
+// ctx: when ctx ends it stops, leaves the stacks it has not closed open
+// (their frees stay pending) and returns an error matching ctx.Err(); call
+// it again to finish.
+func (h *Handle) CloseContext(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -392,8 +399,16 @@ func (h *Handle) Close() error {
 		if ds.closeFn == nil {
 			continue
 		}
-		if _, err := mr.Reclaim(ds.top, true); err != nil {
+		if ctx.Err() != nil {
+			left++
+			continue
+		}
+		if _, err := mr.ReclaimContext(ctx, ds.top); err != nil {
 			errs = append(errs, fmt.Errorf("streamalloc: close device %d: %w", ds.dev.Ordinal(), err))
+			if ctx.Err() != nil {
+				left++
+				continue
+			}
 		}
 		if err := ds.closeFn(); err != nil {
 			errs = append(errs, fmt.Errorf("streamalloc: close device %d: %w", ds.dev.Ordinal(), err))

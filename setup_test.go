@@ -1,10 +1,12 @@
 package streamalloc_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc"
 	"github.com/streamalloc/streamalloc/buf"
@@ -278,5 +280,41 @@ func TestSetupFailsOnSecondDevice(t *testing.T) {
 	}
 	if mr.Current(devs[0]) != prev {
 		t.Error("the current resource of device 0 changed")
+	}
+}
+
+// TestSetupCloseContext: Close waits for the frees still running; with a
+// context that ends first it gives up, leaves the stack open, and
+// finishes when called again.
+func TestSetupCloseContext(t *testing.T) {
+	dev := simDevices(t, sim.Config{})[0]
+	h, err := streamalloc.Setup(streamalloc.Config{Use: []gpu.Device{dev}, Resource: "async"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStream(t, dev)
+	b, err := buf.New(nil, 1<<20, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := dev.(*sim.Device).Hold(s)
+	defer release()
+	if err := b.Close(); err != nil { // enqueued behind the hold
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := h.CloseContext(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("CloseContext behind a held free: %v", err)
+	}
+	if _, err := h.Resource(0); err != nil {
+		t.Fatalf("the handle closed although its close gave up: %v", err)
+	}
+	release()
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close once the free ran: %v", err)
+	}
+	if _, err := h.Resource(0); !errors.Is(err, streamalloc.ErrClosed) {
+		t.Fatalf("Resource after Close: %v", err)
 	}
 }

@@ -41,6 +41,7 @@
 //	usage.go        lock-free Usage counters
 //	pending.go      PendingFrees: live plus incomplete frees, reaped per stream (Async's)
 //	chain.go        Wrapper, Chain and Reclaim: walking a stack of adaptors and resources
+//	context.go      the forms with a context.Context of every call that blocks the host
 //	current.go      Current and SetCurrent: the per-device default resource
 //	summary.go      StatsOf and Summary: every statistic of a chain, and the text a person reads
 //	strings.go      String methods: %v of the statistics and of every resource, one line
