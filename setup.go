@@ -18,11 +18,12 @@
 //
 // Each device's stack, nearest first:
 //
-//	Tracking (Config.Tracking) > Stats (Config.Stats) > Retry > Limit (Config.MemoryFraction) > the resource (Config.Resource)
+//	Tracking (Config.Tracking) > Stats (Config.Stats) > History (Config.History) > Retry >
+//	    Limit (Config.MemoryFraction) > the resource (Config.Resource)
 //
-// Stats sits above Retry so that it counts what the program saw: a request
-// that a retry satisfied is one allocation, and its out-of-memory count is
-// the final refusals. Retry sits above the limit so that a refusal by the
+// Stats and History sit above Retry so that they count what the program
+// saw: a request that a retry satisfied is one allocation, and an
+// out-of-memory refusal is the final one. Retry sits above the limit so that a refusal by the
 // budget is retried after the pool's idle memory is released too.
 //
 // Invariants: a Handle restores, at Close, the current resource each
@@ -89,6 +90,11 @@ type Config struct {
 	// Tracking stacks an mr.Tracking adaptor: every live allocation with
 	// its call stack, leak reports and pprof profiles.
 	Tracking bool
+	// History, if not zero, stacks an mr.History adaptor keeping that
+	// many allocation events (mr.DefaultHistoryCapacity is PyTorch's
+	// default), for Handle.DumpSnapshot: the memory history in the
+	// format of torch.cuda.memory._dump_snapshot. Negative is an error.
+	History int
 	// RetryAttempts is how many times a request refused for lack of
 	// memory is retried after reaping and releasing (mr.Retry); 0 means
 	// 3, a negative value no retry (refusals are still counted and
@@ -120,6 +126,7 @@ type deviceStack struct {
 	closeFn  func() error
 	previous mr.Resource // the current resource before Setup, or nil with KeepCurrent
 	current  bool        // Setup made top the current resource
+	history  *mr.History // Config.History's adaptor, or nil
 }
 
 // Setup builds what cfg says on each device and returns the handle. On
@@ -127,6 +134,9 @@ type deviceStack struct {
 func Setup(cfg Config) (*Handle, error) {
 	if cfg.MemoryFraction < 0 || cfg.MemoryFraction > 1 {
 		return nil, fmt.Errorf("%w: MemoryFraction %v is not in [0, 1]", ErrConfig, cfg.MemoryFraction)
+	}
+	if cfg.History < 0 {
+		return nil, fmt.Errorf("%w: History %d is negative", ErrConfig, cfg.History)
 	}
 	devs, err := openDevices(cfg)
 	if err != nil {
@@ -217,6 +227,10 @@ func build(cfg Config, dev gpu.Device) (*deviceStack, error) {
 		}
 	}
 	top = mr.NewRetry(top, mr.RetryOptions{Attempts: cfg.RetryAttempts, OnFailure: onFailure})
+	if cfg.History > 0 {
+		ds.history = mr.NewHistory(top, mr.HistoryOptions{Capacity: cfg.History})
+		top = ds.history
+	}
 	if cfg.Stats {
 		top = mr.NewStats(top, mr.StatsOptions{PerStream: true})
 	}
@@ -316,6 +330,37 @@ func (h *Handle) Stats(ordinal int) (mr.ChainStats, error) {
 		return mr.ChainStats{}, err
 	}
 	return mr.StatsOf(ds.top), nil
+}
+
+// ErrNoHistory is returned by WriteSnapshot and DumpSnapshot when the
+// configuration recorded no history (Config.History).
+var ErrNoHistory = errors.New("streamalloc: no memory history recorded (Config.History is 0)")
+
+// WriteSnapshot writes device ordinal's memory history and the layout of
+// its memory as the pickle torch.cuda.memory._dump_snapshot writes
+// (mr.History.WriteSnapshot), for PyTorch's memory_viz and for
+// streamalloc replay.
+func (h *Handle) WriteSnapshot(ordinal int, w io.Writer) error {
+	ds, err := h.stack(ordinal)
+	if err != nil {
+		return err
+	}
+	if ds.history == nil {
+		return ErrNoHistory
+	}
+	return ds.history.WriteSnapshot(w)
+}
+
+// DumpSnapshot writes WriteSnapshot's pickle to the file at path.
+func (h *Handle) DumpSnapshot(ordinal int, path string) error {
+	ds, err := h.stack(ordinal)
+	if err != nil {
+		return err
+	}
+	if ds.history == nil {
+		return ErrNoHistory
+	}
+	return ds.history.DumpSnapshot(path)
 }
 
 // WriteSummary writes the summary of every device's stack

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,9 @@ func TestSetup(t *testing.T) {
 		if got, err := h.Device(i); got != d || err != nil {
 			t.Errorf("Device(%d) = %v, %v", i, got, err)
 		}
+	}
+	if err := h.WriteSnapshot(0, io.Discard); !errors.Is(err, streamalloc.ErrNoHistory) {
+		t.Errorf("WriteSnapshot without history: %v", err)
 	}
 	if got := h.Devices(); len(got) != 2 || got[0] != devs[0] || got[1] != devs[1] {
 		t.Errorf("Devices() = %v", got)
@@ -227,6 +231,7 @@ func TestSetupErrors(t *testing.T) {
 		cfg  streamalloc.Config
 		want []error
 	}{
+		{"negative history", streamalloc.Config{Use: use, History: -1}, []error{streamalloc.ErrConfig}},
 		{"negative fraction", streamalloc.Config{Use: use, MemoryFraction: -0.1}, []error{streamalloc.ErrConfig}},
 		{"fraction above 1", streamalloc.Config{Use: use, MemoryFraction: 1.5}, []error{streamalloc.ErrConfig}},
 		{"unknown resource", streamalloc.Config{Use: use, Resource: "slab"}, []error{streamalloc.ErrConfig, registry.ErrUnknown}},
@@ -316,5 +321,43 @@ func TestSetupCloseContext(t *testing.T) {
 	}
 	if _, err := h.Resource(0); !errors.Is(err, streamalloc.ErrClosed) {
 		t.Fatalf("Resource after Close: %v", err)
+	}
+}
+
+// TestSetupHistory: the history adaptor sits below Stats and records what
+// the program did; the snapshot reaches the pool's chunks below Retry.
+func TestSetupHistory(t *testing.T) {
+	dev := simDevices(t, sim.Config{})[0]
+	h, err := streamalloc.Setup(streamalloc.Config{Use: []gpu.Device{dev}, Stats: true, History: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	top, _ := h.Resource(0)
+	if got := chainNames(top); got != "stats > history > retry > pool > async" {
+		t.Errorf("stack %s", got)
+	}
+	s := newStream(t, dev)
+	b, err := buf.New(nil, 5000, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var out strings.Builder
+	if err := h.WriteSnapshot(0, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "\x80\x02") || !strings.Contains(out.String(), "active_allocated") {
+		t.Errorf("snapshot does not look like a pickle with a live block: %q", out.String()[:min(64, out.Len())])
+	}
+	if !strings.Contains(h.Summary(), "history\n  1 event recorded, 1 kept (ring of 100)\n") {
+		t.Errorf("summary:\n%s", h.Summary())
+	}
+	path := t.TempDir() + "/snap.pickle"
+	if err := h.DumpSnapshot(0, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.DumpSnapshot(0, t.TempDir()+"/no/such/dir/snap.pickle"); err == nil {
+		t.Error("DumpSnapshot into a missing directory succeeded")
 	}
 }

@@ -69,7 +69,9 @@
 // allocations a garbage collector freed for their owners), logging.go
 // (Logging, RMM CSV), limit.go (Limit and Budget), retry.go (Retry;
 // oom_report.go, what its out-of-memory observer gets), aligned.go
-// (Aligned). Packages below: mrtest, the conformance suite every resource
+// (Aligned), history.go (History: a bounded ring of allocation events with
+// their stacks; history_snapshot.go writes it as PyTorch's memory
+// snapshot, with internal/pickle, a writer of a dozen pickle opcodes). Packages below: mrtest, the conformance suite every resource
 // and adaptor passes; mrprom, Prometheus collectors; registry, resources by
 // name for the command and the benchmarks.
 //

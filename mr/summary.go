@@ -71,6 +71,8 @@ type LevelStats struct {
 	Budget *BudgetStats
 	// Tracked: what a Tracking adaptor holds.
 	Tracked *TrackedStats
+	// History: what a History adaptor recorded.
+	History *HistoryStats
 }
 
 // StreamStats is a Stats adaptor's counters of one stream.
@@ -155,6 +157,8 @@ func resourceName(r Resource) string {
 		return "retry"
 	case *Aligned:
 		return "aligned"
+	case *History:
+		return "history"
 	}
 	return fmt.Sprintf("%T", r)
 }
@@ -211,6 +215,9 @@ func levelOf(r Resource) LevelStats {
 		l.Budget = &BudgetStats{Limit: b.Limit(), Used: b.Used(), Peak: b.Peak(), Charged: r.Used()}
 	case *Tracking:
 		l.Tracked = r.tracked()
+	case *History:
+		h := r.Stats()
+		l.History = &h
 	}
 	return l
 }
@@ -391,6 +398,9 @@ func (l LevelStats) write(w *bufio.Writer) {
 	if b := l.Budget; b != nil {
 		fmt.Fprintf(w, "  budget %s: %s charged (peak %s), %s of it through this adaptor\n",
 			FormatBytes(b.Limit), FormatBytes(b.Used), FormatBytes(b.Peak), FormatBytes(b.Charged))
+	}
+	if h := l.History; h != nil {
+		fmt.Fprintf(w, "  %s recorded, %d kept (ring of %d)\n", plural(h.Recorded, "event", "events"), h.Kept, h.Capacity)
 	}
 	if t := l.Tracked; t != nil {
 		fmt.Fprintf(w, "  %s live (%s) from %s\n", plural(uint64(t.Live), "allocation", "allocations"),

@@ -73,6 +73,10 @@ type stackShard struct {
 	m  map[uint64]*stackRecord
 }
 
+// stackTable interns call stacks: one record per distinct stack, found by
+// its hash in one of stackShards shards (Tracking's and History's).
+type stackTable [stackShards]stackShard
+
 // trackRecord is what Tracking keeps per live allocation.
 type trackRecord struct {
 	stack  *stackRecord
@@ -88,7 +92,7 @@ type Tracking struct {
 	depth  int
 	skip   int
 	live   ptrTable[gpu.DevicePtr, trackRecord]
-	stacks [stackShards]stackShard
+	stacks stackTable
 	seq    atomic.Uint64
 	leaks  trackingLeaks // tracking_leaks.go
 }
@@ -114,9 +118,13 @@ func hashPCs(pcs []uintptr) uint64 {
 
 // intern returns the record of pcs, creating it (with its own copy of the
 // PCs) the first time.
-func (t *Tracking) intern(pcs []uintptr) *stackRecord {
+func (t *Tracking) intern(pcs []uintptr) *stackRecord { return t.stacks.intern(pcs) }
+
+// intern returns the record of pcs, creating it (with its own copy of the
+// PCs) the first time.
+func (t *stackTable) intern(pcs []uintptr) *stackRecord {
 	h := hashPCs(pcs)
-	sh := &t.stacks[h%stackShards]
+	sh := &t[h%stackShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for r := sh.m[h]; r != nil; r = r.next {
