@@ -323,6 +323,18 @@ func (h *Handle) Resource(ordinal int) (mr.Resource, error) {
 	return ds.top, nil
 }
 
+// Resources returns the top of each device's stack, in the order of
+// Devices (for mrpprof.Register, mrprom.ForChain and the like).
+func (h *Handle) Resources() []mr.Resource {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]mr.Resource, len(h.devices))
+	for i, ds := range h.devices {
+		out[i] = ds.top
+	}
+	return out
+}
+
 // Stats reads every statistic of device ordinal's stack (mr.StatsOf).
 func (h *Handle) Stats(ordinal int) (mr.ChainStats, error) {
 	ds, err := h.stack(ordinal)

@@ -81,6 +81,9 @@ func TestSetup(t *testing.T) {
 	if err := h.WriteSnapshot(0, io.Discard); !errors.Is(err, streamalloc.ErrNoHistory) {
 		t.Errorf("WriteSnapshot without history: %v", err)
 	}
+	if got := h.Resources(); len(got) != 2 || got[0] != mr.Current(devs[0]) || got[1] != mr.Current(devs[1]) {
+		t.Errorf("Resources() = %v", got)
+	}
 	if got := h.Devices(); len(got) != 2 || got[0] != devs[0] || got[1] != devs[1] {
 		t.Errorf("Devices() = %v", got)
 	}

@@ -65,15 +65,18 @@
 //	pool_stats.go          PoolStats
 //	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
 //
-// Adaptors: stats.go (Stats), tracking.go (Tracking; tracking_leaks.go, the
+// Adaptors: stats.go (Stats), tracking.go (Tracking; proflabel.go, the
+// allocating goroutine's pprof labels; tracking_leaks.go, the
 // allocations a garbage collector freed for their owners), logging.go
 // (Logging, RMM CSV), limit.go (Limit and Budget), retry.go (Retry;
 // oom_report.go, what its out-of-memory observer gets), aligned.go
 // (Aligned), history.go (History: a bounded ring of allocation events with
 // their stacks; history_snapshot.go writes it as PyTorch's memory
 // snapshot, with internal/pickle, a writer of a dozen pickle opcodes). Packages below: mrtest, the conformance suite every resource
-// and adaptor passes; mrprom, Prometheus collectors; registry, resources by
-// name for the command and the benchmarks.
+// and adaptor passes; mrprom, Prometheus collectors (ForChain: a whole
+// stack in one call, labelled with its device); mrpprof, the device-memory
+// profile and the summary over HTTP, next to net/http/pprof; registry,
+// resources by name for the command and the benchmarks.
 //
 // # Why the Pool is not a package of its own
 //

@@ -185,7 +185,7 @@ func (h *History) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	p, err := h.up.Allocate(size, s)
 	if err != nil {
 		if errors.Is(err, ErrOutOfMemory) {
-			e := historyEvent{action: HistoryOOM, size: size, stream: s.ID(), stack: h.stacks.intern(buf[:n])}
+			e := historyEvent{action: HistoryOOM, size: size, stream: s.ID(), stack: h.stacks.intern(buf[:n], nil)}
 			if !gpu.DeviceCapturing(h.dev) {
 				e.deviceFree, _, _ = h.dev.MemGetInfo()
 			}
@@ -193,7 +193,7 @@ func (h *History) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		}
 		return 0, fmt.Errorf("history: %w", err)
 	}
-	st := h.stacks.intern(buf[:n])
+	st := h.stacks.intern(buf[:n], nil)
 	h.live.insert(p, size, historyLive{stack: st, stream: s.ID()}, func() {
 		h.record(historyEvent{action: HistoryAlloc, addr: p, size: size, stream: s.ID(), stack: st})
 	})

@@ -75,7 +75,7 @@ func (h *History) Snapshot() MemorySnapshot {
 		return nil
 	}
 	var pool *Pool
-	for _, r := range summaryChain(h.up) {
+	for _, r := range Walk(h.up) {
 		if p, ok := r.(*Pool); ok {
 			pool = p
 			break

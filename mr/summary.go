@@ -103,7 +103,7 @@ type TrackedStats struct {
 
 // summaryUpstream is implemented by the suballocators of this package,
 // which carve their memory from an upstream without being Wrappers (Chain
-// and Reclaim stop at them; the summary goes on to show what they hold).
+// and Reclaim stop at them; Walk goes on to show what they hold).
 type summaryUpstream interface{ summaryUpstream() Resource }
 
 func (p *Pool) summaryUpstream() Resource      { return p.upstream }
@@ -111,8 +111,13 @@ func (r *Arena) summaryUpstream() Resource     { return r.up }
 func (r *FixedSize) summaryUpstream() Resource { return r.up }
 func (r *Binning) summaryUpstream() Resource   { return r.up }
 
-// summaryChain is Chain, continued through the suballocators.
-func summaryChain(r Resource) []Resource {
+// Walk returns r and every resource below it, nearest first, as Chain
+// does, but goes on through the suballocators of this package (Pool,
+// Arena, FixedSize, Binning) to the upstream they carve their memory from:
+// the whole stack down to the device, as StatsOf and the summary read it.
+// Chain and Reclaim stop at the suballocators. Walk stops after 64
+// resources, so a stack that loops cannot hang it.
+func Walk(r Resource) []Resource {
 	var out []Resource
 	for r != nil && len(out) < maxChain {
 		out = append(out, r)
@@ -179,7 +184,7 @@ func StatsOf(r Resource) ChainStats {
 			}
 		}
 	}
-	for _, res := range summaryChain(r) {
+	for _, res := range Walk(r) {
 		cs.Levels = append(cs.Levels, levelOf(res))
 	}
 	return cs

@@ -36,7 +36,8 @@ func (t *Tracking) Lookup(p gpu.DevicePtr) (Allocation, bool) {
 	if !ok {
 		return Allocation{}, false
 	}
-	return Allocation{Ptr: p, Size: r.size, Stream: r.v.stream, Seq: r.v.seq, Stack: r.v.stack.pcs}, true
+	return Allocation{Ptr: p, Size: r.size, Stream: r.v.stream, Seq: r.v.seq, Stack: r.v.stack.pcs,
+		Labels: r.v.stack.labels.Map()}, true
 }
 
 // MarkLeaked records that the live allocation at p was dropped by its
