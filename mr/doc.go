@@ -72,9 +72,11 @@
 // oom_report.go, what its out-of-memory observer gets), aligned.go
 // (Aligned), history.go (History: a bounded ring of allocation events with
 // their stacks; history_snapshot.go writes it as PyTorch's memory
-// snapshot, with internal/pickle, a writer of a dozen pickle opcodes). Packages below: mrtest, the conformance suite every resource
-// and adaptor passes; mrprom, Prometheus collectors (ForChain: a whole
-// stack in one call, labelled with its device); mrpprof, the device-memory
+// snapshot, with internal/pickle, a writer of a dozen pickle opcodes).
+//
+// Packages below: mrtest, the conformance suite every resource and
+// adaptor passes; mrprom, Prometheus collectors (ForChain: a whole stack
+// in one call, labelled with its device); mrpprof, the device-memory
 // profile and the summary over HTTP, next to net/http/pprof; registry,
 // resources by name for the command and the benchmarks.
 //
