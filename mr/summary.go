@@ -301,7 +301,7 @@ func (c ChainStats) String() string {
 // Table columns: a label of labelWidth, then value columns of colWidth.
 const (
 	labelWidth = 22
-	colWidth   = 12
+	colWidth   = 13
 )
 
 // WriteSummary writes the summary of c (see the function WriteSummary).
@@ -359,11 +359,15 @@ func (l LevelStats) write(w *bufio.Writer) {
 		row(w, "live allocations", count(s.Allocations.Current), count(s.Allocations.Peak), count(s.Allocations.Total))
 		fmt.Fprintf(w, "  refused: %s, %s\n", plural(s.Failures, "allocation", "allocations"),
 			plural(s.OutOfMemory, "out of memory", "out of memory"))
+		if len(l.Streams) > 0 {
+			row(w, "per stream", "live bytes", "peak", "total", "allocations", "peak", "total")
+		}
 		for _, ss := range l.Streams {
-			row(w, fmt.Sprintf("stream %d bytes", ss.Stream),
-				FormatBytes(ss.Bytes.Current), FormatBytes(ss.Bytes.Peak), FormatBytes(ss.Bytes.Total))
-			row(w, fmt.Sprintf("stream %d allocations", ss.Stream),
+			row(w, fmt.Sprintf("stream %d", ss.Stream),
+				FormatBytes(ss.Bytes.Current), FormatBytes(ss.Bytes.Peak), FormatBytes(ss.Bytes.Total),
 				count(ss.Allocations.Current), count(ss.Allocations.Peak), count(ss.Allocations.Total))
+		}
+		for _, ss := range l.Streams {
 			if ss.Failures != 0 {
 				fmt.Fprintf(w, "  stream %d refused: %s, %s\n", ss.Stream,
 					plural(ss.Failures, "allocation", "allocations"),

@@ -41,15 +41,15 @@ func ExampleWriteSummary() {
 	// chain: stats > async
 	//
 	// stats
-	//                              current        peak       total
-	//   live bytes                 1.0 MiB     4.0 MiB     4.0 MiB
-	//   live allocations                 1           2           2
+	//                               current         peak        total
+	//   live bytes                  1.0 MiB      4.0 MiB      4.0 MiB
+	//   live allocations                  1            2            2
 	//   refused: 0 allocations, 0 out of memory
 	//
 	// async
-	//                              current        peak
-	//   reserved                  32.0 MiB    32.0 MiB
-	//   used                       1.0 MiB     4.0 MiB
+	//                               current         peak
+	//   reserved                   32.0 MiB     32.0 MiB
+	//   used                        1.0 MiB      4.0 MiB
 	//   live 1.0 MiB in 1 allocation; pending frees 0 B in 0 frees
 	//
 	// stats > async: reserved 32.0 MiB (peak 32.0 MiB), used 1.0 MiB (peak 4.0 MiB)
