@@ -148,16 +148,3 @@ func TestLimitConcurrent(t *testing.T) {
 		t.Fatalf("used %d, peak %d", b.Used(), b.Peak())
 	}
 }
-
-func ExampleNewLimit() {
-	budget := mr.NewBudget(1 << 20) // 1 MiB for all the resources that share it
-	up := newRecording()
-	l := mr.NewLimit(up, budget)
-	s := up.stream()
-	p, _ := l.Allocate(768<<10, s)
-	_, err := l.Allocate(512<<10, s)
-	fmt.Println(errors.Is(err, mr.ErrOutOfMemory), budget.Used())
-	l.Deallocate(p, 768<<10, s)
-	// Output:
-	// true 786432
-}
