@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -404,5 +405,57 @@ func TestCaptureHooksInvalidated(t *testing.T) {
 	ok(t, c.Release(s))
 	if got := strings.Join(log, ", "); got != "h ended graph=false, h released" {
 		t.Errorf("hooks were told %q", got)
+	}
+}
+
+// A graph captured, launched and dropped with every handle to it, the
+// Capture's included, is not released behind the program's back (its
+// memory would be silently kept, or freed under a graph still running):
+// Tracking's leak report names the capture, the memory its private pool
+// holds and where it began, after the garbage collector ran. (The capture
+// cannot be released afterwards: the test leaks it on a device of its
+// own.)
+func TestCaptureDroppedLeakReport(t *testing.T) {
+	dev := simCaptureDevice(t)
+	s := newTestStream(t, dev)
+	pool, err := mr.NewPool(mr.NewDirect(dev), mr.PoolOptions{})
+	ok(t, err)
+	tr := mr.NewTracking(pool, mr.TrackingOptions{})
+	id := func() uint64 {
+		c, err := mr.BeginCapture(s, gpu.CaptureRelaxed, mr.CaptureOptions{})
+		ok(t, err)
+		p, err := tr.Allocate(3<<20, s)
+		ok(t, err)
+		ok(t, tr.Deallocate(p, 3<<20, s))
+		g, err := c.End()
+		ok(t, err)
+		x, err := g.Instantiate(0)
+		ok(t, err)
+		ok(t, x.Launch(s))
+		ok(t, s.Synchronize())
+		return c.ID()
+	}()
+	runtime.GC()
+	runtime.GC()
+	var found *mr.UnreleasedCapture
+	for _, u := range mr.Unreleased() {
+		if u.ID == id {
+			found = &u
+		}
+	}
+	if found == nil || !found.Ended || found.Bytes != 4<<20 {
+		t.Fatalf("dropped capture in Unreleased: %+v, want it ended, holding 4 MiB", found)
+	}
+	var buf bytes.Buffer
+	ok(t, tr.WriteLeakReport(&buf))
+	report := buf.String()
+	for _, want := range []string{
+		"1 captures not released",
+		fmt.Sprintf("capture %d, ended, holding %d bytes of graph pool", id, 4<<20),
+		"TestCaptureDroppedLeakReport",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("leak report lacks %q:\n%s", want, report)
+		}
 	}
 }
