@@ -42,6 +42,10 @@
 //	pending.go      PendingFrees: live plus incomplete frees, reaped per stream (Async's)
 //	chain.go        Wrapper, Chain and Reclaim: walking a stack of adaptors and resources
 //	current.go      Current and SetCurrent: the per-device default resource
+//	capture.go      CUDA graph capture: BeginCapture, Capture, the rules every resource follows
+//	graphpool.go    GraphPool: the private memory suballocators serve to captures
+//	capture_clients.go, async_capture.go  each resource's side of the capture rules
+//	capture_hooks.go  CaptureOf, CaptureHook: code above mr in a capture's end, launches, release
 //
 // Resources:
 //
