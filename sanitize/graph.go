@@ -653,7 +653,7 @@ func (z *Sanitizer) commit(x *execModel, ls *streamState, base clock) {
 			}
 		case nodeAlloc:
 			z.place(n.site.ptr, n.site.size)
-			r := &region{base: n.site.ptr, size: n.site.size, live: true, allocStream: l, alloc: this}
+			r := &region{base: n.site.ptr, size: n.site.size, live: true, graph: true, allocStream: l, alloc: this}
 			z.idx.insert(r)
 			mem[n] = r
 			g.outputs[n] = r

@@ -275,6 +275,27 @@ func TestGraphMemory(t *testing.T) {
 	must(t, s1.Synchronize())
 	must(t, h.z.Use(out.Ptr(), 4*words, s3, buf.Read)) // the host saw the launch complete
 	must(t, s3.Synchronize())                          // and Release (on s1) comes after the read
+	// A graph's output freed by the program: the resource does not order
+	// that free after the launch, the program must.
+	var raw gpu.DevicePtr
+	c2, x2 := captureGraph(t, s1, func() {
+		var err error
+		raw, err = res.Allocate(4096, s1)
+		must(t, err)
+		must(t, h.z.Use(raw, 4096, s1, buf.Write))
+	})
+	must(t, x2.Launch(s1))
+	wantKind(t, res.Deallocate(raw, 4096, s2), sanitize.FreeBeforeUse)
+	e, err := h.dev.NewEvent(false)
+	must(t, err)
+	defer e.Destroy()
+	must(t, e.Record(s1))
+	must(t, s2.WaitEvent(e))
+	must(t, res.Deallocate(raw, 4096, s2))
+	must(t, s2.Synchronize())
+	releaseGraph(t, c2, x2, s1)
+	reported = h.z.Count()
+
 	releaseGraph(t, c, x, s1)
 	if err := out.Close(); !errors.Is(err, buf.ErrClosed) {
 		t.Errorf("Close of the output of a released capture: %v, want ErrClosed", err)

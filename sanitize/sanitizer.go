@@ -171,6 +171,10 @@ type region struct {
 	size int
 	live bool
 	dead bool // no longer in the index (evicted, trimmed or reused)
+	// graph: allocated by a graph launch (graph.go); a free of it is not
+	// ordered after the graph by the resource, so checkFree does not
+	// assume it.
+	graph bool
 
 	allocStream *streamState
 	alloc, free site
@@ -449,7 +453,7 @@ func (z *Sanitizer) checkFree(p gpu.DevicePtr, n int, s gpu.Stream, this *site) 
 		return nil, nil
 	}
 	c := ss.clock
-	cross := !z.opts.StrictCrossStreamFree && r.allocStream != ss
+	cross := !z.opts.StrictCrossStreamFree && r.allocStream != ss && !r.graph
 	if cross {
 		c = c.clone()
 		c.join(r.allocStream.clock)
