@@ -337,6 +337,18 @@ func rawThreadExchangeCaptureMode(mode CaptureMode) (Result, CaptureMode) {
 	return Result(r.r), CaptureMode(r.v)
 }
 
+// Foreign-handle wing.
+
+func rawStreamGetCtx(c Context, s Stream) (Result, uint64) {
+	r := C.sa_stream_get_ctx(C.uintptr_t(c), C.uintptr_t(s))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawCtxGetDevice(c Context) (Result, uint64) {
+	r := C.sa_ctx_get_device(C.uintptr_t(c))
+	return Result(r.r), uint64(r.v)
+}
+
 // cstring returns the text of a NUL-terminated byte buffer.
 func cstring(b []byte) string {
 	for i, c := range b {

@@ -112,3 +112,7 @@ func rawDeviceSetGraphMemAttribute(Context, Device, GraphMemAttribute, uint64) R
 	return ErrNotInitialized
 }
 func rawThreadExchangeCaptureMode(CaptureMode) (Result, CaptureMode) { return ErrNotInitialized, 0 }
+
+// Foreign-handle wing.
+func rawStreamGetCtx(Context, Stream) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawCtxGetDevice(Context) (Result, uint64)         { return ErrNotInitialized, 0 }

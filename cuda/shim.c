@@ -103,6 +103,9 @@ static CUresult (*p_cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
                                     unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void **, void **);
+// Foreign-handle wing: which context a stream or context belongs to.
+static CUresult (*p_cuStreamGetCtx)(CUstream, CUcontext *);
+static CUresult (*p_cuCtxGetDevice)(CUdevice *);
 
 // The capture wing: stream capture, graphs, graph memory.
 typedef void *CUgraph;
@@ -204,6 +207,9 @@ static const sa_entry entries[] = {
 	E(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", NULL, 0),
 	E(cuDeviceSetGraphMemAttribute, "cuDeviceSetGraphMemAttribute", NULL, 0),
 	E(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", NULL, 0),
+	// Foreign-handle wing.
+	E(cuStreamGetCtx, "cuStreamGetCtx", NULL, 0),
+	E(cuCtxGetDevice, "cuCtxGetDevice", NULL, 0),
 };
 #undef E
 
@@ -845,5 +851,39 @@ sa_ret sa_thread_exchange_capture_mode(int mode) {
 	int m = mode;
 	sa_ret out = {p_cuThreadExchangeStreamCaptureMode(&m), 0};
 	out.v = (uint64_t)m;
+	return out;
+}
+
+// --- Foreign-handle wing: contexts of streams and contexts ---------------
+
+sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s) {
+	NEEDR(sa_ret, cuStreamGetCtx);
+	// Bound first, so that the null and per-thread streams name this
+	// context's.
+	BINDR(sa_ret, ctx);
+	CUcontext c = NULL;
+	sa_ret out = {p_cuStreamGetCtx((CUstream)s, &c), 0};
+	out.v = (uint64_t)(uintptr_t)c;
+	return out;
+}
+
+sa_ret sa_ctx_get_device(uintptr_t ctx) {
+	NEEDR(sa_ret, cuCtxGetDevice);
+	NEEDR(sa_ret, cuCtxSetCurrent);
+	NEEDR(sa_ret, cuCtxGetCurrent);
+	// cuCtxGetDevice answers for the current context: make ctx current
+	// for the question and put back what was current, so that the
+	// thread's state (another library's context) is as before the call.
+	CUcontext prev = NULL;
+	p_cuCtxGetCurrent(&prev);
+	CUresult r = p_cuCtxSetCurrent((CUcontext)ctx);
+	if (r != 0) {
+		sa_ret bad = {r, 0};
+		return bad;
+	}
+	CUdevice d = 0;
+	sa_ret out = {p_cuCtxGetDevice(&d), 0};
+	out.v = (uint64_t)d;
+	p_cuCtxSetCurrent(prev);
 	return out;
 }

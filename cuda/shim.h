@@ -161,5 +161,10 @@ int sa_device_set_graph_mem_attribute(uintptr_t ctx, int dev, int attr, uint64_t
 // sa_thread_exchange_capture_mode sets the calling thread's capture
 // interaction mode and returns the previous one in v.
 sa_ret sa_thread_exchange_capture_mode(int mode);
+// Foreign-handle wing. sa_stream_get_ctx is cuStreamGetCtx with ctx bound
+// (so 0 and CU_STREAM_PER_THREAD name ctx's streams); sa_ctx_get_device is
+// cuCtxGetDevice of ctx, leaving the thread's current context as it was.
+sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s);
+sa_ret sa_ctx_get_device(uintptr_t ctx);
 
 #endif

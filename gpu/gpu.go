@@ -138,6 +138,9 @@ type Device interface {
 	// Launch enqueues f on s. Arguments are DevicePtr, int32, uint32, int64,
 	// uint64, float32 or float64, in the order of the kernel's parameters.
 	Launch(f Function, grid, block Dim3, sharedMem int, s Stream, args ...any) error
+
+	// Adopter wraps streams, events and pools made elsewhere (foreign.go).
+	Adopter
 }
 
 // Stream is a queue of work on a device.

@@ -17,6 +17,7 @@
 package sanitize
 
 import (
+	"sync"
 	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -27,6 +28,9 @@ import (
 type Device struct {
 	gpu.Device
 	z *Sanitizer
+	// views maps real streams and events to their instrumented wrappers,
+	// so that adopting a handle twice gives one wrapper (foreign.go).
+	views sync.Map
 }
 
 // Device returns the instrumented view of dev (the same one for every call
@@ -89,7 +93,7 @@ func (d *Device) NewStream() (gpu.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stream{Stream: s, d: d}, nil
+	return d.streamView(s), nil
 }
 
 // NewEvent creates an instrumented event.
@@ -98,7 +102,7 @@ func (d *Device) NewEvent(timing bool) (gpu.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &event{Event: e, d: d}, nil
+	return d.eventView(e), nil
 }
 
 // Synchronize synchronizes the device and tells the sanitizer.
@@ -221,5 +225,6 @@ func (e *event) ElapsedSince(start gpu.Event) (time.Duration, error) {
 func (e *event) Destroy() error {
 	err := e.Event.Destroy()
 	e.d.z.forget(e.Event)
+	e.d.views.CompareAndDelete(e.Event, e)
 	return err
 }

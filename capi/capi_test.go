@@ -1,0 +1,114 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// buildLibrary builds libstreamalloc.so into a temporary folder with the
+// go command that runs the test, and returns the folder (with
+// streamalloc.h copied in). A build failure fails the test.
+func buildLibrary(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc: cgo cannot build the C ABI here")
+	}
+	dir := t.TempDir()
+	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gocmd, "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libstreamalloc.so"), ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+	}
+	h, err := os.ReadFile("streamalloc.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "streamalloc.h"), h, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// compile builds a C program of testdata against the library in dir.
+func compile(t *testing.T, dir, src string) string {
+	t.Helper()
+	exe := filepath.Join(dir, strings.TrimSuffix(src, ".c"))
+	cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", exe, filepath.Join("testdata", src),
+		"-I", dir, "-L", dir, "-lstreamalloc", "-lpthread", "-Wl,-rpath,"+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", src, err, out)
+	}
+	return exe
+}
+
+// TestCProgram runs testdata/capi_test.c, a host program linked against
+// libstreamalloc.so, on the simulated GPU: raw stream handles, the stats
+// struct, bad frees, out of memory, CuPy's interface, threads.
+func TestCProgram(t *testing.T) {
+	dir := buildLibrary(t)
+	exe := compile(t, dir, "capi_test.c")
+	compile(t, dir, "capi_bench.c") // the benchmark builds too
+	cmd := exec.Command(exe)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") })
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "capi test ok") {
+		t.Fatalf("capi_test: %v\n%s", err, out)
+	}
+	t.Run("PythonShim", func(t *testing.T) {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Skip("no python3")
+		}
+		cmd := exec.Command(py, filepath.Join("..", "python", "test_streamalloc_torch.py"))
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+			"STREAMALLOC_LIB="+filepath.Join(dir, "libstreamalloc.so"))
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "shim test ok") {
+			t.Fatalf("python shim: %v\n%s", err, out)
+		}
+	})
+	t.Run("HeaderMatchesExports", func(t *testing.T) {
+		gen, err := os.ReadFile(filepath.Join(dir, "libstreamalloc.h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := os.ReadFile("streamalloc.h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := prototypes(string(gen)), prototypes(string(pub))
+		if len(want) == 0 || !slices.Equal(got, want) {
+			t.Fatalf("streamalloc.h declares\n\t%s\nthe exports are\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+	})
+}
+
+var protoRE = regexp.MustCompile(`(?m)^(?:extern )?([a-z_0-9 ]+\*?) ?(sa_[a-z_]+)\(([^)]*)\);`)
+
+// prototypes lists the sa_ functions a header declares, normalized
+// (sorted; no const, extern, or parameter names), so that the hand-written
+// header and the one cgo generates can be compared.
+func prototypes(h string) []string {
+	var ps []string
+	for _, m := range protoRE.FindAllStringSubmatch(h, -1) {
+		var params []string
+		for _, p := range strings.Split(m[3], ",") {
+			p = strings.TrimSpace(strings.ReplaceAll(p, "const ", ""))
+			p = strings.ReplaceAll(p, " *", "* ")
+			if i := strings.LastIndexAny(p, " *"); i >= 0 && p != "void" {
+				p = strings.TrimSpace(p[:i+1])
+			}
+			params = append(params, p)
+		}
+		ret := strings.ReplaceAll(strings.TrimSpace(m[1]), " *", "*")
+		ps = append(ps, ret+" "+m[2]+"("+strings.Join(params, ", ")+")")
+	}
+	slices.Sort(ps)
+	return ps
+}
