@@ -46,6 +46,10 @@
 //	summary.go      StatsOf and Summary: every statistic of a chain, and the text a person reads
 //	strings.go      String methods: %v of the statistics and of every resource, one line
 //	units.go        FormatBytes: sizes in IEC units, as the summary and the errors print them
+//	capture.go      CUDA graph capture: BeginCapture, Capture, the rules every resource follows
+//	graphpool.go    GraphPool: the private memory suballocators serve to captures
+//	capture_clients.go, async_capture.go  each resource's side of the capture rules
+//	capture_hooks.go  CaptureOf, CaptureHook: code above mr in a capture's end, launches, release
 //
 // Resources:
 //
