@@ -101,8 +101,10 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 	}
 	u := p.Usage()
 	e := &OutOfMemoryError{Resource: "pool", Requested: size, Stream: st.id,
-		Reserved: u.Reserved, Used: u.Used, Limit: uint64(p.opts.MaxSize)}
+		Reserved: u.Reserved, Used: u.Used, Limit: uint64(p.opts.MaxSize),
+		LargestFree: p.largestFreeLocked(), Reason: "MaxSize reached"}
 	if upstreamErr != nil {
+		e.Reason = "the upstream refused to grow the pool"
 		errs = append(errs, upstreamErr)
 	}
 	e.Err = errors.Join(errs...)

@@ -56,7 +56,11 @@ func (sr *Reader) build(root any, o *trace.Options) error {
 	if err != nil {
 		return err
 	}
-	pre = append(pre, liveBlocks(top["segments"], selected, seen)...)
+	live, liveFrames := liveBlocks(top["segments"], selected, seen)
+	for k, f := range liveFrames {
+		sr.stacks.note(true, len(pre)+k, f)
+	}
+	pre = append(pre, live...)
 	if len(pre) > 0 {
 		var t0 time.Duration
 		if len(sr.events) > 0 {
@@ -68,6 +72,7 @@ func (sr *Reader) build(root any, o *trace.Options) error {
 		sr.Preexisting = len(pre)
 		sr.events = append(pre, sr.events...)
 	}
+	sr.stacks.finish(len(pre), len(sr.events))
 	return nil
 }
 
@@ -162,6 +167,9 @@ func (sr *Reader) mapEntries(entries []entry) (pre []trace.Event, seen map[uint6
 			seen[ev.Ptr] = true
 		}
 		sr.events = append(sr.events, ev)
+		if op == trace.Alloc {
+			sr.stacks.note(false, len(sr.events)-1, e.fields["frames"])
+		}
 	}
 	return pre, seen, nil
 }
@@ -202,10 +210,10 @@ func (sr *Reader) event(e entry, op trace.Op) (trace.Event, error) {
 // selected devices hold as active (allocated, or freed but not yet
 // completed) at addresses not in seen, which were live through the whole
 // recorded window, and adds their addresses to seen. Their size is the
-// requested size where the snapshot has it.
-func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) []trace.Event {
+// requested size where the snapshot has it. frames[i] is the "frames"
+// value of the block of pre[i].
+func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pre []trace.Event, frames []any) {
 	segs, _ := segments.([]any)
-	var pre []trace.Event
 	for _, sv := range segs {
 		seg, ok := sv.(map[any]any)
 		if !ok {
@@ -223,9 +231,10 @@ func liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) []t
 			}
 			seen[addr] = true
 			pre = append(pre, trace.Event{Op: trace.Alloc, Ptr: addr, Size: size, Stream: stream})
+			frames = append(frames, bv.(map[any]any)["frames"])
 		}
 	}
-	return pre
+	return pre, frames
 }
 
 // activeBlock returns the address and size of a segment's block if it is

@@ -46,8 +46,9 @@
 // STOP opcode), so the file is decoded whole with github.com/kisielk/og-rek,
 // which never executes code from the pickle (classes decode as inert
 // values) and bounds what a lying length field can make it allocate. The
-// events are then copied into a slice of Events and the decoded tree,
-// frames included, is dropped before the first Next.
+// events are then copied into a slice of Events, the allocations' frames
+// into a table of distinct stacks (frames.go), and the decoded tree is
+// dropped before the first Next.
 
 package torchsnap
 
@@ -86,6 +87,7 @@ type Reader struct {
 	// Preexisting counts the synthetic allocations of blocks that were
 	// live before the recorded history began.
 	Preexisting int
+	stacks      snapshotStacks // allocation stacks (frames.go)
 }
 
 // NewReader decodes the pickled snapshot in r. name is used in errors
