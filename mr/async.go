@@ -294,7 +294,7 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		if errors.Is(err, gpu.ErrOutOfMemory) {
 			u := r.Usage()
 			return 0, &OutOfMemoryError{Resource: "async", Requested: size, Stream: s.ID(),
-				Reserved: u.Reserved, Used: u.Used, Err: err}
+				Reserved: u.Reserved, Used: u.Used, Reason: "the driver's pool cannot grow", Err: err}
 		}
 		return 0, fmt.Errorf("async: allocate %d bytes: %w", size, err)
 	}

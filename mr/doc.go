@@ -44,7 +44,15 @@
 //	usage.go        lock-free Usage counters
 //	pending.go      PendingFrees: live plus incomplete frees, reaped per stream (Async's)
 //	chain.go        Wrapper, Chain and Reclaim: walking a stack of adaptors and resources
+//	context.go      the forms with a context.Context of every call that blocks the host
 //	current.go      Current and SetCurrent: the per-device default resource
+//	summary.go      StatsOf and Summary: every statistic of a chain, and the text a person reads
+//	strings.go      String methods: %v of the statistics and of every resource, one line
+//	units.go        FormatBytes: sizes in IEC units, as the summary and the errors print them
+//	capture.go      CUDA graph capture: BeginCapture, Capture, the rules every resource follows
+//	graphpool.go    GraphPool: the private memory suballocators serve to captures
+//	capture_clients.go, async_capture.go  each resource's side of the capture rules
+//	capture_hooks.go  CaptureOf, CaptureHook: code above mr in a capture's end, launches, release
 //
 // Resources:
 //
@@ -62,12 +70,22 @@
 //	pool_chunk.go          chunks and blocks
 //	pool_grow.go           the Pool's slow paths: steal, growth, release, cross-stream frees
 //	pool_stats.go          PoolStats
+//	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
 //
-// Adaptors: stats.go (Stats), tracking.go (Tracking), logging.go (Logging,
-// RMM CSV), limit.go (Limit and Budget), retry.go (Retry), aligned.go
-// (Aligned). Packages below: mrtest, the conformance suite every resource
-// and adaptor passes; mrprom, Prometheus collectors; registry, resources by
-// name for the command and the benchmarks.
+// Adaptors: stats.go (Stats), tracking.go (Tracking; proflabel.go, the
+// allocating goroutine's pprof labels; tracking_leaks.go, the
+// allocations a garbage collector freed for their owners), logging.go
+// (Logging, RMM CSV), limit.go (Limit and Budget), retry.go (Retry;
+// oom_report.go, what its out-of-memory observer gets), aligned.go
+// (Aligned), history.go (History: a bounded ring of allocation events with
+// their stacks; history_snapshot.go writes it as PyTorch's memory
+// snapshot, with internal/pickle, a writer of a dozen pickle opcodes).
+//
+// Packages below: mrtest, the conformance suite every resource and
+// adaptor passes; mrprom, Prometheus collectors (ForChain: a whole stack
+// in one call, labelled with its device); mrpprof, the device-memory
+// profile and the summary over HTTP, next to net/http/pprof; registry,
+// resources by name for the command and the benchmarks.
 //
 // # Why the Pool is not a package of its own
 //

@@ -45,10 +45,15 @@ func TestInfoSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"SIMULATED GPU", "devices: 1", "device 0: Simulated", "(simulated)", "stream-ordered memory pools: true", "80.0 GiB total"} {
+	for _, want := range []string{"SIMULATED GPU", "devices: 1", "device 0: Simulated", "(simulated)", "stream-ordered memory pools: true", "80.0 GiB total",
+		"driver: none", "next: go run ./cmd/streamalloc replay replay/testdata/*.csv.gz"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("info output lacks %q:\n%s", want, out)
 		}
+	}
+	// The simulator's driver version is made up: info does not print it.
+	if strings.Contains(out, "driver version") {
+		t.Errorf("info prints a driver version on the simulator:\n%s", out)
 	}
 }
 
