@@ -13,9 +13,10 @@
 // The rules are the driver's (cuMemAddressReserve, cuMemCreate, cuMemMap,
 // cuMemSetAccess, cuMemUnmap, cuMemRelease):
 //   - every size, offset and address is a multiple of the minimum
-//     granularity (Granularity), else ErrInvalidValue;
+//     granularity (Granularity), else ErrInvalidValue (from Map:
+//     ErrNotSupported, the driver's answer to every range it cannot map);
 //   - Map needs a range inside one reservation where nothing is mapped,
-//     and an allocation at least offset+size long;
+//     and an allocation at least offset+size long, else ErrNotSupported;
 //   - Unmap covers whole mappings, never part of one; it is not stream
 //     ordered: work still queued that touches the range fails with
 //     ErrIllegalAddress (on the card the fault poisons the context), so a

@@ -178,24 +178,28 @@ func (d *Device) dropPhysLocked(a *physAlloc) {
 }
 
 // rangeLocked returns the reservation holding [p, p+size) and the index
-// of its first granule, after the checks every call on a range makes.
-func (d *Device) rangeLocked(call string, p gpu.DevicePtr, size uint64) (*reservation, int, error) {
+// of its first granule, after the checks every call on a range makes; a
+// failed check is an error with code bad.
+func (d *Device) rangeLocked(call string, bad gpu.Code, p gpu.DevicePtr, size uint64) (*reservation, int, error) {
 	if size == 0 || !vmAligned(uint64(p), size) {
-		return nil, 0, driverErrf(call, gpu.ErrInvalidValue, "[%#x, +%d) is not granularity-aligned", uint64(p), size)
+		return nil, 0, driverErrf(call, bad, "[%#x, +%d) is not granularity-aligned", uint64(p), size)
 	}
 	s := d.segs.find(uint64(p))
 	if s == nil || s.vm == nil || uint64(p)+size < uint64(p) || uint64(p)+size > s.base+s.size {
-		return nil, 0, driverErrf(call, gpu.ErrInvalidValue, "[%#x, +%d) is not inside one reservation", uint64(p), size)
+		return nil, 0, driverErrf(call, bad, "[%#x, +%d) is not inside one reservation", uint64(p), size)
 	}
 	return d.vmLocked().resv[s.base], int((uint64(p) - s.base) / vmGranule), nil
 }
 
-// Map maps size bytes of h from offset at p.
+// Map maps size bytes of h from offset at p. A range, offset or size the
+// driver cannot map (unaligned, past the allocation's end, over a mapped
+// granule) is ErrNotSupported, as driver 580 answers cuMemMap; a handle
+// that is not a live allocation is ErrInvalidValue.
 func (d *Device) Map(p gpu.DevicePtr, size uint64, h gpu.Physical, offset uint64) error {
 	const call = "cuMemMap"
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r, first, err := d.rangeLocked(call, p, size)
+	r, first, err := d.rangeLocked(call, gpu.ErrNotSupported, p, size)
 	if err != nil {
 		return err
 	}
@@ -205,12 +209,12 @@ func (d *Device) Map(p gpu.DevicePtr, size uint64, h gpu.Physical, offset uint64
 	case a == nil || a.released:
 		return driverErrf(call, gpu.ErrInvalidValue, "%d is not a live physical allocation", uint64(h))
 	case !vmAligned(offset) || offset > a.size || size > a.size-offset:
-		return driverErrf(call, gpu.ErrInvalidValue, "offset %d and size %d do not fit allocation %d of %d bytes", offset, size, uint64(h), a.size)
+		return driverErrf(call, gpu.ErrNotSupported, "offset %d and size %d do not fit allocation %d of %d bytes", offset, size, uint64(h), a.size)
 	}
 	n := int(size / vmGranule)
 	for i := first; i < first+n; i++ {
 		if r.maps[i].h != nil {
-			return driverErrf(call, gpu.ErrInvalidValue, "%#x is already mapped", r.seg.base+uint64(i)*vmGranule)
+			return driverErrf(call, gpu.ErrNotSupported, "%#x is already mapped", r.seg.base+uint64(i)*vmGranule)
 		}
 	}
 	vm.maps++
@@ -227,7 +231,7 @@ func (d *Device) Unmap(p gpu.DevicePtr, size uint64) error {
 	const call = "cuMemUnmap"
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r, first, err := d.rangeLocked(call, p, size)
+	r, first, err := d.rangeLocked(call, gpu.ErrInvalidValue, p, size)
 	if err != nil {
 		return err
 	}
@@ -256,7 +260,7 @@ func (d *Device) SetAccess(p gpu.DevicePtr, size uint64) error {
 	const call = "cuMemSetAccess"
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r, first, err := d.rangeLocked(call, p, size)
+	r, first, err := d.rangeLocked(call, gpu.ErrInvalidValue, p, size)
 	if err != nil {
 		return err
 	}
