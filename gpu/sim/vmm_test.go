@@ -179,3 +179,47 @@ func TestVirtualMemoryCapacity(t *testing.T) {
 		t.Fatalf("everything unmapped and released: free %d, want %d", f, f0)
 	}
 }
+
+// TestVirtualMemoryUnmapIsNotStreamOrdered: a kernel enqueued before an
+// Unmap but run after it faults, as on the card: the caller must unmap
+// only after the work that uses the pages has completed.
+func TestVirtualMemoryUnmapIsNotStreamOrdered(t *testing.T) {
+	dev := newDevice(t)
+	k, err := kernels.Load(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := dev.Granularity(false)
+	p, err := dev.ReserveAddress(g, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dev.CreatePhysical(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{dev.Map(p, g, h, 0), dev.SetAccess(p, g), dev.ReleasePhysical(h)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	release := dev.Hold(s)
+	if err := k.Fill(s, p, int(g/4), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Unmap(p, g); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := s.Synchronize(); !errors.Is(err, gpu.ErrIllegalAddress) {
+		t.Fatalf("kernel run after the unmap: got %v, want ErrIllegalAddress", err)
+	}
+	if err := dev.FreeAddress(p, g); err != nil {
+		t.Fatal(err)
+	}
+}
