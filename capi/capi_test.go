@@ -61,6 +61,32 @@ func TestCProgram(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "capi test ok") {
 		t.Fatalf("capi_test: %v\n%s", err, out)
 	}
+	t.Run("TorchControl", func(t *testing.T) {
+		// The C control of scripts/torch-bench.py builds as a shared
+		// library, and, linked into a test program in mode sa, forwards
+		// to the library and counts what it served.
+		lib := filepath.Join(dir, "libtorch_control.so")
+		cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o", lib,
+			filepath.Join("testdata", "torch_control.c"), "-ldl")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc torch_control.c: %v\n%s", err, out)
+		}
+		exe := filepath.Join(dir, "torch_control_test")
+		cmd = exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", exe,
+			filepath.Join("testdata", "torch_control_test.c"), filepath.Join("testdata", "torch_control.c"), "-ldl", "-lpthread")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc torch_control_test.c: %v\n%s", err, out)
+		}
+		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"bad", "cuda"}} {
+			cmd := exec.Command(exe, c.arg)
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+				"TORCH_CONTROL="+c.mode, "TORCH_CONTROL_LIB="+filepath.Join(dir, "libstreamalloc.so"),
+				"STREAMALLOC_CONF=pool,backend=sim")
+			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "torch_control test ok") {
+				t.Fatalf("torch_control_test %s: %v\n%s", c.arg, err, out)
+			}
+		}
+	})
 	t.Run("PythonShim", func(t *testing.T) {
 		py, err := exec.LookPath("python3")
 		if err != nil {
@@ -111,4 +137,59 @@ func prototypes(h string) []string {
 	}
 	slices.Sort(ps)
 	return ps
+}
+
+// TestExportsAllocateNothing: the exported pairs, called as C calls them
+// (the Go functions behind the exports, with the conversions and the
+// deferred recovery), allocate no Go memory once the stream and the
+// pool's chunk exist, on the simulator, on the legacy stream and a raw
+// stream of another library (the per-thread stream is pluggable's test). A Go allocation per call would
+// make the garbage collector run inside the host process, where the
+// host's threads that call in would assist it or wait for it.
+func TestExportsAllocateNothing(t *testing.T) {
+	if err := a.Configure("pool,backend=sim"); err != nil {
+		t.Fatal(err)
+	}
+	raw := sa_sim_stream_create(0) // a stream of another library
+	if raw == nil {
+		t.Fatalf("sa_sim_stream_create: %s", a.LastError())
+	}
+	for _, c := range []struct {
+		name string
+		pair func() bool
+	}{
+		{"torch 1 MiB, legacy stream", func() bool {
+			p := sa_torch_alloc(1<<20, 0, nil)
+			sa_torch_free(p, 1<<20, 0, nil)
+			return p != nil
+		}},
+		{"torch 64 MiB, raw stream", func() bool {
+			p := sa_torch_alloc(64<<20, 0, raw)
+			sa_torch_free(p, 64<<20, 0, raw)
+			return p != nil
+		}},
+		{"cupy 1 MiB", func() bool {
+			p := sa_cupy_malloc(nil, 1<<20, 0)
+			sa_cupy_free(nil, p, 0)
+			return p != nil
+		}},
+	} {
+		if !c.pair() {
+			t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
+		}
+		n := testing.AllocsPerRun(1000, func() {
+			if !c.pair() {
+				t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
+			}
+		})
+		if n != 0 {
+			t.Errorf("%s: %v Go allocations per pair, want 0", c.name, n)
+		}
+	}
+	if st, err := a.Stats(0); err != nil || st.BadFrees != 0 || st.Errors != 0 || st.LiveAllocs != 0 {
+		t.Errorf("stats %+v, %v: want no failures and nothing live", st, err)
+	}
+	if rc := sa_sim_stream_destroy(0, raw); rc != 0 {
+		t.Errorf("sa_sim_stream_destroy: %d, %s", rc, a.LastError())
+	}
 }

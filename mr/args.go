@@ -12,10 +12,12 @@
 //     Deallocate of the null pointer with size 0 returns nil, with any
 //     other size it matches ErrSizeMismatch. Either way nothing is touched.
 //
-// What comes after is each resource's own: a limit on the size (the Pool
-// refuses a size it cannot round up to Alignment with ErrInvalidSize, via
-// sizeError; FixedSize refuses more than its block, Limit more than its
-// budget, both as out of memory), then whether the pointer is live.
+// What comes after is each resource's own: a limit on the size, then
+// whether the pointer is live. A size too large for the resource, up to
+// math.MaxInt, is out of memory (an *OutOfMemoryError), never
+// ErrInvalidSize and never an overflow: FixedSize refuses more than its
+// block, Limit more than its budget, Aligned and the Pool what they could
+// not round up in an int, before any arithmetic on it.
 //
 // Messages read "<name>: allocate: nil stream", "<name>: allocate -1
 // bytes", "<name>: deallocate null pointer as 8 bytes". The resource's
@@ -28,7 +30,7 @@
 // outside it, so that they cost it nothing: the Pool checks a stream once,
 // when it first sees it (stream IDs are never reused), and runs
 // checkStream only for a stream it does not know; it calls checkAllocSize
-// only for a size that is not positive (or too large to align), and
+// only for a size that is not positive (or larger than any chunk), and
 // checkFreeArgs only for the null pointer or a negative size. These two are
 // checkAlloc and checkFree without the stream, so the answers and their
 // order are the same as everywhere else.

@@ -26,7 +26,10 @@
 //     resource's state.
 //   - Out of memory is an error matching ErrOutOfMemory (gpu.ErrOutOfMemory),
 //     an *OutOfMemoryError carrying the request and the state of the
-//     resource that refused it.
+//     resource that refused it. A size no resource could hold, up to
+//     math.MaxInt, is out of memory too, never ErrInvalidSize (which is
+//     for negative sizes) and never an overflow in the resource's
+//     rounding: a replay that meets one counts a failure and goes on.
 //
 // # Files
 //
@@ -153,8 +156,8 @@
 //
 //  1. Allocate starts with checkAlloc, Deallocate with checkFree (args.go),
 //     before any state is touched; the resource's own limits (a size over
-//     its block size, over its budget) come after, as OutOfMemoryError or
-//     ErrInvalidSize.
+//     its block size, over its budget) come after, as OutOfMemoryError;
+//     round a size only after checking that the result fits in an int.
 //  2. A resource that takes memory from the driver or an upstream whole
 //     keeps its live pointers in a ptrTable (take with a nil free, free,
 //     restore on failure). One that carves memory itself finds the chunk

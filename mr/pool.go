@@ -22,7 +22,9 @@
 //     (rounded up to 2 MiB) and later reuse a free block only if it is at
 //     most 1/8 (or 2 MiB) larger: a big block carved from a much bigger
 //     one would pin the rest of it for as long as it lives, which is most
-//     of what fragments a caching allocator.
+//     of what fragments a caching allocator. With SplitBig, a big request
+//     that nothing else serves splits a larger free block rather than
+//     grow (pool_grow.go).
 //
 // Invariants:
 //
@@ -89,6 +91,7 @@ package mr
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -108,6 +111,11 @@ const (
 	// pool-wide total (which drives PeakUsed) before it adds its change,
 	// when several streams share the pool.
 	usedQuantum = 1 << 20
+	// poolMaxRequest is the largest request a Pool can serve: a chunk is a
+	// multiple of poolGranularity, and a larger request could not be
+	// rounded up to one in an int. Larger requests are out of memory, as
+	// at every resource (no upstream could hold them).
+	poolMaxRequest = math.MaxInt &^ (poolGranularity - 1)
 )
 
 // PoolOptions configure a Pool. The zero value is a pool that grows by
@@ -130,6 +138,21 @@ type PoolOptions struct {
 	// reserves more than ReleaseThreshold bytes, idle chunks are given
 	// back until it does not, or none is left. Zero: never on a free.
 	ReleaseThreshold int
+	// SplitBig lets a big request (ChunkSize/2 and up) that no free
+	// block within its slack serves, and no steal, take the
+	// best-fitting larger free block of its stream, split, before the
+	// pool grows. For programs whose steps repeat with tensors of
+	// changing sizes (training with varied sequence lengths, or any
+	// step whose sizes do not recur within 1/8): each step is then
+	// served from the memory earlier steps reserved, where without it
+	// the pool gives back idle chunks of the sizes it does not need now
+	// and grows chunks of those it does, every step (see "Growth and
+	// release"). The price is placement: a big block cut from a larger
+	// one pins the rest of that chunk while it lives, so a program
+	// whose big requests keep changing without repeating (a server of
+	// varied lengths) can reserve much more with it (pool_grow.go gives
+	// the figures). False: off.
+	SplitBig bool
 }
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It
@@ -194,6 +217,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	if opts.InitialSize < 0 || opts.MaxSize < 0 || opts.ChunkSize < 0 || opts.ReleaseThreshold < 0 {
 		return nil, fmt.Errorf("pool: negative option in %+v: %w", opts, ErrInvalidSize)
 	}
+	if opts.InitialSize > poolMaxRequest || opts.ChunkSize > poolMaxRequest {
+		return nil, fmt.Errorf("pool: InitialSize %d or ChunkSize %d above %d: %w", opts.InitialSize, opts.ChunkSize, poolMaxRequest, ErrInvalidSize)
+	}
 	if opts.ChunkSize == 0 {
 		opts.ChunkSize = DefaultPoolChunkSize
 	}
@@ -204,6 +230,17 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts, tune: defaultPoolTune}
 	p.tune.bigMin = max(opts.ChunkSize/2, p.tune.smallMax+Alignment)
 	return p, nil
+}
+
+// tooLarge is the error of a request above poolMaxRequest: out of memory,
+// without a growth.
+//
+//go:noinline
+func (p *Pool) tooLarge(size int, s gpu.Stream) error {
+	u := p.Usage()
+	return &OutOfMemoryError{Resource: "pool", Requested: size, Stream: s.ID(),
+		Reserved: u.Reserved, Used: u.Used, Limit: uint64(p.opts.MaxSize),
+		Err: fmt.Errorf("more than %d bytes, the largest chunk a pool can hold", poolMaxRequest)}
 }
 
 // Device is the upstream's device.
@@ -231,13 +268,13 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 			return 0, err
 		}
 	}
-	if size <= 0 || size > maxAlignable {
-		// Zero, negative, or too large to align: checked off the hot
+	if size <= 0 || size > poolMaxRequest {
+		// Zero, negative, or larger than any chunk: checked off the hot
 		// path (args.go).
 		if zero, err := checkAllocSize("pool", size); zero || err != nil {
 			return 0, err
 		}
-		return 0, sizeError("pool", opAllocate, size)
+		return 0, p.tooLarge(size, s)
 	}
 	if p.closed.Load() {
 		return 0, fmt.Errorf("pool: allocate: %w", ErrClosed)

@@ -32,6 +32,9 @@ type PoolStats struct {
 	// the upstream; Chunks is how many the pool holds now.
 	Growths, Releases uint64
 	Chunks            int
+	// BigSplits is how many big requests split a larger free block
+	// instead of growing the pool (PoolOptions.SplitBig).
+	BigSplits uint64
 }
 
 // poolStreamStats are the counters of one stream, guarded by its mutex.
@@ -44,7 +47,7 @@ type poolStreamStats struct {
 
 // poolWideStats are the counters of the slow paths, guarded by Pool.mu.
 type poolWideStats struct {
-	steals, growths, releases uint64
+	steals, growths, releases, bigSplits uint64
 }
 
 // Stats returns the pool's counters. It takes the pool's lock and each
@@ -53,10 +56,11 @@ func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := PoolStats{
-		Steals:   p.wide.steals,
-		Growths:  p.wide.growths,
-		Releases: p.wide.releases,
-		Chunks:   len(p.chunks.all()),
+		Steals:    p.wide.steals,
+		Growths:   p.wide.growths,
+		Releases:  p.wide.releases,
+		BigSplits: p.wide.bigSplits,
+		Chunks:    len(p.chunks.all()),
 	}
 	for _, st := range p.streams.all() {
 		st.mu.Lock()

@@ -267,7 +267,7 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 		}
 		d.counted = mr.NewStats(up, mr.StatsOptions{})
 		p, err := mr.NewPool(d.counted, mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
-			MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold)})
+			MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig})
 		if err != nil {
 			return nil, err
 		}

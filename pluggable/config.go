@@ -9,6 +9,7 @@
 //	pool,release_threshold=2GiB,chunk_size=32MiB
 //	async,pool=current
 //	pool,backend=sim,sim_capacity=256MiB,log=/tmp/alloc.csv,track
+//	pool,split_big=false
 //
 // Invariant: ParseConfig(c.String()) == c for every Config that
 // ParseConfig returned.
@@ -55,15 +56,24 @@ type Config struct {
 	// Track keeps the call stack of every live allocation, for
 	// WriteProfile.
 	Track bool
+	// SplitBig is the pool's mr.PoolOptions.SplitBig: big requests split
+	// larger free blocks rather than grow the pool. On by default for
+	// pool (split_big=false turns it off), always off for async: the
+	// frameworks' training steps repeat with tensors of changing sizes,
+	// where the pool without it gives chunks back and grows new ones
+	// dozens of times a step (BENCHMARKS.md).
+	SplitBig bool
 }
 
 // DefaultConfig is what an empty string means.
-var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", AsyncPool: "default"}
+var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", AsyncPool: "default", SplitBig: true}
 
 // ParseConfig parses a configuration string; "" is DefaultConfig. Every
 // error matches ErrConfig and names the item.
 func ParseConfig(s string) (Config, error) {
 	c := DefaultConfig
+	c.SplitBig = false // set below: the default of the kind, unless given
+	var splitGiven bool
 	items := strings.Split(s, ",")
 	for i, item := range items {
 		item = strings.TrimSpace(item)
@@ -82,9 +92,16 @@ func ParseConfig(s string) (Config, error) {
 		if err := c.set(key, val, hasVal); err != nil {
 			return Config{}, fmt.Errorf("%w: %q: %v", ErrConfig, item, err)
 		}
+		splitGiven = splitGiven || key == "split_big"
+	}
+	if !splitGiven {
+		c.SplitBig = c.Kind == "pool"
 	}
 	if c.Kind == "async" && c.ChunkSize+c.InitialSize+c.MaxSize != 0 {
 		return Config{}, fmt.Errorf("%w: chunk_size, initial_size and max_size are options of pool, not async", ErrConfig)
+	}
+	if c.Kind == "async" && c.SplitBig {
+		return Config{}, fmt.Errorf("%w: split_big is an option of pool, not async", ErrConfig)
 	}
 	if c.Kind == "pool" && c.AsyncPool != "default" {
 		return Config{}, fmt.Errorf("%w: pool= is an option of async (pool takes upstream=)", ErrConfig)
@@ -116,7 +133,19 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		*dst = n
 		return nil
 	}
-	if !hasVal && key != "track" {
+	flag := func(dst *bool) error {
+		if !hasVal {
+			*dst = true
+			return nil
+		}
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return errors.New("want a boolean")
+		}
+		*dst = b
+		return nil
+	}
+	if !hasVal && key != "track" && key != "split_big" {
 		return errors.New("want key=value")
 	}
 	switch key {
@@ -143,16 +172,9 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		c.Log = val
 		return nil
 	case "track":
-		if !hasVal {
-			c.Track = true
-			return nil
-		}
-		b, err := strconv.ParseBool(val)
-		if err != nil {
-			return errors.New("want a boolean")
-		}
-		c.Track = b
-		return nil
+		return flag(&c.Track)
+	case "split_big":
+		return flag(&c.SplitBig)
 	}
 	return errors.New("unknown key")
 }
@@ -211,6 +233,9 @@ func (c Config) String() string {
 	add("log", c.Log, "")
 	if c.Track {
 		parts = append(parts, "track")
+	}
+	if c.Kind == "pool" && !c.SplitBig {
+		parts = append(parts, "split_big=false")
 	}
 	return strings.Join(parts, ",")
 }

@@ -18,13 +18,19 @@ func TestParseConfig(t *testing.T) {
 		{"pool,chunk_size=32M,initial_size=1g,max_size=1T,upstream=async", with(func(c *Config) {
 			c.ChunkSize, c.InitialSize, c.MaxSize, c.Upstream = 32<<20, 1<<30, 1<<40, "async"
 		})},
-		{"async,pool=current,release_threshold=0", with(func(c *Config) { c.Kind, c.AsyncPool = "async", "current" })},
-		{"async,pool=own", with(func(c *Config) { c.Kind, c.AsyncPool = "async", "own" })},
+		{"async,pool=current,release_threshold=0", with(func(c *Config) { c.Kind, c.AsyncPool, c.SplitBig = "async", "current", false })},
+		{"async,pool=own", with(func(c *Config) { c.Kind, c.AsyncPool, c.SplitBig = "async", "own", false })},
 		{"backend=sim,sim_capacity=256MiB", with(func(c *Config) { c.Backend, c.SimCapacity = "sim", 256<<20 })},
 		{"pool,log=/tmp/a=b.csv,track", with(func(c *Config) { c.Log, c.Track = "/tmp/a=b.csv", true })},
 		{"track=false", d},
 		{"release_threshold=12345", with(func(c *Config) { c.ReleaseThreshold = 12345 })},
 		{"release_threshold=3k", with(func(c *Config) { c.ReleaseThreshold = 3 << 10 })},
+		{"pool,split_big", d},
+		{"split_big=true,track", with(func(c *Config) { c.Track = true })},
+		{"pool,split_big=0", with(func(c *Config) { c.SplitBig = false })},
+		{"pool,split_big=false,upstream=async", with(func(c *Config) { c.SplitBig, c.Upstream = false, "async" })},
+		{"async", with(func(c *Config) { c.Kind, c.SplitBig = "async", false })},
+		{"async,split_big=false", with(func(c *Config) { c.Kind, c.SplitBig = "async", false })},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -50,6 +56,8 @@ func TestParseConfigErrors(t *testing.T) {
 		"chunk_size",                     // no value
 		"log=",                           // empty path
 		"track=maybe",                    // not a boolean
+		"split_big=2",                    // not a boolean
+		"async,split_big",                // pool option on async
 		"async,chunk_size=8M",            // pool option on async
 		"pool,pool=own",                  // async option on pool
 		"sim_capacity=1G",                // without backend=sim
@@ -73,7 +81,7 @@ func TestParseSize(t *testing.T) {
 // ErrConfig, and what it accepts prints to a string that parses back to
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track",
+	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0",
 		"backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}

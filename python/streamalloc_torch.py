@@ -9,8 +9,9 @@ The library is libstreamalloc.so (scripts/build-capi.sh builds it into
 build/capi/); it is found through the path argument, the STREAMALLOC_LIB
 environment variable, this file's folder, or the repository's build/capi.
 conf uses the grammar of STREAMALLOC_CONF (package pluggable): "pool" (the
-default: streamalloc's stream-ordered pool over cuMemAlloc) or "async" (the
-driver's pool), and options such as release_threshold=, chunk_size=,
+default: streamalloc's stream-ordered pool over cuMemAlloc, whose big blocks
+may split larger free ones unless split_big=false) or "async" (the driver's
+pool), and options such as release_threshold=, chunk_size=,
 log=PATH (an RMM CSV history) and track (live allocations for a pprof
 profile).
 

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	pickle "github.com/kisielk/og-rek"
-
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/trace"
 )
@@ -365,7 +364,7 @@ func TestTimelineStacks(t *testing.T) {
 		map[any]any{"action": "alloc", "addr": int64(4), "size": int64(8), "stream": int64(0)},
 	}}}
 	var buf bytes.Buffer
-	if err := pickle.NewEncoder(&buf).Encode(snap); err != nil {
+	if err := unpickle.Encode(&buf, snap, 2); err != nil {
 		t.Fatal(err)
 	}
 	tr, _, err := trace.NewReader(&buf, "snap", nil)

@@ -4,6 +4,8 @@
 # on the GPU. Build first with scripts/build-capi.sh.
 #
 # Usage: scripts/capi-bench.sh [dir] [pairs] [threads]  (default build/capi 1000000 4)
+# Environment: CONFS, the configurations run on the GPU, each in turn
+#   (STREAMALLOC_CONF; default "pool").
 set -euo pipefail
 
 dir=${1:-build/capi}
@@ -12,6 +14,8 @@ threads=${3:-4}
 echo "== simulator"
 STREAMALLOC_CONF=pool,backend=sim "$dir/capi_bench" "$pairs" "$threads"
 if [ -e /dev/nvidiactl ] || command -v nvidia-smi >/dev/null 2>&1; then
-	echo "== GPU"
-	STREAMALLOC_CONF=pool "$dir/capi_bench" "$pairs" "$threads"
+	for conf in ${CONFS:-pool}; do
+		echo "== GPU, $conf"
+		STREAMALLOC_CONF=$conf "$dir/capi_bench" "$pairs" "$threads"
+	done
 fi

@@ -15,19 +15,25 @@ nothing is downloaded):
             prompt, 32 new tokens), batch sizes cycling 1 8 32 4 16
   cupy      CuPy arrays of cycling sizes: elementwise, rfft, matmul, reductions
 Allocators: native (PyTorch's caching allocator), expandable (the same with
-expandable_segments:True), streamalloc (libstreamalloc.so through
-CUDAPluggableAllocator or CFunctionAllocator), cupy-pool (CuPy's MemoryPool).
+expandable_segments:True), native-async (PyTorch's own cudaMallocAsync
+backend), streamalloc (libstreamalloc.so through CUDAPluggableAllocator or
+CFunctionAllocator), cupy-pool (CuPy's MemoryPool), and control
+(libtorch_control.so, capi/testdata/torch_control.c: a pluggable allocator in C
+alone over cuMemAllocAsync, which times every call; --conf is its mode: async,
+async+go (one call into Go per call), or sa:CONF (forwarding to streamalloc
+configured with CONF)).
 
 Deterministic settings: fixed seeds, data drawn on the GPU from a seeded
 generator, torch.use_deterministic_algorithms(True, warn_only=True),
 cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8.
 
 usage: torch-bench.py run WORKLOAD ALLOCATOR --out RESULTS.jsonl [--lib PATH]
-                          [--conf CONF] [--warmup N] [--steps N]
+                          [--control-lib PATH] [--conf CONF] [--warmup N] [--steps N]
        torch-bench.py table RESULTS.jsonl
 """
 
 import argparse
+import ctypes
 import hashlib
 import json
 import math
@@ -39,11 +45,51 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def setup_allocator(allocator, lib, conf, cupy=False):
+class _CtlStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "allocs", "frees", "failures", "alloc_ns", "free_ns", "reserved_high", "used_high")] + [("mode", ctypes.c_int)]
+
+
+class Control:
+    """The C control allocator (capi/testdata/torch_control.c)."""
+
+    def __init__(self, path, conf, lib):
+        mode, _, sa_conf = conf.partition(":")
+        os.environ["TORCH_CONTROL"] = mode
+        self.sa = None
+        if mode in ("async+go", "sa"):
+            os.environ["TORCH_CONTROL_LIB"] = lib
+            sys.path.insert(0, os.path.join(HERE, "..", "python"))
+            import streamalloc_torch
+            self.sa = streamalloc_torch
+            if mode == "sa":
+                # Configure the library; the control forwards to it.
+                streamalloc_torch.use_streamalloc(conf=sa_conf or "pool", torch=False, path=lib)
+        self.path = path
+        self.lib = ctypes.CDLL(path)
+        self.lib.ctl_stats.argtypes = [ctypes.POINTER(_CtlStats)]
+        self.lib.ctl_stats.restype = ctypes.c_int
+        self.mode = mode
+
+    def install(self):
+        import torch
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(self.path, "ctl_alloc", "ctl_free")
+        torch.cuda.memory.change_current_allocator(alloc)
+
+    def stats(self):
+        st = _CtlStats()
+        if self.lib.ctl_stats(ctypes.byref(st)) != 0:
+            raise RuntimeError("torch_control: ctl_stats failed (see the messages above)")
+        return {name: getattr(st, name) for name, _ in _CtlStats._fields_}
+
+
+def setup_allocator(allocator, lib, conf, cupy=False, control_lib=None):
     """Chooses the allocator; must run before torch or cupy touch CUDA."""
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if allocator == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    elif allocator == "native-async":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     else:
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if allocator == "streamalloc":
@@ -51,6 +97,10 @@ def setup_allocator(allocator, lib, conf, cupy=False):
         import streamalloc_torch
         streamalloc_torch.use_streamalloc(conf=conf, torch=not cupy, cupy=cupy, path=lib)
         return streamalloc_torch
+    if allocator == "control":
+        ctl = Control(control_lib, conf, lib)
+        ctl.install()
+        return ctl
     return None
 
 
@@ -136,7 +186,11 @@ def workload_generate(torch):
 
 
 def run_torch(args):
-    sa = setup_allocator(args.allocator, args.lib, args.conf)
+    alloc = setup_allocator(args.allocator, args.lib, args.conf, control_lib=args.control_lib)
+    ctl = alloc if isinstance(alloc, Control) else None
+    sa = ctl.sa if ctl is not None else alloc
+    if ctl is not None and ctl.mode != "sa":
+        sa = None  # async+go loads the library only to cross into Go
     import torch
     deterministic(torch)
     step, cycle = {"gpt2": workload_gpt2, "resnet50": workload_resnet50,
@@ -146,6 +200,8 @@ def run_torch(args):
         if sa is not None:
             s = sa.stats(0)
             return s["device_allocs"], s["device_frees"]
+        if ctl is not None:
+            return -1, -1
         st = torch.cuda.memory_stats(0)
         return st.get("num_device_alloc", -1), st.get("num_device_free", -1)
 
@@ -153,6 +209,7 @@ def run_torch(args):
     for i in range(args.warmup + args.steps):
         if i == args.warmup:
             before = device_calls()
+            ctl_before = ctl.stats() if ctl is not None else None
         t0 = time.perf_counter()
         loss = step(i)
         torch.cuda.synchronize()
@@ -171,12 +228,26 @@ def run_torch(args):
         result.update(peak_reserved=s["peak_reserved_bytes"], peak_allocated=s["peak_live_bytes"],
                       allocs=s["allocs"], oom=s["oom_count"], bad_frees=s["bad_free_count"],
                       errors=s["error_count"])
+    elif ctl is not None:
+        c = ctl.stats()
+        result.update(peak_reserved=c["reserved_high"], peak_allocated=c["used_high"], allocs=c["allocs"],
+                      errors=c["failures"], allocated_is_driver_used=True)
     else:
         st = torch.cuda.memory_stats(0)
         result.update(peak_reserved=torch.cuda.max_memory_reserved(0),
-                      peak_allocated=st.get("requested_bytes.all.peak", 0),
+                      peak_allocated=st.get("requested_bytes.all.peak", 0) or torch.cuda.max_memory_allocated(0),
                       peak_allocated_blocks=torch.cuda.max_memory_allocated(0),
                       allocs=st.get("allocation.all.allocated", 0))
+    if ctl is not None:
+        # Calls during the timed steps, and the time spent in them, as
+        # seen from the host's side of the call.
+        c = ctl.stats()
+        n_a, n_f = c["allocs"] - ctl_before["allocs"], c["frees"] - ctl_before["frees"]
+        result.update(timed_allocs=n_a, timed_frees=n_f,
+                      alloc_ns_mean=(c["alloc_ns"] - ctl_before["alloc_ns"]) / max(n_a, 1),
+                      free_ns_mean=(c["free_ns"] - ctl_before["free_ns"]) / max(n_f, 1),
+                      call_ms_per_step=(c["alloc_ns"] + c["free_ns"] - ctl_before["alloc_ns"] - ctl_before["free_ns"])
+                      / 1e6 / max(args.steps, 1))
     return finish(args, result, losses, times, cycle)
 
 
@@ -233,7 +304,9 @@ def run_cupy(args):
 
 
 def finish(args, result, losses, times, cycle):
-    result.update(workload=args.workload, allocator=args.allocator, conf=args.conf if args.allocator == "streamalloc" else "",
+    env = " ".join("%s=%s" % (k, os.environ[k]) for k in ("GOMAXPROCS", "GOGC", "GODEBUG") if k in os.environ)
+    result.update(workload=args.workload, allocator=args.allocator, env=env,
+                  conf=args.conf if args.allocator in ("streamalloc", "control") else "",
                   warmup=args.warmup, steps=args.steps, cycle=cycle,
                   step_ms_median=1e3 * statistics.median(times), step_ms_min=1e3 * min(times),
                   step_ms_max=1e3 * max(times), times_ms=[round(1e3 * t, 3) for t in times],
@@ -251,12 +324,13 @@ def mib(n):
 
 def table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    order = ["native", "expandable", "cupy-pool", "streamalloc"]
+    order = ["native", "expandable", "native-async", "cupy-pool", "control", "streamalloc"]
     print("| workload | allocator | step ms (median) | vs native | peak reserved MiB | peak allocated MiB"
           " | reserved / allocated | device allocs+frees in timed steps | losses vs native |")
     print("|---|---|---|---|---|---|---|---|---|")
     for w in ["gpt2", "resnet50", "generate", "cupy"]:
-        rs = sorted((r for r in rows if r["workload"] == w), key=lambda r: (order.index(r["allocator"]), r.get("conf", "")))
+        rs = sorted((r for r in rows if r["workload"] == w),
+                    key=lambda r: (order.index(r["allocator"]), r.get("conf", ""), r.get("env", "")))
         base = next((r for r in rs if r["allocator"] in ("native", "cupy-pool")), None)
         for r in rs:
             vs = "%.3f" % (r["step_ms_median"] / base["step_ms_median"]) if base else "-"
@@ -269,11 +343,21 @@ def table(path):
                 d = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(r["losses"], base["losses"]))
                 same = "differ: max rel. %.2e, final %s vs %s" % (d, r["final_loss"], base["final_loss"])
             note = " (sampled)" if r.get("sampled") else ""
-            name = r["allocator"] + (" `%s`" % r["conf"] if r.get("conf") else "")
+            env = " ".join(e for e in r.get("env", "").split() if e != "GODEBUG=gctrace=1")
+            name = r["allocator"] + (" `%s`" % r["conf"] if r.get("conf") else "") + (" (%s)" % env if env else "")
             calls = "%s+%s" % (r.get("device_allocs_timed", "-"), r.get("device_frees_timed", "-"))
             print("| %s | %s | %.2f | %s | %s%s | %s%s | %.3f | %s | %s |" % (
                 w, name, r["step_ms_median"], vs, mib(r["peak_reserved"]), note,
                 mib(r["peak_allocated"]), note, ratio, calls, same))
+    timed = [r for r in rows if "alloc_ns_mean" in r]
+    if timed:
+        print("\nCalls timed by the control, from the host's side, during the timed steps:\n")
+        print("| workload | control mode | allocs a step | ns per alloc | ns per free | ms in calls a step | step ms |")
+        print("|---|---|---|---|---|---|---|")
+        for r in timed:
+            print("| %s | `%s` | %.0f | %.0f | %.0f | %.2f | %.2f |" % (
+                r["workload"], r["conf"], r["timed_allocs"] / max(r["steps"], 1), r["alloc_ns_mean"],
+                r["free_ns_mean"], r["call_ms_per_step"], r["step_ms_median"]))
     dev = {r.get("device") for r in rows}
     print("\ndevice: %s; steps: %s" % (", ".join(sorted(d for d in dev if d)),
                                        ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))
@@ -284,9 +368,10 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("workload", choices=["gpt2", "resnet50", "generate", "cupy"])
-    r.add_argument("allocator", choices=["native", "expandable", "streamalloc", "cupy-pool"])
+    r.add_argument("allocator", choices=["native", "expandable", "native-async", "streamalloc", "cupy-pool", "control"])
     r.add_argument("--out", required=True)
     r.add_argument("--lib", default=None)
+    r.add_argument("--control-lib", default=os.path.join(HERE, "..", "build", "capi", "libtorch_control.so"))
     r.add_argument("--conf", default="pool")
     r.add_argument("--warmup", type=int, default=6)
     r.add_argument("--steps", type=int, default=24)

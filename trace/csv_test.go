@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,15 @@ func TestCSVReaderErrors(t *testing.T) {
 		{"time negative", Header + "\n1,-5,allocate,0x100,256,0\n", 2, ErrTime},
 		{"time huge", Header + "\n1,1e300,allocate,0x100,256,0\n", 2, ErrTime},
 		{"time nan", Header + "\n1,NaN,allocate,0x100,256,0\n", 2, ErrTime},
+		// Beyond a time.Duration (2562047:47:16.854775807): refused, never
+		// wrapped to a negative time.
+		{"clock hours overflow", Header + "\n1,2562048:00:00.000000,allocate,0x100,256,0\n", 2, ErrTime},
+		{"clock seven digits", Header + "\n1,9999999:59:59.999999,allocate,0x100,256,0\n", 2, ErrTime},
+		{"clock minutes overflow", Header + "\n1,2562047:48:00.000000,allocate,0x100,256,0\n", 2, ErrTime},
+		{"clock one ns over", Header + "\n1,2562047:47:16.854775808,allocate,0x100,256,0\n", 2, ErrTime},
+		{"seconds one ns over", Header + "\n1,9223372036.854775808,allocate,0x100,256,0\n", 2, ErrTime},
+		{"seconds overflow", Header + "\n1,9223372037,allocate,0x100,256,0\n", 2, ErrTime},
+		{"seconds inf", Header + "\n1,1e400,allocate,0x100,256,0\n", 2, ErrTime},
 		{"line too long", Header + "\n" + strings.Repeat("1", MaxLineLength+10) + "\n", 2, ErrLineTooLong},
 	}
 	for _, tc := range tests {
@@ -129,6 +139,24 @@ func TestCSVReaderErrors(t *testing.T) {
 				t.Errorf("second Next: %v, want the same error", err2)
 			}
 		})
+	}
+}
+
+// The largest times a trace can hold are read exactly; one nanosecond
+// more is the error above, with a message that says why.
+func TestCSVReaderTimeLimits(t *testing.T) {
+	for _, tc := range []struct{ in string }{
+		{"2562047:47:16.854775807"},
+		{"9223372036.854775807"},
+	} {
+		evs, err := readAll(t, NewCSVReader(strings.NewReader(Header+"\n1,"+tc.in+",allocate,0x100,256,0\n"), "t.csv"))
+		if err != nil || len(evs) != 1 || evs[0].Time != math.MaxInt64 {
+			t.Errorf("%s: %v, %v; want one event at time %d", tc.in, evs, err, int64(math.MaxInt64))
+		}
+	}
+	_, err := readAll(t, NewCSVReader(strings.NewReader(Header+"\n1,2562048:00:00,allocate,0x100,256,0\n"), "t.csv"))
+	if !errors.Is(err, ErrTime) || !strings.Contains(err.Error(), "beyond 2562047:47:16.854775807") {
+		t.Errorf("error %v, want ErrTime saying the time is beyond the largest", err)
 	}
 }
 

@@ -177,8 +177,12 @@ func (r *CSVReader) parse(b []byte) (Event, error) {
 	if ev.Thread, ok = parseUint(c[0]); !ok {
 		return Event{}, r.errorf(ErrThread, "thread %q is not a decimal or 0x-hex number", clip(c[0]))
 	}
-	if ev.Time, ok = parseTime(c[1]); !ok {
+	var tres timeResult
+	switch ev.Time, tres = parseTime(c[1]); tres {
+	case timeBad:
 		return Event{}, r.errorf(ErrTime, "time %q is neither HH:MM:SS.ffffff nor seconds", clip(c[1]))
+	case timeRange:
+		return Event{}, r.errorf(ErrTime, "time %q is beyond 2562047:47:16.854775807, the largest time a trace can hold", clip(c[1]))
 	}
 	switch string(c[2]) { // no allocation: the compiler compares in place
 	case "allocate":

@@ -79,7 +79,10 @@ type Event struct {
 	Thread uint64
 	// Time is when the event happened, as the trace states it: the time
 	// of day for RMM's HH:MM:SS.ffffff, the number of seconds as written
-	// for a numeric time column, the time_us field for snapshots.
+	// for a numeric time column, the time_us field for snapshots. It is
+	// never negative: a time beyond the largest Duration is an ErrTime
+	// error, not a wrapped value. Readers do not check that times
+	// increase; the events' order is the order of the trace.
 	Time time.Duration
 	// Ptr is the block's address in the recorded process.
 	Ptr uint64
@@ -138,6 +141,9 @@ var (
 	// ErrSnapshot: a pickle that decodes but is not a PyTorch memory
 	// snapshot, or a snapshot trace entry with missing or bad fields.
 	ErrSnapshot = errors.New("trace: not a valid PyTorch memory snapshot")
+	// ErrExpansion: a snapshot whose repeated references expand it
+	// beyond Options.MaxExpansion (trace/torchsnap).
+	ErrExpansion = errors.New("trace: snapshot expands beyond its bound")
 	// ErrRead: the underlying reader failed.
 	ErrRead = errors.New("trace: read error")
 )

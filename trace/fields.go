@@ -10,6 +10,7 @@
 package trace
 
 import (
+	"errors"
 	"math"
 	"strconv"
 	"time"
@@ -104,17 +105,28 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// maxTime bounds parsed times so that they fit a time.Duration.
+// maxTime bounds parsed times so that they fit a time.Duration: about
+// 2,562,047 hours, or 292 years.
 const maxTime = time.Duration(math.MaxInt64)
+
+// timeResult classifies a time column.
+type timeResult uint8
+
+const (
+	timeOK    timeResult = iota
+	timeBad              // neither form
+	timeRange            // well formed, but beyond maxTime
+)
 
 // parseTime accepts RMM's time of day, H:MM:SS with an optional fraction
 // of up to nine digits (RMM writes HH:MM:SS.ffffff), and a plain number of
 // seconds with an optional fraction and exponent ("1634567890.123456",
 // "1.5e-3"). Hours may exceed 23 (a log that runs past midnight keeps
-// counting in some tools); the result must fit a time.Duration.
-func parseTime(b []byte) (time.Duration, bool) {
+// counting in some tools). A time that does not fit a time.Duration is
+// timeRange, never wrapped or clamped: no arithmetic here overflows.
+func parseTime(b []byte) (time.Duration, timeResult) {
 	if len(b) == 0 {
-		return 0, false
+		return 0, timeBad
 	}
 	colons := 0
 	for _, c := range b {
@@ -128,47 +140,55 @@ func parseTime(b []byte) (time.Duration, bool) {
 	case 2:
 		return parseClock(b)
 	}
-	return 0, false
+	return 0, timeBad
 }
 
-// parseClock parses H:MM:SS[.fffffffff].
-func parseClock(b []byte) (time.Duration, bool) {
+// parseClock parses H:MM:SS[.fffffffff], H of up to 7 digits.
+func parseClock(b []byte) (time.Duration, timeResult) {
 	i := indexByte(b, ':')
 	h, ok := parseDec(b[:i])
 	if !ok || i > 7 {
-		return 0, false
+		return 0, timeBad
 	}
 	b = b[i+1:]
 	i = indexByte(b, ':')
 	if i != 2 {
-		return 0, false
+		return 0, timeBad
 	}
 	m, ok := parseDec(b[:2])
 	if !ok || m > 59 {
-		return 0, false
+		return 0, timeBad
 	}
 	b = b[3:]
 	secs, frac := b, []byte(nil)
 	if j := indexByte(b, '.'); j >= 0 {
 		secs, frac = b[:j], b[j+1:]
 		if len(frac) == 0 {
-			return 0, false
+			return 0, timeBad
 		}
 	}
 	if len(secs) != 2 {
-		return 0, false
+		return 0, timeBad
 	}
 	s, ok := parseDec(secs)
 	if !ok || s > 60 { // 60: a leap second
-		return 0, false
+		return 0, timeBad
 	}
 	ns, ok := parseFraction(frac)
 	if !ok {
-		return 0, false
+		return 0, timeBad
 	}
-	// h has at most 7 digits, so the sum fits easily.
-	return time.Duration(h)*time.Hour + time.Duration(m)*time.Minute +
-		time.Duration(s)*time.Second + time.Duration(ns), true
+	// Seven digits of hours reach 9,999,999 h, beyond maxTime: compare
+	// before multiplying. The rest is under 3601 s, so it only needs room.
+	if h > uint64(maxTime/time.Hour) {
+		return 0, timeRange
+	}
+	d := time.Duration(h) * time.Hour
+	rest := time.Duration(m)*time.Minute + time.Duration(s)*time.Second + time.Duration(ns)
+	if d > maxTime-rest {
+		return 0, timeRange
+	}
+	return d + rest, timeOK
 }
 
 // parseFraction turns up to nine digits after a decimal point into
@@ -194,28 +214,34 @@ func parseFraction(b []byte) (int64, bool) {
 // digits with an optional fraction of up to nine digits, is parsed exactly
 // and without allocating; anything else (an exponent, a longer fraction)
 // goes through strconv.ParseFloat.
-func parseSeconds(b []byte) (time.Duration, bool) {
+func parseSeconds(b []byte) (time.Duration, timeResult) {
 	whole, frac := b, []byte(nil)
 	if j := indexByte(b, '.'); j >= 0 {
 		whole, frac = b[:j], b[j+1:]
 	}
 	if len(whole) > 0 {
-		if w, ok := parseDec(whole); ok && w <= uint64(maxTime/time.Second) {
+		if w, ok := parseDec(whole); ok {
 			if ns, ok := parseFraction(frac); ok {
-				d := time.Duration(w) * time.Second
-				if d <= maxTime-time.Duration(ns) {
-					return d + time.Duration(ns), true
+				if w > uint64(maxTime/time.Second) {
+					return 0, timeRange
 				}
-				return 0, false
+				d := time.Duration(w) * time.Second
+				if d > maxTime-time.Duration(ns) {
+					return 0, timeRange
+				}
+				return d + time.Duration(ns), timeOK
 			}
 		}
 	}
 	// Rare forms: let strconv decide, then check the range.
 	f, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || f != f || f < 0 || f*1e9 >= float64(maxTime) {
-		return 0, false
+	switch {
+	case errors.Is(err, strconv.ErrRange) && f > 0, err == nil && f*1e9 >= float64(maxTime):
+		return 0, timeRange
+	case err != nil || f != f || f < 0:
+		return 0, timeBad
 	}
-	return time.Duration(math.Round(f * 1e9)), true
+	return time.Duration(math.Round(f * 1e9)), timeOK
 }
 
 func indexByte(b []byte, c byte) int {

@@ -30,6 +30,7 @@ func FuzzCSVReader(f *testing.F) {
 	f.Add([]byte(Header + "\n1,1.5e-3,deallocate,0x1,+7,0"))
 	f.Add([]byte(Header + "\n1,10:00:00.000000,free,0x100,-256,0\n"))
 	f.Add([]byte(Header + "\n1,99:59:60.123456789,free,0x100,0,0\n"))
+	f.Add([]byte(Header + "\n1,2562047:47:16.854775807,free,0x100,0,0\n"))
 	f.Add([]byte("Thread,Time\n"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {

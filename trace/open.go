@@ -49,7 +49,28 @@ type Options struct {
 	// read; nil reads all of them, merged in time order. Ignored for
 	// CSV logs, which do not record the device.
 	Devices []int
+	// MaxExpansion bounds what a PyTorch snapshot may expand to. A pickle
+	// can name one list or dictionary again and again at two bytes a
+	// reference, so a file of a few megabytes can describe a billion
+	// trace entries. The snapshot reader visits at most MaxExpansion trace
+	// entries and segment blocks per KiB of pickle, counting an object
+	// each time it is referenced, and at least MinExpansionBudget whatever
+	// the size; beyond that it refuses the snapshot with ErrExpansion. An
+	// entry that maps to an event takes at least 10 bytes written out, and
+	// PyTorch's take a hundred or more with their stack frames, so the
+	// default (DefaultMaxExpansion, one per 4 bytes) refuses only
+	// snapshots that repeat themselves. 0 or less means the default.
+	// Ignored for CSV logs.
+	MaxExpansion int
 }
+
+// DefaultMaxExpansion is MaxExpansion's default, in trace entries and
+// segment blocks per KiB of pickle.
+const DefaultMaxExpansion = 256
+
+// MinExpansionBudget is the number of trace entries and segment blocks
+// that a snapshot may hold whatever its size.
+const MinExpansionBudget = 1 << 16
 
 // Progresser is implemented by readers that know how far through their
 // input they are: done out of total units (bytes of the file, or events).
@@ -63,10 +84,17 @@ type Progresser interface {
 type File struct {
 	Reader
 	f          *os.File
+	name       string
+	opts       Options
 	counter    *countingReader
 	size       int64
 	format     Format
 	compressed bool
+	// spool holds every byte read so far from a file that cannot seek
+	// (a pipe), so that Rewind can read it again; nil for regular files
+	// and once the reader holds the whole trace (rewind.go).
+	spool   *os.File
+	drained bool // the spool holds the whole input
 }
 
 // Open opens the trace file name, detects its format and compression
@@ -82,11 +110,25 @@ func Open(name string, o *Options) (*File, error) {
 		f.Close()
 		return nil, fmt.Errorf("trace: %w", err)
 	}
-	tf := &File{f: f, counter: &countingReader{r: f}, size: st.Size()}
-	tf.Reader, tf.format, tf.compressed, err = newReader(tf.counter, name, o)
+	tf := &File{f: f, name: name, size: st.Size()}
+	if o != nil {
+		tf.opts = *o
+	}
+	var src io.Reader = f
+	if !st.Mode().IsRegular() {
+		if src, err = tf.startSpool(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("trace: %s: %w", name, err)
+		}
+	}
+	tf.counter = &countingReader{r: src}
+	tf.Reader, tf.format, tf.compressed, err = newReader(tf.counter, name, &tf.opts)
 	if err != nil {
-		f.Close()
+		tf.Close()
 		return nil, err
+	}
+	if _, ok := tf.Reader.(Rewinder); ok {
+		tf.dropSpool() // the reader holds the whole trace
 	}
 	return tf, nil
 }
@@ -106,8 +148,11 @@ func (f *File) Progress() (done, total int64) {
 	return f.counter.n, f.size
 }
 
-// Close closes the file.
-func (f *File) Close() error { return f.f.Close() }
+// Close closes the file (and drops the copy of a piped input).
+func (f *File) Close() error {
+	f.dropSpool()
+	return f.f.Close()
+}
 
 // NewReader detects the format of the trace in r as Open does and returns
 // a reader of its events and the format. name is used in errors and

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -16,21 +15,19 @@ import (
 // writeHTML writes the replay viewer page (package report): the summary
 // table, and per trace the overview, the active memory, the memory map and
 // the segments at a chosen moment of each resource, under the command line
-// that produced them and the date.
-func writeHTML(path, command string, results []*replay.Result) error {
-	f, err := os.Create(path)
+// that produced them and the date. It writes to a new output for path,
+// which the caller commits or aborts.
+func writeHTML(path, command string, results []*replay.Result) (*outputFile, error) {
+	o, err := createOutput(path)
 	if err != nil {
-		return fmt.Errorf("--html: %w", err)
+		return nil, fmt.Errorf("--html: %w", err)
 	}
 	opts := report.Options{Command: command, Date: time.Now()}
-	if err := report.WriteHTML(f, results, opts); err != nil {
-		f.Close()
-		return fmt.Errorf("--html %s: %w", path, err)
+	if err := report.WriteHTML(o, results, opts); err != nil {
+		o.abort()
+		return nil, fmt.Errorf("--html %s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("--html %s: %w", path, err)
-	}
-	return nil
+	return o, nil
 }
 
 // invocation writes the command line that ran cmd: its path, the flags

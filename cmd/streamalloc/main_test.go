@@ -203,7 +203,18 @@ func badInputs(t *testing.T) []badInput {
 		{"corrupt gzip", string(corrupt), trace.ErrCompressed, -1},
 		{"pickle", "\x80\x04\x95garbage", trace.ErrPickle, 0},
 		{"truncated pickle", string(pkl[:len(pkl)/2]), trace.ErrPickle, 0},
+		{"expanding pickle", expandingSnapshot(2000, 1000), trace.ErrExpansion, 0},
+		{"long decimal pickle", "\x80\x02L" + strings.Repeat("9", 5<<20) + "L\n.", trace.ErrPickle, 0},
 	}
+}
+
+// expandingSnapshot is a pickled snapshot whose device_traces holds n
+// references to one list of m references to one alloc entry: n*m entries
+// in 2(n+m) bytes and change.
+func expandingSnapshot(n, m int) string {
+	entry := "}(X\x06\x00\x00\x00actionX\x05\x00\x00\x00allocX\x04\x00\x00\x00addrK\x0aX\x04\x00\x00\x00sizeK\x0au"
+	list := "](" + entry + "q\x00" + strings.Repeat("h\x00", m-1) + "e"
+	return "\x80\x02}(X\x0d\x00\x00\x00device_traces](" + list + "q\x01" + strings.Repeat("h\x01", n-1) + "eu."
 }
 
 // Bad input: an error matching the sentinel, with one message that names
@@ -293,6 +304,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"replay", "--device", "sim"}, "requires at least 1 arg"},
 		{[]string{"replay", "--device", "sim", filepath.Join(t.TempDir(), "missing.csv")}, "missing.csv"},
 		{[]string{"info", "extra"}, "unknown command"},
+		{[]string{"replay", "--device", "sim", "--max-expansion", "0", p}, "--max-expansion 0: must be a positive number"},
 	}
 	for _, tc := range cases {
 		_, _, err := run(t, tc.args...)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,7 +29,13 @@ type replayFlags struct {
 	log       string
 	sanitize  bool
 	command   string // the command line, for the page
+	// maxExpansion bounds a snapshot's trace entries and segment blocks
+	// per KiB of pickle (trace.Options.MaxExpansion).
+	maxExpansion int
 }
+
+// errNotPositive is the error of a numeric flag that must be above 0.
+var errNotPositive = errors.New("must be a positive number")
 
 // replayRow is one line of output: a replay's result and, with
 // --sanitize, the number of hazards the sanitizer reported.
@@ -65,6 +72,7 @@ are counted, not fatal.`,
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
 	cmd.Flags().BoolVar(&f.sanitize, "sanitize", false, "run each replay under the stream-order sanitizer and count the hazards it reports")
+	cmd.Flags().IntVar(&f.maxExpansion, "max-expansion", trace.DefaultMaxExpansion, "refuse a PyTorch snapshot with more than `N` trace entries and segment blocks per KiB of pickle, counting each reference to a repeated one")
 	return cmd
 }
 
@@ -72,6 +80,9 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	names, err := registry.Replay().Parse(f.resources)
 	if err != nil {
 		return fmt.Errorf("--resource: %w", err)
+	}
+	if f.maxExpansion <= 0 {
+		return fmt.Errorf("--max-expansion %d: %w", f.maxExpansion, errNotPositive)
 	}
 	b, err := backend.Open(kind)
 	if err != nil {
@@ -81,38 +92,56 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	if err != nil {
 		return fmt.Errorf("device 0: %w", err)
 	}
-	var logOut *os.File
-	var logw *trace.CSVWriter
+	var outputs []namedPath
 	if f.log != "" {
-		if logOut, err = os.Create(f.log); err != nil {
-			return err
+		outputs = append(outputs, namedPath{"--log", f.log})
+	}
+	if f.html != "" {
+		outputs = append(outputs, namedPath{"--html", f.html})
+	}
+	if err := checkOutputs(outputs, traces); err != nil {
+		return err
+	}
+	var logw *trace.CSVWriter
+	var logOut *outputFile
+	if f.log != "" {
+		if logOut, err = createOutput(f.log); err != nil {
+			return fmt.Errorf("--log: %w", err)
 		}
-		defer logOut.Close()
+		defer logOut.abort()
 		logw = trace.NewCSVWriter(logOut)
 	}
 	var results []*replay.Result
 	var rows []replayRow
 	for _, path := range traces {
-		for _, name := range names {
-			row, err := replayOne(ctx, stderr, dev, path, name, logw, f)
-			if err != nil {
-				return err
-			}
-			results = append(results, row.Result)
-			rows = append(rows, row)
+		tr, err := replayTrace(ctx, stderr, dev, path, names, logw, f)
+		rows = append(rows, tr...)
+		if err != nil {
+			return err
 		}
 	}
+	for _, row := range rows {
+		results = append(results, row.Result)
+	}
+	var page *outputFile
+	if f.html != "" {
+		if page, err = writeHTML(f.html, f.command, results); err != nil {
+			return err
+		}
+		defer page.abort()
+	}
+	// Every output is complete: only now does any replace what was there.
 	if logw != nil {
 		if err := logw.Flush(); err != nil {
 			return fmt.Errorf("--log %s: %w", f.log, err)
 		}
-		if err := logOut.Close(); err != nil {
+		if err := logOut.commit(); err != nil {
 			return fmt.Errorf("--log %s: %w", f.log, err)
 		}
 	}
-	if f.html != "" {
-		if err := writeHTML(f.html, f.command, results); err != nil {
-			return err
+	if page != nil {
+		if err := page.commit(); err != nil {
+			return fmt.Errorf("--html %s: %w", f.html, err)
 		}
 	}
 	if f.json {
@@ -123,16 +152,38 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	return writeReplayTable(stdout, rows)
 }
 
-// replayOne replays one trace against a fresh resource. With --sanitize
-// the device and the resource are wrapped by one sanitizer, so that it sees
-// every allocation and free of the replay and every event the resource
-// records or waits on; its reports are counted and the first few printed.
-func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, path, name string, logw *trace.CSVWriter, f replayFlags) (_ replayRow, err error) {
-	tf, err := trace.Open(path, nil)
+// replayTrace replays the trace at path against each resource of names in
+// turn. The input is read once: the trace is opened once and rewound for
+// each further resource (trace.File.Rewind: a snapshot is decoded once, a
+// pipe is read once).
+func replayTrace(ctx context.Context, stderr io.Writer, dev gpu.Device, path string, names []string, logw *trace.CSVWriter, f replayFlags) ([]replayRow, error) {
+	tf, err := trace.Open(path, &trace.Options{MaxExpansion: f.maxExpansion})
 	if err != nil {
-		return replayRow{}, err
+		return nil, err
 	}
 	defer tf.Close()
+	var rows []replayRow
+	for i, name := range names {
+		if i > 0 {
+			if err := tf.Rewind(); err != nil {
+				return rows, err
+			}
+		}
+		row, err := replayOne(ctx, stderr, dev, tf, path, name, logw, f)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// replayOne replays the trace tf (read from path) against a fresh
+// resource. With --sanitize the device and the resource are wrapped by one
+// sanitizer, so that it sees every allocation and free of the replay and
+// every event the resource records or waits on; its reports are counted and
+// the first few printed.
+func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.File, path, name string, logw *trace.CSVWriter, f replayFlags) (_ replayRow, err error) {
 	var z *sanitize.Sanitizer
 	reports := 0
 	if f.sanitize {

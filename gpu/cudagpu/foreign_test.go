@@ -88,3 +88,46 @@ func TestAdoptContexts(t *testing.T) {
 		t.Error("the adopted legacy stream is not marked borrowed")
 	}
 }
+
+// TestAdoptedStreamForeignCapture: a capture begun on the raw handle of an
+// adopted stream, as PyTorch begins one on the stream it hands its
+// allocator, is seen by gpu.CaptureID, so resources refuse it or route it
+// instead of serving it from their free lists; once it ends, it is gone.
+func TestAdoptedStreamForeignCapture(t *testing.T) {
+	_, d := needDevice(t)
+	lib := driverLib{d.Context(), d.Handle()}
+	raw, err := lib.NewRawStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.DestroyRawStream(raw)
+	s, err := d.AdoptStream(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if id := gpu.CaptureID(s); id != 0 {
+		t.Fatalf("CaptureID before any capture: %d, want 0", id)
+	}
+	ctx := d.Context()
+	if err := ctx.StreamBeginCapture(cuda.Stream(raw), cuda.CaptureModeRelaxed); err != nil {
+		t.Fatal(err)
+	}
+	_, want, err := ctx.StreamCaptureInfo(cuda.Stream(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gpu.CaptureID(s); got == 0 || got != want {
+		t.Errorf("CaptureID during a capture begun on the raw handle: %d, want the driver's %d", got, want)
+	}
+	g, err := ctx.StreamEndCapture(cuda.Stream(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.GraphDestroy(g); err != nil {
+		t.Fatal(err)
+	}
+	if id := gpu.CaptureID(s); id != 0 {
+		t.Errorf("CaptureID after the capture ended: %d, want 0", id)
+	}
+}

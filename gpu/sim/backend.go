@@ -29,6 +29,13 @@ type Config struct {
 	// HostCapacity bounds the page-locked host memory of MallocHost
 	// (default 64 GiB).
 	HostCapacity uint64
+	// History is how many changes of what is ordered before a stream's
+	// operations each stream remembers for HappensBefore (default
+	// DefaultHistory; negative: all of them, memory growing with the run).
+	// HappensBefore(a, b) is exact while b's stream has changed its
+	// ordering fewer than History times since b was enqueued, and false
+	// for an older b. Memory is then bounded for any length of run.
+	History int
 }
 
 // Defaults.
@@ -37,6 +44,7 @@ const (
 	DefaultDriverVersion = 13000
 	DefaultName          = "Simulated H100"
 	DefaultHostCapacity  = 64 << 30
+	DefaultHistory       = 256
 )
 
 // Backend is a simulated driver: it implements gpu.Backend. It is safe for
@@ -75,6 +83,9 @@ func New(cfg Config) *Backend {
 	}
 	if cfg.HostCapacity == 0 {
 		cfg.HostCapacity = DefaultHostCapacity
+	}
+	if cfg.History == 0 {
+		cfg.History = DefaultHistory
 	}
 	b := &Backend{cfg: cfg}
 	b.active = make(map[*capture]struct{})

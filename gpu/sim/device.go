@@ -9,8 +9,10 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -35,9 +37,24 @@ type Device struct {
 	pools      []*memPool             // the default pool first
 	hostAllocs map[*byte]int          // MallocHost slices by first byte
 	pinned     uint64
-	streams    map[*stream]struct{} // live streams, and destroyed ones not yet drained
-	gmem       graphMem             // graph memory (graph.go)
-	captures   atomic.Int32         // captures not ended (capture.go)
+
+	// The streams a device-wide synchronization visits: those that
+	// enqueued work since the last one (touched), and those with a sticky
+	// error (failed), which every synchronization reports, as the card
+	// reports a context's fault. So cuMemFree and cuCtxSynchronize cost
+	// O(streams used since the last one), not O(streams). trackMu is a
+	// leaf lock taken with race synchronization disabled; stream.listed
+	// and stream.failed say whether a stream is in each list.
+	trackMu sync.Mutex
+	touched []*stream
+	failed  []*stream
+	// syncedSync is the race-detector address that carries what every
+	// device-wide synchronization observed to the later ones, whichever
+	// goroutine calls them: a stream one of them covered is not visited
+	// again until it has new work.
+	syncedSync byte
+	gmem       graphMem     // graph memory (graph.go)
+	captures   atomic.Int32 // captures not ended (capture.go)
 
 	injMu sync.Mutex
 	inj   map[Op]*injection
@@ -58,7 +75,6 @@ func newDevice(b *Backend, ordinal int) *Device {
 		capacity:   b.cfg.Capacity,
 		allocs:     make(map[uint64]*allocation),
 		hostAllocs: make(map[*byte]int),
-		streams:    make(map[*stream]struct{}),
 		inj:        make(map[Op]*injection),
 	}
 	d.props = gpu.Properties{
@@ -163,31 +179,108 @@ func (d *Device) Synchronize() error {
 }
 
 // syncAll waits for every stream of the device, orders the host after
-// them, and drops drained destroyed streams.
+// them, and returns the first sticky error. Streams that enqueued nothing
+// since the previous device-wide synchronization were covered by it: the
+// host is ordered after all their work already. A destroyed stream that
+// has drained forgets its history but for its last clock (retire).
 func (d *Device) syncAll(call string) error {
-	d.mu.Lock()
-	ss := make([]*stream, 0, len(d.streams))
-	for s := range d.streams {
-		ss = append(ss, s)
-	}
-	d.mu.Unlock()
+	ss := d.takeTracked()
+	raceAcquire(unsafe.Pointer(&d.syncedSync))
 	var first error
 	for _, s := range ss {
 		if err := s.syncNow(call); err != nil && first == nil {
 			first = err
 		}
 	}
-	d.mu.Lock()
+	raceReleaseMerge(unsafe.Pointer(&d.syncedSync))
 	for _, s := range ss {
-		s.mu.Lock()
-		gone := s.destroyed && s.doneSeq() >= s.seq
-		s.mu.Unlock()
-		if gone {
-			delete(d.streams, s)
-		}
+		s.retireIfDrained()
 	}
-	d.mu.Unlock()
 	return first
+}
+
+// The lists are the simulator's bookkeeping: they are touched with race
+// synchronization disabled and in //go:norace functions, so that they add
+// no happens-before edge between the goroutines that enqueue and
+// synchronize.
+
+// takeTracked empties the touched list and returns its streams, marked as
+// no longer listed (before they are synchronized: work enqueued from now on
+// lists its stream again or is covered by the synchronization), followed by
+// the failed streams.
+//
+//go:norace
+func (d *Device) takeTracked() []*stream {
+	raceDisable()
+	defer raceEnable()
+	d.trackMu.Lock()
+	ss := d.touched
+	d.touched = nil
+	n := len(ss)
+	ss = append(ss, d.failed...)
+	d.trackMu.Unlock()
+	for _, s := range ss[:n] {
+		s.listed.Store(false)
+	}
+	return ss
+}
+
+// track lists s for the next device-wide synchronization, once.
+//
+//go:norace
+func (d *Device) track(s *stream) {
+	raceDisable()
+	defer raceEnable()
+	if !s.listed.Load() && s.listed.CompareAndSwap(false, true) {
+		d.trackMu.Lock()
+		d.touched = append(d.touched, s)
+		d.trackMu.Unlock()
+	}
+}
+
+// trackFailed lists s, whose sticky error was just set, for every
+// device-wide synchronization from now on.
+//
+//go:norace
+func (d *Device) trackFailed(s *stream) {
+	raceDisable()
+	defer raceEnable()
+	if s.failed.CompareAndSwap(false, true) {
+		d.trackMu.Lock()
+		d.failed = append(d.failed, s)
+		d.trackMu.Unlock()
+	}
+}
+
+// untrackFailed removes s from the failed streams.
+//
+//go:norace
+func (d *Device) untrackFailed(s *stream) {
+	raceDisable()
+	defer raceEnable()
+	if !s.failed.Load() {
+		return
+	}
+	d.trackMu.Lock()
+	if i := slices.Index(d.failed, s); i >= 0 {
+		d.failed = slices.Delete(d.failed, i, i+1)
+	}
+	d.trackMu.Unlock()
+}
+
+// retireIfDrained forgets what a destroyed stream with no work left no
+// longer needs: its history but for its last clock, and its place among the
+// failed streams.
+func (s *stream) retireIfDrained() {
+	s.mu.Lock()
+	gone := s.destroyed && s.doneSeq() >= s.seq
+	if gone && len(s.hist) > 1 {
+		s.forgetLocked(len(s.hist) - 1)
+	}
+	s.mu.Unlock()
+	if gone {
+		s.dev.untrackFailed(s)
+	}
 }
 
 // NewStream creates a stream.
@@ -196,9 +289,6 @@ func (d *Device) NewStream() (gpu.Stream, error) {
 		return nil, err
 	}
 	s := newStream(d)
-	d.mu.Lock()
-	d.streams[s] = struct{}{}
-	d.mu.Unlock()
 	d.b.streams.Store(s.id, s)
 	d.foreign.addStream(s)
 	return s, nil

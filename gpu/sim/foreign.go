@@ -168,9 +168,6 @@ func (d *Device) NewRawStream() (uintptr, error) {
 func (d *Device) newForeignStream(raw uintptr) *stream {
 	s := newStream(d)
 	s.raw, s.foreign = raw, true
-	d.mu.Lock()
-	d.streams[s] = struct{}{}
-	d.mu.Unlock()
 	d.b.streams.Store(s.id, s)
 	return s
 }

@@ -207,7 +207,6 @@ func (g *graph) Instantiate(flags gpu.InstantiateFlags) (gpu.GraphExec, error) {
 	x := &graphExec{g: g, autoFree: flags&gpu.InstantiateAutoFreeOnLaunch != 0, lanes: make([]*stream, g.lanes)}
 	for i := 1; i < g.lanes; i++ {
 		ls := newStream(d)
-		d.streams[ls] = struct{}{}
 		d.b.streams.Store(ls.id, ls)
 		x.lanes[i] = ls
 	}

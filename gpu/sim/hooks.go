@@ -1,9 +1,11 @@
 // Test hooks: holding a stream, and the happens-before relation.
 //
-// The relation costs memory for the life of the backend: each stream keeps
-// one clock per change of what is ordered before it (tens of bytes each,
-// vclock.go), and streams stay registered after Destroy, so that
-// HappensBefore can answer for any operation ever enqueued.
+// The relation costs memory: each stream keeps one clock per change of
+// what is ordered before it (tens of bytes each, vclock.go), up to the last
+// Config.History changes (between History and twice that), and a stream
+// destroyed and drained keeps only its last. Streams stay registered after
+// Destroy (a few hundred bytes each), so that HappensBefore and Completed
+// can answer for their recent operations.
 
 package sim
 
@@ -67,7 +69,10 @@ func (d *Device) Completed(op OpID) bool {
 // HappensBefore reports whether operation a is ordered before operation b:
 // by stream order, event waits, pool dependencies, or the host having
 // observed a's completion before enqueuing b. It is false if either is
-// zero or unknown, and for a == b.
+// zero or unknown, for a == b, and for a b older than its stream's
+// remembered history (Config.History: b's stream changed its ordering that
+// many times since b), so a test asks about operations it has just
+// enqueued.
 func (d *Device) HappensBefore(a, b OpID) bool {
 	if a.IsZero() || b.IsZero() || a == b {
 		return false
@@ -89,11 +94,16 @@ func (d *Device) HappensBefore(a, b OpID) bool {
 	if a.stream == b.stream {
 		return a.seq < b.seq
 	}
-	return bs.depsAtLocked(b.seq).get(a.stream) >= a.seq
+	deps, ok := bs.depsAtLocked(b.seq)
+	return ok && deps.get(a.stream) >= a.seq
 }
 
-// depsAtLocked returns the deps operation seq was enqueued with.
-func (s *stream) depsAtLocked(seq uint64) vclock {
+// depsAtLocked returns the deps operation seq was enqueued with, and
+// false if the history no longer holds them.
+func (s *stream) depsAtLocked(seq uint64) (vclock, bool) {
+	if seq < s.exactFrom {
+		return nil, false
+	}
 	lo, hi := 0, len(s.hist)
 	for lo < hi {
 		m := (lo + hi) / 2
@@ -104,7 +114,7 @@ func (s *stream) depsAtLocked(seq uint64) vclock {
 		}
 	}
 	if lo == 0 {
-		return nil
+		return nil, true
 	}
-	return s.hist[lo-1].deps
+	return s.hist[lo-1].deps, true
 }

@@ -8,9 +8,10 @@ import "unsafe"
 
 const raceEnabled = false
 
-func raceDisable()                 {}
-func raceEnable()                  {}
-func raceAcquire(p unsafe.Pointer) {}
-func raceRelease(p unsafe.Pointer) {}
-func raceRead(b []byte)            {}
-func raceWrite(b []byte)           {}
+func raceDisable()                      {}
+func raceEnable()                       {}
+func raceAcquire(p unsafe.Pointer)      {}
+func raceRelease(p unsafe.Pointer)      {}
+func raceReleaseMerge(p unsafe.Pointer) {}
+func raceRead(b []byte)                 {}
+func raceWrite(b []byte)                {}

@@ -22,6 +22,10 @@ func raceEnable()  { runtime.RaceEnable() }
 func raceAcquire(p unsafe.Pointer) { runtime.RaceAcquire(p) }
 func raceRelease(p unsafe.Pointer) { runtime.RaceRelease(p) }
 
+// raceReleaseMerge is raceRelease that keeps what earlier releases of p
+// released: an acquire of p orders after all of them.
+func raceReleaseMerge(p unsafe.Pointer) { runtime.RaceReleaseMerge(p) }
+
 // raceRead and raceWrite tell the detector about accesses made by
 // uninstrumented (//go:norace) code.
 func raceRead(b []byte) {

@@ -116,6 +116,17 @@ var scenarios = []scenario{
 		}
 		check(v.s1.Synchronize())
 	}},
+	{"device synchronize after another goroutine's orders a host read", false, func(v *env) {
+		// The other goroutine's cuCtxSynchronize covers s1; this one finds
+		// s1 with no new work and does not visit it, and still orders
+		// the read after the copy, as the driver does.
+		out := make([]byte, 64)
+		check(v.dev.CopyDtoHAsync(out, v.p, v.s1))
+		go func() { check(v.dev.Synchronize()) }()
+		time.Sleep(50 * time.Millisecond) // no happens-before edge
+		check(v.dev.Synchronize())
+		_ = out[0]
+	}},
 	{"host reads a copy before synchronizing", true, func(v *env) {
 		out := make([]byte, 64)
 		check(v.dev.CopyDtoHAsync(out, v.p, v.s1))

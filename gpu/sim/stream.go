@@ -115,9 +115,16 @@ type stream struct {
 	deps      vclock
 	hostGen   uint64
 	hist      []histEntry
+	// exactFrom is the first sequence number whose deps hist still
+	// holds: older entries are dropped beyond Config.History (vclock.go).
+	exactFrom uint64
 	cs        capState // its part in a capture (capture.go)
 
 	tailSync byte // race-detector address chaining the stream's workers
+
+	// listed: s is in its device's touched list; failed: in its failed
+	// list (device.go). Race synchronization disabled.
+	listed, failed atomic.Bool
 
 	// wmu guards the hand-off (running, the links) and completion (done
 	// changes, waiters), always with race synchronization disabled.
@@ -168,8 +175,11 @@ func (s *stream) stickyErr() error {
 
 func (s *stream) setSticky(err error) {
 	raceDisable()
-	s.sticky.CompareAndSwap(nil, &stickyError{err})
+	first := s.sticky.CompareAndSwap(nil, &stickyError{err})
 	raceEnable()
+	if first {
+		s.dev.trackFailed(s)
+	}
 }
 
 // joinLocked adds vc to what happens before the stream's next operation.
@@ -181,7 +191,18 @@ func (s *stream) joinLocked(vc vclock) {
 	if nd, grew := s.deps.join(vc); grew {
 		s.deps = nd
 		s.hist = append(s.hist, histEntry{from: s.seq + 1, deps: nd})
+		if keep := s.dev.b.cfg.History; keep > 0 && len(s.hist) >= 2*keep {
+			s.forgetLocked(len(s.hist) - keep)
+		}
 	}
+}
+
+// forgetLocked drops the oldest n entries of the history: HappensBefore
+// no longer answers for operations enqueued before the first one kept.
+// Dropping half of 2*History at a time keeps the cost O(1) per change.
+func (s *stream) forgetLocked(n int) {
+	s.exactFrom = s.hist[n].from
+	s.hist = append(s.hist[:0:0], s.hist[n:]...)
 }
 
 // nextDepsLocked is the clock of the next operation, host order included.
@@ -216,6 +237,7 @@ func (s *stream) enqueueLocked(o *op) {
 	s.wmu.Unlock()
 	raceEnable()
 	s.tail = o
+	s.dev.track(s)
 	if start {
 		go s.work(o)
 	}
@@ -492,6 +514,9 @@ func (s *stream) Destroy() error {
 		return wrap(call, gpu.ErrDestroyed)
 	}
 	s.destroyed = true
+	if s.doneSeq() >= s.seq && len(s.hist) > 1 {
+		s.forgetLocked(len(s.hist) - 1) // drained: only its last clock is asked about
+	}
 	return nil
 }
 

@@ -5,8 +5,8 @@
 // reference of five bytes.
 //
 // It only writes. It lives apart from the snapshot reader (trace/torchsnap,
-// which decodes with github.com/kisielk/og-rek) so that package mr can
-// write PyTorch memory snapshots without linking a pickle decoder.
+// which decodes with internal/unpickle) so that package mr can write
+// PyTorch memory snapshots without linking a pickle decoder.
 //
 // The Writer is a stream of opcodes: a dict is DictStart, then key and
 // value pairs, then End; a list is ListStart, items, End; a tuple is

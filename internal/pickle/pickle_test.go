@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	ogrek "github.com/kisielk/og-rek"
-
 	"github.com/streamalloc/streamalloc/internal/pickle"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 )
 
 // sample writes {"ints": [...], "s": "héllo", "again": "héllo", "t": (True,
@@ -59,8 +58,8 @@ func bigOf(s string) *big.Int {
 	return v
 }
 
-// TestDecode: og-rek (the decoder of trace/torchsnap) reads what the
-// writer wrote.
+// TestDecode: internal/unpickle (the decoder of trace/torchsnap) reads
+// what the writer wrote, the memo reference as the same list.
 func TestDecode(t *testing.T) {
 	var buf bytes.Buffer
 	w := pickle.NewWriter(&buf)
@@ -68,15 +67,20 @@ func TestDecode(t *testing.T) {
 	if err := w.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	v, err := ogrek.NewDecoder(&buf).Decode()
-	if err != nil {
-		t.Fatal(err)
+	n := int64(buf.Len())
+	v, consumed, err := unpickle.Decode(buf.Bytes(), nil)
+	if err != nil || consumed != n {
+		t.Fatalf("decoded %d of %d bytes: %v", consumed, n, err)
 	}
-	m, ok := v.(map[any]any)
+	d, ok := v.(*unpickle.Dict)
 	if !ok {
 		t.Fatalf("decoded %T", v)
 	}
-	ints := m["ints"].([]any)
+	m := map[any]any{}
+	for k, v := range d.All() {
+		m[k] = v
+	}
+	ints := m["ints"].(*unpickle.List).Items
 	want := []string{"0", "255", "256", "-1", "2147483647", "-2147483648", "1099511627776", "-1099511627776",
 		"9223372036854775807", "-9223372036854775808", "2147483648", "9223372036854775808", "18446744073709551615"}
 	if len(ints) != len(want) {
@@ -99,14 +103,14 @@ func TestDecode(t *testing.T) {
 	if m["s"] != "héllo" || m["again"] != "héllo" {
 		t.Errorf("strings %q %q", m["s"], m["again"])
 	}
-	if tu, ok := m["t"].(ogrek.Tuple); !ok || len(tu) != 3 || tu[0] != true || tu[1] != false || tu[2] != (ogrek.None{}) {
+	if tu, ok := m["t"].(*unpickle.Tuple); !ok || len(tu.Items) != 3 || tu.Items[0] != true || tu.Items[1] != false || tu.Items[2] != (unpickle.None{}) {
 		t.Errorf("tuple %#v", m["t"])
 	}
-	fr := m["frames"].([]any)
-	if len(fr) != 2 || !reflect.DeepEqual(fr[0], []any{int64(7)}) || !reflect.DeepEqual(fr[1], fr[0]) {
+	fr := m["frames"].(*unpickle.List).Items
+	if len(fr) != 2 || !reflect.DeepEqual(fr[0].(*unpickle.List).Items, []any{int64(7)}) || fr[1] != fr[0] {
 		t.Errorf("frames %#v", fr)
 	}
-	if e, ok := m["empty"].(map[any]any); !ok || len(e) != 0 {
+	if e, ok := m["empty"].(*unpickle.Dict); !ok || e.Len() != 0 {
 		t.Errorf("empty %#v", m["empty"])
 	}
 }

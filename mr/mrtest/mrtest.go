@@ -36,7 +36,9 @@
 //	                  resource's peak reserved memory, and what the device
 //	                  lost, stay within 16 blocks or 64 MiB, whichever is more
 //	OutOfMemory       an *mr.OutOfMemoryError naming the request, the stream
-//	                  and the resource; the resource works afterwards
+//	                  and the resource, for OOMSize and for sizes within
+//	                  2 MiB of 2^63 (no rounding may overflow); usage
+//	                  unchanged; the resource works afterwards
 //	ReleaseAll        blocks allocated on several streams, freed on others
 //	Capture           a loop of allocate, fill, check, free captured on one and
 //	                  on two streams and replayed while other streams allocate
@@ -703,24 +705,29 @@ func testCrossStreamReuse(e *env) {
 
 func testOutOfMemory(e *env) {
 	s := e.stream()
-	n := e.opts.OOMSize
-	p, err := e.r.Allocate(n, s)
-	if err == nil {
-		e.r.Deallocate(p, n, s)
-		e.t.Fatalf("Allocate(%d) succeeded, want an error matching ErrOutOfMemory", n)
-	}
-	if !errors.Is(err, mr.ErrOutOfMemory) {
-		e.t.Fatalf("Allocate(%d) = %v, want an error matching ErrOutOfMemory", n, err)
-	}
-	var oom *mr.OutOfMemoryError
-	if !errors.As(err, &oom) {
-		e.t.Fatalf("Allocate(%d) = %v (%T), want an *mr.OutOfMemoryError", n, err, err)
-	}
-	if oom.Requested != n || oom.Resource == "" || oom.Stream != s.ID() {
-		e.t.Errorf("OutOfMemoryError %+v: want Requested %d, a Resource name and Stream %d", *oom, n, s.ID())
-	}
-	if u, ok := e.usage(); ok && u.Used != 0 {
-		e.t.Errorf("after a refused allocation: Used = %d", u.Used)
+	// OOMSize, then sizes no arithmetic on them may overflow: where
+	// rounding up to the alignment or to a chunk would pass 2^63.
+	for _, n := range []int{e.opts.OOMSize, 1 << 62, math.MaxInt - 2<<20 + 1, math.MaxInt - (mr.Alignment - 1),
+		math.MaxInt - (mr.Alignment - 2), math.MaxInt} {
+		before, _ := e.usage()
+		p, err := e.r.Allocate(n, s)
+		if err == nil {
+			e.r.Deallocate(p, n, s)
+			e.t.Fatalf("Allocate(%d) succeeded, want an error matching ErrOutOfMemory", n)
+		}
+		if !errors.Is(err, mr.ErrOutOfMemory) {
+			e.t.Fatalf("Allocate(%d) = %v, want an error matching ErrOutOfMemory", n, err)
+		}
+		var oom *mr.OutOfMemoryError
+		if !errors.As(err, &oom) {
+			e.t.Fatalf("Allocate(%d) = %v (%T), want an *mr.OutOfMemoryError", n, err, err)
+		}
+		if oom.Requested != n || oom.Resource == "" || oom.Stream != s.ID() {
+			e.t.Errorf("OutOfMemoryError %+v: want Requested %d, a Resource name and Stream %d", *oom, n, s.ID())
+		}
+		if u, ok := e.usage(); ok && (u.Used != 0 || u.Reserved != before.Reserved) {
+			e.t.Errorf("after refusing %d bytes: usage %+v, was %+v", n, u, before)
+		}
 	}
 	// It works afterwards.
 	m := min(max(1<<16, e.opts.MinSize), e.opts.MaxSize)

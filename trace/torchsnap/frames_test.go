@@ -1,13 +1,14 @@
 package torchsnap
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
-	pickle "github.com/kisielk/og-rek"
-
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -122,14 +123,27 @@ func TestFileStack(t *testing.T) {
 	}
 }
 
+// decoded returns the value of a pickle.
+func decoded(t *testing.T, data string) any {
+	t.Helper()
+	v, _, err := unpickle.Decode([]byte(data), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func TestDecodeFrames(t *testing.T) {
-	frame := func(kv ...any) map[any]any {
-		m := map[any]any{}
+	frame := func(kv ...any) *unpickle.Dict {
+		m := unpickle.NewDict()
 		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
+			if err := m.Set(kv[i], kv[i+1]); err != nil {
+				t.Fatal(err)
+			}
 		}
 		return m
 	}
+	list := func(items ...any) *unpickle.List { return &unpickle.List{Items: items} }
 	tests := []struct {
 		name string
 		in   any
@@ -137,21 +151,109 @@ func TestDecodeFrames(t *testing.T) {
 	}{
 		{"missing", nil, nil},
 		{"not a list", "train.py", nil},
-		{"empty", []any{}, nil},
-		{"whole", []any{frame("name", "f", "filename", "a.py", "line", int64(3))},
+		{"empty", list(), nil},
+		{"a tuple", &unpickle.Tuple{Items: []any{frame("name", "f", "filename", "a.py", "line", int64(3))}}, nil},
+		{"whole", list(frame("name", "f", "filename", "a.py", "line", int64(3))),
 			[]trace.Frame{{Function: "f", File: "a.py", Line: 3}}},
-		{"byte strings", []any{frame("name", pickle.ByteString("f"), "filename", pickle.ByteString("a.py"), "line", int64(3))},
+		// [{"name": "f", "filename": "a.py", "line": 3}] of Python 2 byte strings.
+		{"byte strings", decoded(t, "\x80\x02](}(U\x04nameU\x01fU\x08filenameU\x04a.pyU\x04lineK\x03ue."),
 			[]trace.Frame{{Function: "f", File: "a.py", Line: 3}}},
-		{"no line", []any{frame("name", "f", "filename", "a.py")}, []trace.Frame{{Function: "f", File: "a.py"}}},
-		{"bad line", []any{frame("name", "f", "line", "x"), frame("name", "g", "line", int64(-1))},
+		{"no line", list(frame("name", "f", "filename", "a.py")), []trace.Frame{{Function: "f", File: "a.py"}}},
+		{"bad line", list(frame("name", "f", "line", "x"), frame("name", "g", "line", int64(-1))),
 			[]trace.Frame{{Function: "f"}, {Function: "g"}}},
-		{"nameless frames dropped", []any{frame("line", int64(3)), "x", frame("filename", "b.py")},
+		{"nameless frames dropped", list(frame("line", int64(3)), "x", frame("filename", "b.py")),
 			[]trace.Frame{{File: "b.py"}}},
-		{"nothing usable", []any{frame("line", int64(3)), int64(7)}, nil},
+		{"nothing usable", list(frame("line", int64(3)), int64(7)), nil},
 	}
 	for _, tc := range tests {
-		if got := decodeFrames(tc.in); fmt.Sprint(got) != fmt.Sprint(tc.want) || (got == nil) != (tc.want == nil) {
+		var st snapshotStacks
+		var got []trace.Frame
+		if id := st.stackOf(tc.in); id >= 0 {
+			got = st.list[id]
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || (got == nil) != (tc.want == nil) {
 			t.Errorf("%s: got %#v, want %#v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A snapshot written by Python's pickler shares its objects: one list of
+// frames for every entry of a call stack, one dictionary for every stack
+// through a frame, each written once and then referenced from the memo
+// (testdata/gen_shared.py). Every allocation keeps its stack through
+// every reference.
+func TestSnapshotSharedFrames(t *testing.T) {
+	f, err := trace.Open("testdata/shared.pickle", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fwd := trace.Frame{Function: "forward", File: "train.py", Line: 42}
+	lin := trace.Frame{Function: "forward", File: "torch/nn/modules/linear.py", Line: 125}
+	step := trace.Frame{Function: "step", File: "optim.py", Line: 7}
+	want := []struct {
+		op    trace.Op
+		ptr   uint64
+		stack []trace.Frame
+	}{
+		{trace.Alloc, 0x900, []trace.Frame{step}}, // live before the history: from its block
+		{trace.Alloc, 0x100, []trace.Frame{fwd, lin}},
+		{trace.Alloc, 0x200, []trace.Frame{fwd, lin}},
+		{trace.Alloc, 0x300, []trace.Frame{fwd}},
+		{trace.Alloc, 0x400, []trace.Frame{step}},
+		{trace.Free, 0x100, nil},
+		{trace.Alloc, 0x500, []trace.Frame{fwd, lin}},
+	}
+	for i, w := range want {
+		ev, err := f.Next()
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if ev.Op != w.op || ev.Ptr != w.ptr || fmt.Sprint(f.Stack()) != fmt.Sprint(w.stack) {
+			t.Errorf("event %d: %v %#x stack %v, want %v %#x stack %v", i, ev.Op, ev.Ptr, f.Stack(), w.op, w.ptr, w.stack)
+		}
+	}
+	if ev, err := f.Next(); err != io.EOF {
+		t.Errorf("after the last event: %+v, %v", ev, err)
+	}
+}
+
+// A string the pickle references from many frames costs its length once,
+// not once per frame: 10,000 allocations whose distinct frames all name
+// one 1 MiB function (1.5 MB of pickle) are read in well under a second
+// and 64 MB, where hashing the text once per frame would be 20 GB.
+func TestSnapshotSharedStringBounded(t *testing.T) {
+	long := strings.Repeat("f", 1<<20)
+	var entries []any
+	for i := range 10000 {
+		entries = append(entries, map[string]any{"action": "alloc", "addr": 0x1000 * (i + 1), "size": 64, "stream": 0,
+			"frames": []any{map[string]any{"name": long, "filename": long, "line": i + 1}}})
+	}
+	data := encodePickle(t, map[string]any{"device_traces": []any{entries}}, 4)
+	if len(data) > 2<<20 {
+		t.Fatalf("the pickle is %d bytes", len(data))
+	}
+	var r trace.Reader
+	var err error
+	start := time.Now()
+	alloc := allocatedBy(func() { r, _, err = trace.NewReader(bytes.NewReader(data), "long.pickle", nil) })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc > 64<<20 {
+		t.Errorf("allocated %d MB", alloc>>20)
+	}
+	sr := r.(trace.StackReader)
+	for i := range 10000 {
+		if _, err := sr.Next(); err != nil {
+			t.Fatal(err)
+		}
+		st := sr.Stack()
+		if len(st) != 1 || st[0].Line != i+1 || st[0].Function != long || st[0].File != long {
+			t.Fatalf("allocation %d: %d frames", i, len(st))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/trace"
@@ -82,5 +83,49 @@ func TestOpenTruncatedSnapshot(t *testing.T) {
 	var pe *trace.ParseError
 	if !errors.As(err, &pe) || pe.File != p {
 		t.Fatalf("error %#v does not name %s", err, p)
+	}
+}
+
+// A snapshot read from a pipe is decoded once and rewound in memory: the
+// pipe is empty after the first pass, and every pass has every event.
+func TestOpenPipeRewinds(t *testing.T) {
+	pkl, err := os.ReadFile("testdata/snapshot.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	p := filepath.Join(t.TempDir(), "pipe")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Skipf("no named pipes here: %v", err)
+	}
+	data := gz(t, pkl)
+	go func() {
+		w, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		w.Write(data)
+		w.Close()
+	}()
+	f, err := trace.Open(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, ok := f.Reader.(*Reader); !ok {
+		t.Fatalf("reader %T, want *torchsnap.Reader", f.Reader)
+	}
+	for pass := range 3 {
+		evs, err := readAll(t, f)
+		if err != nil || len(evs) != len(fixtureAll) {
+			t.Fatalf("pass %d: %d events, %v; want %d", pass, len(evs), err, len(fixtureAll))
+		}
+		if err := f.Rewind(); err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Errorf("files left in the temporary directory: %v", ents)
 	}
 }

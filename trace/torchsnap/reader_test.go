@@ -5,13 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
 	"os"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
-	pickle "github.com/kisielk/og-rek"
-
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -140,8 +142,7 @@ func TestSnapshotFreeRequestedOnly(t *testing.T) {
 func encodePickle(t testing.TB, v any, protocol int) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	enc := pickle.NewEncoderWithConfig(&buf, &pickle.EncoderConfig{Protocol: protocol})
-	if err := enc.Encode(v); err != nil {
+	if err := unpickle.Encode(&buf, v, protocol); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -192,6 +193,12 @@ func TestSnapshotErrors(t *testing.T) {
 		{"no addr", traces(alloc("addr", nil)), 1, []error{trace.ErrSnapshot}},
 		{"addr a float", traces(alloc("addr", 1.5)), 1, []error{trace.ErrSnapshot}},
 		{"stream a string", traces(alloc("stream", "s")), 1, []error{trace.ErrSnapshot}},
+		// time_us x 1000 must fit a time.Duration: refused, never wrapped.
+		{"time_us overflows ns", traces(alloc(), alloc("time_us", int64(maxTimeUS+1))), 2, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us max int64", traces(alloc("time_us", int64(math.MaxInt64))), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us beyond int64", traces(alloc("time_us", new(big.Int).Lsh(big.NewInt(1), 70))), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us negative", traces(alloc("time_us", int64(-1))), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
+		{"time_us a string", traces(alloc("time_us", "noon")), 1, []error{trace.ErrSnapshot, trace.ErrTime}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,6 +213,18 @@ func TestSnapshotErrors(t *testing.T) {
 				t.Errorf("error %#v, want a *trace.ParseError at bad.pickle:%d", err, tc.line)
 			}
 		})
+	}
+}
+
+// The largest time_us is read exactly; None is no time.
+func TestSnapshotTimeLimits(t *testing.T) {
+	snap := map[any]any{"device_traces": []any{[]any{
+		map[any]any{"action": "alloc", "addr": int64(0x100), "size": int64(10), "time_us": unpickle.None{}},
+		map[any]any{"action": "alloc", "addr": int64(0x200), "size": int64(10), "time_us": int64(maxTimeUS)},
+	}}}
+	got, err := readAll(t, mustSnapshot(t, snap))
+	if err != nil || len(got) != 2 || got[0].Time != 0 || got[1].Time != time.Duration(maxTimeUS)*time.Microsecond || got[1].Time < 0 {
+		t.Errorf("got %+v, %v", got, err)
 	}
 }
 
@@ -245,29 +264,85 @@ func TestUnreadablePickle(t *testing.T) {
 	}
 }
 
+// What the decoder refuses is a *trace.ParseError matching both
+// trace.ErrPickle and the decoder's reason: a pickle that would call
+// os.system stops where its GLOBAL stands, before anything is imported.
+func TestSnapshotRefusesCode(t *testing.T) {
+	_, _, err := trace.NewReader(strings.NewReader("\x80\x02cos\nsystem\n(X\x02\x00\x00\x00idtR."), "evil.pickle", nil)
+	var pe *trace.ParseError
+	if !errors.Is(err, trace.ErrPickle) || !errors.Is(err, unpickle.ErrRefused) || !errors.As(err, &pe) || pe.File != "evil.pickle" {
+		t.Fatalf("error %v, want a *trace.ParseError matching ErrPickle and unpickle.ErrRefused", err)
+	}
+	want := "evil.pickle: unreadable pickle (decoding stopped after byte 3): unpickle: refused: the pickle constructs objects or calls code: GLOBAL at byte 2: it would import a name"
+	if err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
+// A read that fails below the decoder (not a gzip layer's ParseError) is
+// an unreadable pickle naming the bytes read and the cause.
+func TestSnapshotReadError(t *testing.T) {
+	good, err := os.ReadFile("testdata/snapshot.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eio := errors.New("input/output error")
+	r := io.MultiReader(bytes.NewReader(good[:100]), iotest.ErrReader(eio))
+	_, err = NewReader(r, "disk.pickle", nil)
+	var pe *trace.ParseError
+	if !errors.Is(err, trace.ErrPickle) || !errors.Is(err, eio) || !errors.As(err, &pe) {
+		t.Fatalf("error %v, want ErrPickle and the read's error", err)
+	}
+	if want := "disk.pickle: unreadable pickle (reading stopped after byte 100): input/output error"; err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
+// BenchmarkSnapshot decodes 100,000 entries, PyTorch's default
+// max_entries, each with two frames: its own list of two frames (own
+// frames), or one list shared by every entry, as PyTorch writes the
+// entries of one traceback (shared frames).
 func BenchmarkSnapshot(b *testing.B) {
-	// 100,000 entries, PyTorch's default max_entries, with frames.
-	frames := []any{
-		map[any]any{"filename": "train.py", "line": int64(42), "name": "forward"},
-		map[any]any{"filename": "torch/nn/modules/linear.py", "line": int64(125), "name": "forward"},
-	}
-	var list []any
-	for i := range int64(50000) {
-		addr := int64(0x7f0000000000) + i%64*4096
-		list = append(list,
-			map[any]any{"action": "alloc", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2 * i, "frames": frames},
-			map[any]any{"action": "free_completed", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2*i + 1, "frames": frames})
-	}
-	data := encodePickle(b, map[any]any{"device_traces": []any{list}, "segments": []any{}}, 4)
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r, _, err := trace.NewReader(bytes.NewReader(data), "bench", nil)
-		if err != nil {
-			b.Fatal(err)
+	for _, shared := range []bool{false, true} {
+		name := "own frames"
+		if shared {
+			name = "shared frames"
 		}
-		if n := r.(*Reader).Len(); n != 100000 {
-			b.Fatalf("%d events", n)
-		}
+		b.Run(name, func(b *testing.B) {
+			frames := func() any {
+				return []any{
+					map[any]any{"filename": "train.py", "line": int64(42), "name": "forward"},
+					map[any]any{"filename": "torch/nn/modules/linear.py", "line": int64(125), "name": "forward"},
+				}
+			}
+			var one any = &unpickle.List{Items: frames().([]any)}
+			var list []any
+			for i := range int64(50000) {
+				addr := int64(0x7f0000000000) + i%64*4096
+				f1, f2 := one, one
+				if !shared {
+					f1, f2 = frames(), frames()
+				}
+				list = append(list,
+					map[any]any{"action": "alloc", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2 * i, "frames": f1},
+					map[any]any{"action": "free_completed", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2*i + 1, "frames": f2})
+			}
+			data := encodePickle(b, map[any]any{"device_traces": []any{list}, "segments": []any{}}, 4)
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, _, err := trace.NewReader(bytes.NewReader(data), "bench", nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sr := r.(*Reader)
+				if n := sr.Len(); n != 100000 {
+					b.Fatalf("%d events", n)
+				}
+				if sr.stacks.stack(0) == nil || sr.stacks.stack(99998) == nil {
+					b.Fatal("an allocation without its stack")
+				}
+			}
+		})
 	}
 }
