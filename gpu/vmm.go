@@ -14,9 +14,11 @@
 // cuMemSetAccess, cuMemUnmap, cuMemRelease):
 //   - every size, offset and address is a multiple of the minimum
 //     granularity (Granularity), else ErrInvalidValue (from Map:
-//     ErrNotSupported, the driver's answer to every range it cannot map);
+//     ErrNotSupported, as driver 580 answers an unaligned address or
+//     offset);
 //   - Map needs a range inside one reservation where nothing is mapped,
-//     and an allocation at least offset+size long, else ErrNotSupported;
+//     and an allocation at least offset+size long, else ErrNotSupported
+//     (driver 580's answer to both);
 //   - Unmap covers whole mappings, never part of one; it is not stream
 //     ordered: work still queued that touches the range fails with
 //     ErrIllegalAddress (on the card the fault poisons the context), so a
