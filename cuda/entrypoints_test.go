@@ -109,7 +109,7 @@ func entryPoints() []entryPoint {
 		{"Context.StreamContext", func() error { return first(ctx.StreamContext(s)) }},
 		{"Context.Device", func() error { return first(ctx.Device()) }},
 	}
-	return append(eps, captureEntryPoints()...)
+	return append(append(eps, captureEntryPoints()...), vmmEntryPoints()...)
 }
 
 // checkAll reports every entry point whose error does not match want.

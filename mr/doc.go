@@ -71,6 +71,7 @@
 //	pool_grow.go           the Pool's slow paths: steal, growth, release, cross-stream frees
 //	pool_stats.go          PoolStats
 //	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
+//	virtual.go             Virtual: physical memory mapped on demand into one reserved range
 //
 // Adaptors: stats.go (Stats), tracking.go (Tracking; proflabel.go, the
 // allocating goroutine's pprof labels; tracking_leaks.go, the
@@ -105,6 +106,25 @@
 // streams, and when, stays each resource's policy: the Pool steals a whole
 // idle chunk, FixedSize half a free list, Arena an empty superblock from
 // its global arena.
+//
+// # Virtual memory: an upstream, not a Pool mode
+//
+// Growth through virtual memory (gpu.VirtualMemory: a reserved range,
+// physical memory mapped into it granule by granule) is the resource
+// Virtual, which a Pool takes as its upstream like any other, not a mode
+// of the Pool. The Pool already decides which chunk to grow, steal or
+// release and when, in stream order; what virtual memory changes is where
+// a chunk's memory comes from and how it goes back: mapped at the end of
+// one range, so that successive growths are adjacent; unmapped, once the
+// free's event has completed, without a host synchronization. Those are an
+// upstream's concerns, and as an upstream Virtual also serves Arena,
+// FixedSize and Binning, and is tested by the same conformance suite. A
+// pool mode would have put a second growth path into pool_grow.go, next
+// to the policy that other changes there are about. What an upstream
+// cannot do is grow a chunk in place (the Pool cuts blocks from chunks of
+// fixed size) or hand a physical granule from one stream's range to
+// another's; both need the Pool to know about ranges, and are left for a
+// later step over this interface.
 //
 // # Writing an adaptor
 //

@@ -60,6 +60,7 @@ type Device struct {
 	inj   map[Op]*injection
 
 	foreign handleTable // raw handles and adopted wrappers (foreign.go)
+	vm      vmState     // reservations and physical allocations (vmm.go), under mu
 }
 
 type injection struct {
