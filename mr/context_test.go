@@ -3,6 +3,7 @@ package mr_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,14 +131,28 @@ func TestRetryAllocateContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer as.Close()
-	r := mr.NewRetry(as, mr.RetryOptions{Attempts: 3, OnFailure: func(rep mr.OutOfMemoryReport) {
-		t.Errorf("observed a request whose caller gave up: %v", rep)
-	}})
+	// The hold is released from the retry callback of the second
+	// request, so that request is refused at first whatever the timing,
+	// and recovers once the free has run.
+	var release func()
+	var releaseOnRetry atomic.Bool
+	r := mr.NewRetry(as, mr.RetryOptions{
+		Attempts: 3,
+		OnOutOfMemory: func(int, gpu.Stream, int, error) bool {
+			if releaseOnRetry.Load() {
+				release()
+			}
+			return true
+		},
+		OnFailure: func(rep mr.OutOfMemoryReport) {
+			t.Errorf("observed a request whose caller gave up: %v", rep)
+		},
+	})
 	p, err := r.Allocate(80<<20, s1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := dev.Hold(s1)
+	release = dev.Hold(s1)
 	defer release()
 	if err := r.Deallocate(p, 80<<20, s1); err != nil {
 		t.Fatal(err)
@@ -153,15 +168,15 @@ func TestRetryAllocateContext(t *testing.T) {
 	if got := as.Pending().Pending(); got != 80<<20 {
 		t.Errorf("%d bytes pending, want the held free's", got)
 	}
-	release()
+	releaseOnRetry.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	q, err := r.AllocateContext(ctx, 80<<20, s2)
 	if err != nil {
 		t.Fatalf("AllocateContext once the free ran: %v", err)
 	}
-	if c := r.Counts(); c.Recovered != 1 {
-		t.Errorf("counts %v", c)
+	if c := r.Counts(); c.OutOfMemory != 2 || c.Recovered != 1 || c.Failed != 1 {
+		t.Errorf("counts %v, want 2 refusals, 1 recovered, 1 failed", c)
 	}
 	if err := r.Deallocate(q, 80<<20, s2); err != nil {
 		t.Fatal(err)
