@@ -24,6 +24,13 @@
 //     on another stream is reused after s waits on its event (cuStreamWaitEvent,
 //     no host synchronization).
 //
+// A free on a stream that has no work left (cuStreamQuery answers done)
+// records no event: every copy enqueued before it has completed, so the
+// block is ready for the host at once. That is the common case of a
+// staging buffer freed after its stream was synchronized, and it keeps a
+// pair of Allocate and Free from paying for an event that the device has
+// not yet marked complete.
+//
 // Size classes. A request is rounded up to a power of two of at least
 // MinHostBlock bytes, or above MaxHostPow2 to a multiple of MaxHostPow2,
 // and served by a cached block of exactly that class: waste is below half
@@ -39,7 +46,7 @@
 // Invariants, under mu: every block the pool holds is in blocks (by
 // address) and spans (by range); a block is either live (handed out, n > 0,
 // not in any free list) or cached (in free[class], done set if it was
-// freed on a stream whose work may still use it). Usage().Used is the sum
+// freed on a stream that had work left). Usage().Used is the sum
 // of the live lengths as asked, Usage().Reserved the sum of the class
 // sizes of all blocks held, exact on every path: a failed call changes
 // neither.
@@ -260,13 +267,16 @@ func (p *HostPool) Free(buf []byte, s gpu.Stream) error {
 	if err != nil {
 		return fmt.Errorf("host pool: free %#x (%d bytes): %w", a, len(buf), err)
 	}
-	e, err := p.events.Get()
-	if err != nil {
-		return fmt.Errorf("host pool: free %#x: %w", a, err)
-	}
-	if err := e.Record(s); err != nil {
-		p.events.Put(e)
-		return fmt.Errorf("host pool: free %#x: record event on stream %d: %w", a, s.ID(), err)
+	var e gpu.Event
+	if s.Query() != nil { // work may still use buf: mark the free's place in s
+		var err error
+		if e, err = p.events.Get(); err != nil {
+			return fmt.Errorf("host pool: free %#x: %w", a, err)
+		}
+		if err := e.Record(s); err != nil {
+			p.events.Put(e)
+			return fmt.Errorf("host pool: free %#x: record event on stream %d: %w", a, s.ID(), err)
+		}
 	}
 	p.usage.subUsed(b.n)
 	b.n, b.done, b.stream = 0, e, s

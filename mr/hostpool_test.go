@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
@@ -223,6 +224,7 @@ func TestHostPoolFreeRecordFails(t *testing.T) {
 	dev, s, _ := hostPoolDevice(t, sim.Config{})
 	p := mr.NewHostPool(dev)
 	b := must[[]byte](t)(p.Allocate(100, s))
+	release := dev.Hold(s) // work is pending: the free records an event
 	boom := errors.New("injected")
 	dev.FailNext(sim.OpEventRecord, 1, boom)
 	if err := p.Free(b, s); !errors.Is(err, boom) {
@@ -231,6 +233,7 @@ func TestHostPoolFreeRecordFails(t *testing.T) {
 	if u := p.Usage(); u.Used != 100 {
 		t.Errorf("a failed free changed usage: %+v", u)
 	}
+	release()
 	if err := p.Free(b, s); err != nil {
 		t.Errorf("Free after the failed one: %v", err)
 	}
@@ -264,8 +267,11 @@ func TestHostPoolOutOfMemory(t *testing.T) {
 	}
 }
 
+// TestHostPoolTyped runs on testdev's device (the GPU with
+// STREAMALLOC_DEVICE=cuda).
 func TestHostPoolTyped(t *testing.T) {
-	dev, s, _ := hostPoolDevice(t, sim.Config{})
+	dev := testdev.Device(t)
+	s := must[gpu.Stream](t)(dev.NewStream())
 	p := mr.NewHostPool(dev)
 	v := must[[]float32](t)(mr.AllocateHost[float32](p, 1000, s))
 	if len(v) != 1000 || p.Usage().Used != 4000 {
@@ -275,6 +281,7 @@ func TestHostPoolTyped(t *testing.T) {
 		v[i] = float32(i)
 	}
 	d := must[gpu.DevicePtr](t)(dev.Malloc(4000))
+	t.Cleanup(func() { dev.Free(d) })
 	if err := dev.CopyHtoDAsync(d, mr.HostBytes(v), s); err != nil {
 		t.Fatal(err)
 	}
@@ -306,8 +313,10 @@ func TestHostPoolTyped(t *testing.T) {
 // freeing them in stream order and checking every byte. Under -race on
 // the simulator, a block handed out before the copies that used it are
 // done (Allocate) or ordered (AllocateOrdered) is a reported data race.
+//
+// It runs on testdev's device: the GPU with STREAMALLOC_DEVICE=cuda.
 func TestHostPoolCopies(t *testing.T) {
-	dev, _, _ := hostPoolDevice(t, sim.Config{})
+	dev := testdev.Device(t)
 	p := mr.NewHostPool(dev)
 	streams := make([]gpu.Stream, 4)
 	for i := range streams {
