@@ -13,6 +13,6 @@ root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 run=$root/.gpubin/run.sh
 status=0
 TEST_RUN='HostPool' "$run" test mr || status=1
-TEST_TIMEOUT=90s "$run" test gpu_cudagpu || status=1
+TEST_TIMEOUT=45s "$run" test gpu_cudagpu || status=1
 BENCH='HostPair|HtoD' BENCH_COUNT="${BENCH_COUNT:-3}" BENCH_TIME="${BENCH_TIME:-0.3s}" "$run" bench mr || status=1
 exit $status
