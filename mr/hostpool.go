@@ -37,6 +37,9 @@
 // the block for small requests and below MaxHostPow2 for large ones. A
 // block is one cuMemAllocHost allocation, never split.
 //
+// A block used by copies on several streams: RecordStream(buf, s) adds s
+// to the streams the free marks, so the block waits for all of them.
+//
 // Bad frees are refused before anything changes: a slice the pool never
 // handed out matches ErrUnknownPointer; one inside a block but not the
 // whole slice handed out (another start or length) ErrSubSlice; a block
@@ -45,8 +48,9 @@
 //
 // Invariants, under mu: every block the pool holds is in blocks (by
 // address) and spans (by range); a block is either live (handed out, n > 0,
-// not in any free list) or cached (in free[class], done set if it was
-// freed on a stream that had work left). Usage().Used is the sum
+// not in any free list, uses the streams RecordStream named) or cached
+// (in free[class], done holding an event for each stream that used it and
+// had work left at the free). Usage().Used is the sum
 // of the live lengths as asked, Usage().Reserved the sum of the class
 // sizes of all blocks held, exact on every path: a failed call changes
 // neither.
@@ -88,11 +92,21 @@ func hostClass(n int) int {
 
 // hostBlock is one page-locked allocation the pool holds.
 type hostBlock struct {
-	mem  []byte    // the whole allocation, len and cap its class
-	n    int       // length handed out; 0 while cached
-	done gpu.Event // while cached: recorded at the free on stream; nil if none
-	// stream is the stream of the last free, while cached.
-	stream gpu.Stream
+	mem []byte // the whole allocation, len and cap its class
+	n   int    // length handed out; 0 while cached
+	// uses are the streams other than the freeing one whose work uses the
+	// block, by RecordStream, while live.
+	uses []gpu.Stream
+	// done are, while cached, the events recorded at the free on each
+	// stream that used the block and had work left; none if no work was
+	// left anywhere.
+	done []hostMark
+}
+
+// hostMark is an event recorded on a stream at a block's free.
+type hostMark struct {
+	e gpu.Event
+	s gpu.Stream
 }
 
 // HostPoolStats counts what HostPool did since it was created.
@@ -185,19 +199,20 @@ func (p *HostPool) reuseLocked(class int, s gpu.Stream, ordered bool) (*hostBloc
 	list := p.free[class]
 	pick := -1
 	for i, b := range list { // oldest first: the most likely to have completed
-		if b.done == nil || ordered && b.stream.ID() == s.ID() {
-			pick = i
-			break
-		}
-		if b.done.Query() == nil {
+		if b.ready(s, ordered) {
 			pick = i
 			break
 		}
 	}
 	if pick < 0 && ordered && len(list) > 0 {
 		pick = len(list) - 1
-		if err := s.WaitEvent(list[pick].done); err != nil {
-			return nil, fmt.Errorf("host pool: allocate: stream %d wait on stream %d: %w", s.ID(), list[pick].stream.ID(), err)
+		for _, m := range list[pick].done {
+			if m.s.ID() == s.ID() {
+				continue
+			}
+			if err := s.WaitEvent(m.e); err != nil {
+				return nil, fmt.Errorf("host pool: allocate: stream %d wait on stream %d: %w", s.ID(), m.s.ID(), err)
+			}
 		}
 		p.stats.Waits++
 	}
@@ -206,12 +221,32 @@ func (p *HostPool) reuseLocked(class int, s gpu.Stream, ordered bool) (*hostBloc
 	}
 	b := list[pick]
 	p.free[class] = append(list[:pick], list[pick+1:]...)
-	if b.done != nil {
-		p.events.Put(b.done)
-	}
-	b.done, b.stream = nil, nil
+	p.putMarks(b)
 	p.stats.Hits++
 	return b, nil
+}
+
+// ready reports whether a cached block may serve a request on s without a
+// wait: every mark of its free has completed, or, for an ordered request,
+// every mark is on s itself.
+func (b *hostBlock) ready(s gpu.Stream, ordered bool) bool {
+	for _, m := range b.done {
+		if ordered && m.s.ID() == s.ID() {
+			continue
+		}
+		if m.e.Query() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// putMarks returns the events of b's free to the cache.
+func (p *HostPool) putMarks(b *hostBlock) {
+	for _, m := range b.done {
+		p.events.Put(m.e)
+	}
+	b.done = nil
 }
 
 // grow allocates a new block of class for a request of n bytes. If the
@@ -267,21 +302,70 @@ func (p *HostPool) Free(buf []byte, s gpu.Stream) error {
 	if err != nil {
 		return fmt.Errorf("host pool: free %#x (%d bytes): %w", a, len(buf), err)
 	}
-	var e gpu.Event
-	if s.Query() != nil { // work may still use buf: mark the free's place in s
-		var err error
-		if e, err = p.events.Get(); err != nil {
-			return fmt.Errorf("host pool: free %#x: %w", a, err)
+	marks, err := p.mark(append(b.uses, s))
+	if err != nil {
+		return fmt.Errorf("host pool: free %#x: %w", a, err)
+	}
+	p.usage.subUsed(b.n)
+	b.n, b.done, b.uses = 0, marks, nil
+	class := len(b.mem)
+	p.free[class] = append(p.free[class], b)
+	return nil
+}
+
+// mark records an event on each of streams that has work left (work that
+// may still use the block being freed). On failure it records nothing.
+func (p *HostPool) mark(streams []gpu.Stream) ([]hostMark, error) {
+	var marks []hostMark
+	fail := func(err error) ([]hostMark, error) {
+		for _, m := range marks {
+			p.events.Put(m.e)
+		}
+		return nil, err
+	}
+	for _, s := range streams {
+		if s.Query() == nil {
+			continue // idle: everything it was given has completed
+		}
+		e, err := p.events.Get()
+		if err != nil {
+			return fail(err)
 		}
 		if err := e.Record(s); err != nil {
 			p.events.Put(e)
-			return fmt.Errorf("host pool: free %#x: record event on stream %d: %w", a, s.ID(), err)
+			return fail(fmt.Errorf("record event on stream %d: %w", s.ID(), err))
+		}
+		marks = append(marks, hostMark{e, s})
+	}
+	return marks, nil
+}
+
+// RecordStream tells the pool that work enqueued on s uses buf, a live
+// slice it handed out, as well as work on the stream buf will be freed on:
+// the free then marks s too, and the block is reused only after that work
+// (PyTorch's record_stream). Call it for a copy on another stream than the
+// freeing one, before or after enqueuing the copy and before the free. Its
+// errors are Free's; a failed call changes nothing.
+func (p *HostPool) RecordStream(buf []byte, s gpu.Stream) error {
+	if err := checkStream("host pool", "record stream", p.dev, s); err != nil {
+		return err
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, err := p.liveLocked(a, len(buf))
+	if err != nil {
+		return fmt.Errorf("host pool: record stream %d on %#x (%d bytes): %w", s.ID(), a, len(buf), err)
+	}
+	for _, u := range b.uses {
+		if u.ID() == s.ID() {
+			return nil
 		}
 	}
-	p.usage.subUsed(b.n)
-	b.n, b.done, b.stream = 0, e, s
-	class := len(b.mem)
-	p.free[class] = append(p.free[class], b)
+	b.uses = append(b.uses, s)
 	return nil
 }
 
@@ -332,10 +416,7 @@ func (p *HostPool) release(wait bool) (int, error) {
 				errs = append(errs, fmt.Errorf("free %#x: %w", a, err))
 				continue
 			}
-			if b.done != nil {
-				p.events.Put(b.done)
-				b.done, b.stream = nil, nil
-			}
+			p.putMarks(b)
 			delete(p.blocks, a)
 			gone[gpu.DevicePtr(a)] = true
 			p.usage.subReserved(class)
@@ -361,16 +442,16 @@ func (p *HostPool) release(wait bool) (int, error) {
 // completeLocked reports (nil) whether the copies before b's free have
 // completed, waiting for them if wait is set.
 func (p *HostPool) completeLocked(b *hostBlock, wait bool) error {
-	if b.done == nil {
-		return nil
-	}
-	if wait {
-		if err := b.done.Synchronize(); err != nil {
-			return fmt.Errorf("wait for stream %d: %w", b.stream.ID(), err)
+	for _, m := range b.done {
+		if wait {
+			if err := m.e.Synchronize(); err != nil {
+				return fmt.Errorf("wait for stream %d: %w", m.s.ID(), err)
+			}
+		} else if err := m.e.Query(); err != nil {
+			return err
 		}
-		return nil
 	}
-	return b.done.Query()
+	return nil
 }
 
 // Usage reports the bytes handed out and not freed (Used, as asked) and

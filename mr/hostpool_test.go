@@ -497,3 +497,64 @@ func TestHostPoolOrderedAcrossStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHostPoolRecordStream frees on an idle stream a block that a held copy
+// on another stream still reads: without RecordStream the block would be
+// ready at once; with it, Allocate must not hand it out until that copy
+// is done.
+func TestHostPoolRecordStream(t *testing.T) {
+	dev, s1, s2 := hostPoolDevice(t, sim.Config{})
+	p := mr.NewHostPool(dev)
+	d := must[gpu.DevicePtr](t)(dev.Malloc(4096))
+	b := must[[]byte](t)(p.Allocate(4096, s1))
+	release := dev.Hold(s2)
+	if err := dev.CopyHtoDAsync(d, b, s2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RecordStream(b, s2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RecordStream(b, s2); err != nil { // once per stream is kept
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		buf  []byte
+		s    gpu.Stream
+		want error
+	}{
+		{"pageable memory", make([]byte, 8), s2, mr.ErrUnknownPointer},
+		{"sub-slice", b[1:], s2, mr.ErrSubSlice},
+		{"nil stream", b, nil, gpu.ErrInvalidHandle},
+	} {
+		if err := p.RecordStream(tc.buf, tc.s); !errors.Is(err, tc.want) {
+			t.Errorf("RecordStream(%s): %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if err := p.Free(b, s1); err != nil { // s1 is idle
+		t.Fatal(err)
+	}
+	c := must[[]byte](t)(p.Allocate(4096, s1))
+	if &c[0] == &b[0] {
+		t.Fatal("a block still read by a copy on a recorded stream was handed out")
+	}
+	release()
+	if err := s2.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	e := must[[]byte](t)(p.Allocate(4096, s1))
+	if &e[0] != &b[0] {
+		t.Fatal("the block was not reused once the recorded stream's copy completed")
+	}
+	if err := p.RecordStream(b, s2); err != nil {
+		t.Fatal(err) // e is b again: live
+	}
+	for _, x := range [][]byte{c, e} {
+		if err := p.Free(x, s1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.RecordStream(c, s2); !errors.Is(err, mr.ErrDoubleFree) {
+		t.Errorf("RecordStream of a freed slice: %v, want ErrDoubleFree", err)
+	}
+}
