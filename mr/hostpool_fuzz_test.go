@@ -36,7 +36,7 @@ func FuzzHostPoolOps(f *testing.F) {
 		defer func() { release() }()
 		p := mr.NewHostPool(dev)
 		var live [][]byte
-		var freed [][]byte         // freed since the last Release
+		var freed [][]byte          // freed since the last Release
 		blocks := map[uintptr]int{} // held blocks: start -> class
 		used := 0
 		check := func(step int) {
