@@ -59,6 +59,7 @@
 //	direct.go, managed.go  cuMemAlloc / cuMemAllocManaged with a synchronous, stream-safe free
 //	async.go               the driver's stream-ordered pool (cuMemAllocAsync)
 //	pinned.go              page-locked host memory for staging copies (not a Resource)
+//	hostpool.go            HostPool: page-locked staging buffers cached and freed in stream order
 //	fixedsize.go           blocks of one size, per-stream lists
 //	binning.go             power-of-two FixedSize bins, larger requests upstream
 //	arena.go               per-stream arenas over a global arena of superblocks
