@@ -57,11 +57,16 @@ type core struct {
 	events    *gpu.EventCache
 	id        uint64
 	untracked bool
+	stack     []uintptr // the allocation's stack, for a leak report (leak.go), or nil
 
 	cur atomic.Pointer[snapshot]
 
 	mu    sync.Mutex
 	track tracking
+	// Captures whose graphs use the memory and are not released, and
+	// memory the program closed that they still use (capture.go).
+	graphs   []*graphUse
+	deferred *snapshot
 }
 
 // snapshot is one live allocation of a buffer; never mutated.
@@ -92,13 +97,20 @@ func WithObserver(o Observer) Option { return func(o2 *options) { o2.obs = o } }
 
 // New allocates size bytes from res, ordered on s: the memory may be used
 // by work enqueued on s from now on, and by work on other streams through
-// the buffer's tracking.
+// the buffer's tracking. A nil res means the current resource of s's
+// device (mr.Current: the one mr.SetCurrent or streamalloc.Setup
+// installed, else the device's default); with a nil stream as well there
+// is no device to ask, and New returns an error matching
+// gpu.ErrInvalidHandle.
 func New(res mr.Resource, size int, s gpu.Stream, opts ...Option) (*Buffer, error) {
 	var o options
 	for _, f := range opts {
 		if f != nil {
 			f(&o)
 		}
+	}
+	if res == nil && s != nil {
+		res = mr.Current(s.Device())
 	}
 	if res == nil {
 		return nil, fmt.Errorf("buf: new: nil resource: %w", gpu.ErrInvalidHandle)
@@ -124,24 +136,34 @@ func New(res mr.Resource, size int, s gpu.Stream, opts ...Option) (*Buffer, erro
 		events:    cacheFor(dev),
 		id:        ids.Add(1),
 		untracked: o.untracked,
+		stack:     leakStack(res, 2),
 	}
 	if c.obs == nil {
 		c.obs = findObserver(res)
 	}
 	c.track.allocated(s)
 	c.cur.Store(&snapshot{ptr: p, size: size, gen: generations.Add(1), stream: s})
+	if !c.untracked && gpu.CaptureID(s) != 0 {
+		if err := c.bornIn(s); err != nil {
+			if ferr := res.Deallocate(p, size, s); ferr != nil {
+				return nil, fmt.Errorf("buf: new %d bytes: %w (and freeing the memory: %v)", size, err, ferr)
+			}
+			return nil, fmt.Errorf("buf: new %d bytes: %w", size, err)
+		}
+	}
 	b := &Buffer{core: c}
 	b.cleanup = runtime.AddCleanup(b, (*core).collect, c)
 	return b, nil
 }
 
-// collect closes a buffer that was dropped while open. It runs on the
-// garbage collector's cleanup goroutine; there is no caller to give an
-// error to, so a failed free leaves the memory to the resource's own
-// accounting (it stays live there).
+// collect closes a buffer that was dropped while open, and reports the
+// leak (leak.go). It runs on the garbage collector's cleanup goroutine;
+// there is no caller to give an error to, so a failed free leaves the
+// memory to the resource's own accounting (it stays live there) and the
+// error goes to the leak handler.
 func (c *core) collect() {
 	if sn := c.cur.Load(); sn != nil {
-		c.closeOn(sn.stream)
+		c.reportLeak(sn, func() error { return c.closeOn(sn.stream) })
 	}
 }
 
@@ -155,6 +177,11 @@ func (c *core) closeOn(s gpu.Stream) error {
 	}
 	if err := checkStream(c.dev, s); err != nil {
 		return err
+	}
+	if !c.untracked && (len(c.graphs) > 0 || gpu.CaptureID(s) != 0) {
+		if done, err := c.closeInGraphs(sn, s); done {
+			return err
+		}
 	}
 	if err := c.waitAll(s); err != nil {
 		return err
@@ -267,7 +294,9 @@ func (b *Buffer) Tracked() bool { return b != nil && b.core != nil && !b.untrack
 // work enqueued on the old stream so far, declared uses or not (work the
 // caller enqueued there by hand on the buffer's pointer, which New allows,
 // is covered too); an Untracked buffer leaves that to the caller. If the
-// wait cannot be enqueued the buffer stays on the old stream.
+// wait cannot be enqueued the buffer stays on the old stream. A tracked
+// buffer is not moved into or out of a capture (mr.ErrStreamCapturing):
+// the wait would cross the capture's boundary.
 func (b *Buffer) SetStream(s gpu.Stream) error {
 	sn, err := b.lock(0)
 	if err != nil {
@@ -278,6 +307,10 @@ func (b *Buffer) SetStream(s gpu.Stream) error {
 		return fmt.Errorf("buf: set stream: %w", err)
 	}
 	if !b.untracked {
+		if oc, nc := gpu.CaptureID(sn.stream), gpu.CaptureID(s); oc != nc {
+			return fmt.Errorf("buf: set stream %d (capture %d) after stream %d (capture %d): %w",
+				s.ID(), nc, sn.stream.ID(), oc, mr.ErrStreamCapturing)
+		}
 		// A lazy mark on the old stream: recorded now, it covers
 		// everything enqueued there; waitOn skips it if s is the old
 		// stream, and synchronizes the device if the old stream is gone.
@@ -311,7 +344,9 @@ func (b *Buffer) Close() error {
 // the buffer's device. s first waits on every recorded use of the buffer
 // (the last write and every read since), so the memory goes back to the
 // resource only after all work that used it. If the free fails, the buffer
-// stays open and owns its memory.
+// stays open and owns its memory. Memory that the graph of a capture not
+// yet released uses is freed at that capture's Release instead (see
+// "CUDA graphs" in the package comment).
 func (b *Buffer) CloseOn(s gpu.Stream) error {
 	if b == nil || b.core == nil {
 		return fmt.Errorf("buf: close: %w", ErrNilBuffer)
@@ -330,7 +365,9 @@ func (b *Buffer) CloseOn(s gpu.Stream) error {
 // taken before become stale); resizing to the same size does nothing.
 // There is no hidden capacity: every change of size reallocates, so that a
 // Ref taken before a resize is always stale. If any step fails the buffer
-// is left as it was.
+// is left as it was. A tracked buffer that a graph not yet released uses
+// is not resized (ErrGraphUse), nor one whose stream captures
+// (mr.ErrStreamCapturing).
 func (b *Buffer) Resize(n int) error {
 	sn, err := b.lock(0)
 	if err != nil {
@@ -344,6 +381,14 @@ func (b *Buffer) Resize(n int) error {
 		return nil
 	}
 	s := sn.stream
+	if !b.untracked {
+		switch {
+		case len(b.graphs) > 0:
+			return fmt.Errorf("buf: resize to %d bytes: used by the graph of capture %d: %w", n, b.graphs[0].cu.id, ErrGraphUse)
+		case gpu.CaptureID(s) != 0:
+			return fmt.Errorf("buf: resize to %d bytes on stream %d: %w", n, s.ID(), mr.ErrStreamCapturing)
+		}
+	}
 	p, err := b.res.Allocate(n, s)
 	if err != nil {
 		return fmt.Errorf("buf: resize to %d bytes: %w", n, err)

@@ -142,7 +142,7 @@ func TestBadInput(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"new nil resource", errOf(buf.New(nil, 1, s)), gpu.ErrInvalidHandle},
+		{"new nil resource and nil stream", errOf(buf.New(nil, 1, nil)), gpu.ErrInvalidHandle},
 		{"new nil stream", errOf(buf.New(e.res, 1, nil)), gpu.ErrInvalidHandle},
 		{"new foreign stream", errOf(buf.New(e.res, 1, foreign)), gpu.ErrWrongDevice},
 		{"new negative", errOf(buf.New(e.res, -1, s)), mr.ErrInvalidSize},

@@ -46,6 +46,49 @@
 // CUDA memory, and exists to show (in the hazard tests) what tracking
 // prevents.
 //
+// # CUDA graphs
+//
+// Tracked buffers may be used inside a stream capture begun with
+// mr.BeginCapture, and the graph's executable (made from the graph that
+// Capture.End returns) launched any number of times, on any stream,
+// between uses outside the graph. The rules:
+//
+//   - Inside the capture a buffer is tracked by the same rules in a state
+//     of its own: its uses on the capture's streams wait on each other
+//     through events recorded in the capture, which become edges of the
+//     graph. They never wait on an event recorded outside the capture
+//     (the driver refuses that and invalidates the capture), and uses
+//     outside never wait on one recorded inside.
+//   - Each launch is a use of every buffer the graph uses, on the launch
+//     stream, with the access the graph makes of it (a write if any of
+//     its uses writes): the launch stream first waits on the buffer's
+//     last write (and, for a write, every read) outside the graph, be it
+//     the writer before the capture, an earlier launch or a use in
+//     between; an event recorded after the launch is the buffer's new last
+//     write or read, so later uses wait on the launch. A replay therefore
+//     never races with a use outside the graph, whichever stream launches
+//     it. (Launching through another executable, or into a capture, is not
+//     tracked: the latter is refused with mr.ErrStreamCapturing.)
+//   - A use on a stream whose capture was not begun with mr.BeginCapture
+//     is refused with an error matching mr.ErrStreamCapturing, and so is
+//     New on such a stream: the launches of that graph could not be
+//     ordered. The refusal does not disturb the capture.
+//   - A buffer allocated inside the capture is the graph's: it is written
+//     by every launch, closed inside the capture it is freed by the graph,
+//     closed outside it is freed as the graph's output, and it is closed
+//     for the program when the capture is released.
+//   - The memory of a buffer that a graph not yet released uses stays
+//     allocated while the graph may run: Close (inside the capture or
+//     after it) closes the buffer for the program at once and frees the
+//     memory at the Release of the last such capture, on Release's stream
+//     and after every use recorded outside the graph. Resize refuses with
+//     ErrGraphUse meanwhile, and with mr.ErrStreamCapturing on a capturing
+//     stream; SetStream refuses to move a buffer into or out of a capture
+//     (mr.ErrStreamCapturing).
+//   - A lazy mark (an allocation not yet used elsewhere) on a stream that
+//     is now capturing cannot be recorded for a stream outside that
+//     capture: such a wait is refused with mr.ErrStreamCapturing.
+//
 // # Generations
 //
 // Every allocation (New and every Resize) gets a fresh generation number

@@ -27,6 +27,9 @@ var (
 	ErrOverlap = errors.New("buf: overlapping copy")
 	// ErrAccess: an Access that is not Read, Write or ReadWrite.
 	ErrAccess = errors.New("buf: invalid access")
+	// ErrGraphUse: Resize of a buffer that the graph of a capture not
+	// yet released uses (the graph keeps the old address).
+	ErrGraphUse = errors.New("buf: buffer used by a graph")
 	// ErrElemType: the element type of a Vector holds pointers (or has size
 	// zero), so its values cannot live in device memory.
 	ErrElemType = errors.New("buf: element type not allowed in device memory")

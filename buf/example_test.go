@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/streamalloc/streamalloc/buf"
+	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
@@ -129,4 +130,69 @@ func ExampleRef() {
 	b.Close()
 	s.Synchronize()
 	// Output: true
+}
+
+// A step captured into a CUDA graph with tracked buffers and replayed
+// between uses outside the graph: each launch waits on the fill of its
+// input (on another stream), and the copy of its output to the host waits
+// on the launch, with no event in the program. The capture is begun with
+// mr.BeginCapture and the graph launched through the executable made from
+// Capture.End's graph, which is what lets the buffers take part in its
+// launches. (On a GPU, open the device with gpu/backend instead of the
+// simulator.)
+func Example_graph() {
+	dev, _ := sim.New(sim.Config{}).Device(0)
+	res, _ := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
+	defer res.Close()
+	k, _ := kernels.Load(dev)
+	compute, _ := dev.NewStream() // captures and launches the step
+	io, _ := dev.NewStream()      // fills the input, reads the output
+	defer compute.Destroy()
+	defer io.Destroy()
+
+	const n = 1024
+	in, _ := buf.NewVector[uint32](res, n, io)
+	out, _ := buf.NewVector[uint32](res, n, io)
+
+	c, err := mr.BeginCapture(compute, gpu.CaptureThreadLocal, mr.CaptureOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = buf.UseAll(compute, []buf.Operand{{Buf: in.Buffer(), Access: buf.Read}, {Buf: out.Buffer(), Access: buf.Write}},
+		func() error { return dev.CopyDtoDAsync(out.Ptr(), in.Ptr(), 4*n, compute) }) // recorded, not run
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	g, err := c.End()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	x, _ := g.Instantiate(0)
+
+	host := make([]uint32, n)
+	for step := range 3 {
+		in.Use(io, buf.Write, func() error { return k.Fill(io, in.Ptr(), n, uint32(100*step)) })
+		x.Launch(compute)    // after the fill
+		out.CopyToHost(host) // on io, after the launch
+		io.Synchronize()
+		fmt.Println(host[0], host[n-1])
+	}
+	x.Destroy()
+	in.Close() // the graph uses them: freed at Release
+	out.Close()
+	if err := c.Release(compute); err != nil {
+		fmt.Println(err)
+		return
+	}
+	compute.Synchronize()
+	live, _ := res.Live()
+	fmt.Println("live allocations:", live)
+	// Output:
+	// 0 1023
+	// 100 1123
+	// 200 1223
+	// live allocations: 0
 }

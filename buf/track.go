@@ -2,6 +2,10 @@
 // stream and an event recorded on it after the use), and the prepare and
 // finish steps around a use. See the package comment for the rules.
 //
+// A buffer used in a capture keeps a second state of the same kind for
+// that capture (capture.go); prepare and finish pick the one of the
+// stream they are given.
+//
 // Invariants (all under Buffer.mu):
 //   - lastWrite.s is nil after release, or once the use it stood for is
 //     known complete; reads holds at most one mark per stream (by ID), none
@@ -20,6 +24,7 @@ import (
 	"fmt"
 
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/mr"
 )
 
 type mark struct {
@@ -52,12 +57,20 @@ func (t *tracking) release(c *gpu.EventCache) {
 // waitOn makes s wait on the use m stands for; b.mu is held. A lazy mark
 // is recorded first (and keeps its event). If m's stream was destroyed,
 // no event can be recorded on it any more, and the device is synchronized
-// instead: the only way left to be ordered after its work.
+// instead: the only way left to be ordered after its work. A lazy mark on
+// a stream of another capture than s's (or of a capture, s being outside
+// any) cannot be recorded without joining the two, and is refused with
+// mr.ErrStreamCapturing; so is the device synchronization while a capture
+// of the device runs (the driver would invalidate it).
 func (b *core) waitOn(m *mark, s gpu.Stream) error {
 	if m.s == nil || m.s.ID() == s.ID() {
 		return nil
 	}
 	if m.e == nil {
+		if mc, sc := gpu.CaptureID(m.s), gpu.CaptureID(s); mc != sc {
+			return fmt.Errorf("order stream %d (capture %d) after the work enqueued on stream %d (capture %d): %w",
+				s.ID(), sc, m.s.ID(), mc, mr.ErrStreamCapturing)
+		}
 		e, err := b.events.Get()
 		if err != nil {
 			return fmt.Errorf("order stream %d after stream %d: %w", s.ID(), m.s.ID(), err)
@@ -65,6 +78,10 @@ func (b *core) waitOn(m *mark, s gpu.Stream) error {
 		if err := e.Record(m.s); err != nil {
 			b.events.Put(e)
 			if errors.Is(err, gpu.ErrDestroyed) {
+				if gpu.DeviceCapturing(b.dev) {
+					return fmt.Errorf("order stream %d after destroyed stream %d: synchronizing the device would invalidate its capture: %w",
+						s.ID(), m.s.ID(), mr.ErrStreamCapturing)
+				}
 				if err := b.dev.Synchronize(); err != nil {
 					return fmt.Errorf("synchronize after destroyed stream %d: %w", m.s.ID(), err)
 				}
@@ -88,16 +105,21 @@ func (b *core) waitOn(m *mark, s gpu.Stream) error {
 	return nil
 }
 
-// waitAll makes s wait on the last write and every read: what a write, or
-// a free, must come after.
+// waitAll makes s wait on the last write and every read of the buffer's
+// tracking outside captures: what a write, or a free, must come after.
 func (b *core) waitAll(s gpu.Stream) error {
 	if b.untracked {
 		return nil
 	}
-	if err := b.waitOn(&b.track.lastWrite, s); err != nil {
+	return b.waitAllIn(&b.track, s)
+}
+
+// waitAllIn makes s wait on the last write and every read of t.
+func (b *core) waitAllIn(t *tracking, s gpu.Stream) error {
+	if err := b.waitOn(&t.lastWrite, s); err != nil {
 		return err
 	}
-	reads := b.track.reads
+	reads := t.reads
 	for i := range reads {
 		if err := b.waitOn(&reads[i], s); err != nil {
 			return err
@@ -112,19 +134,24 @@ func (b *core) waitAll(s gpu.Stream) error {
 		}
 	}
 	clear(reads[len(kept):])
-	b.track.reads = kept
+	t.reads = kept
 	return nil
 }
 
 // prepare orders s for a use with access a of size bytes at p and reports
-// the use to the observer; b.mu is held, s and a are valid.
+// the use to the observer; b.mu is held, s and a are valid. On a capturing
+// stream the waits are those of the buffer's tracking inside the capture
+// (capture.go).
 func (b *core) prepare(s gpu.Stream, a Access, p gpu.DevicePtr, size int) error {
 	if !b.untracked {
-		var err error
+		t, err := b.trackingOn(s)
+		if err != nil {
+			return err
+		}
 		if a.Writes() {
-			err = b.waitAll(s)
+			err = b.waitAllIn(t, s)
 		} else {
-			err = b.waitOn(&b.track.lastWrite, s)
+			err = b.waitOn(&t.lastWrite, s)
 		}
 		if err != nil {
 			return err
@@ -140,12 +167,28 @@ func (b *core) prepare(s gpu.Stream, a Access, p gpu.DevicePtr, size int) error 
 
 // finish records the use on s with access a; b.mu is held. It cannot
 // fail: if no event can be had or recorded, the slot gets a lazy mark,
-// which orders later waiters at least as strongly.
+// which orders later waiters at least as strongly. On a capturing stream
+// whose capture has no tracking of the buffer (Finish without Prepare,
+// in a capture not begun with mr.BeginCapture) nothing is recorded;
+// finishGen reports that case before calling.
 func (b *core) finish(s gpu.Stream, a Access) {
 	if b.untracked {
 		return
 	}
-	t := &b.track
+	if gpu.CaptureID(s) != 0 {
+		g, err := b.graphUseOn(s)
+		if err != nil {
+			return
+		}
+		g.access |= a
+		b.finishIn(&g.local, s, a)
+		return
+	}
+	b.finishIn(&b.track, s, a)
+}
+
+// finishIn records the use on s with access a in t.
+func (b *core) finishIn(t *tracking, s gpu.Stream, a Access) {
 	if a.Writes() {
 		// Reuse the last write's event when it is on the same stream:
 		// re-recording moves it, and no slot but this one holds it.
@@ -229,6 +272,11 @@ func (b *Buffer) finishGen(gen uint64, s gpu.Stream, a Access) error {
 	defer b.mu.Unlock()
 	if err := b.checkUse(s, a); err != nil {
 		return fmt.Errorf("buf: finish: %w", err)
+	}
+	if !b.untracked && gpu.CaptureID(s) != 0 {
+		if _, err := b.graphUseOn(s); err != nil {
+			return fmt.Errorf("buf: finish %s on stream %d: %w", a, s.ID(), err)
+		}
 	}
 	b.finish(s, a)
 	return nil

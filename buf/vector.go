@@ -87,7 +87,8 @@ func elemSize[T any]() int {
 }
 
 // NewVector allocates a vector of n values of T from res, ordered on s, as
-// New. The contents are uninitialized.
+// New (a nil res is the current resource of s's device). The contents are
+// uninitialized.
 func NewVector[T any](res mr.Resource, n int, s gpu.Stream, opts ...Option) (*Vector[T], error) {
 	if err := checkElem(reflect.TypeFor[T]()); err != nil {
 		return nil, fmt.Errorf("buf: new vector: %w", err)

@@ -105,8 +105,11 @@ func entryPoints() []entryPoint {
 		{"Context.LaunchKernel", func() error {
 			return ctx.LaunchKernel(fn, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, s, &params)
 		}},
+		// Foreign-handle wing.
+		{"Context.StreamContext", func() error { return first(ctx.StreamContext(s)) }},
+		{"Context.Device", func() error { return first(ctx.Device()) }},
 	}
-	return append(eps, captureEntryPoints()...)
+	return append(append(eps, captureEntryPoints()...), vmmEntryPoints()...)
 }
 
 // checkAll reports every entry point whose error does not match want.

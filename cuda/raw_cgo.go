@@ -337,6 +337,55 @@ func rawThreadExchangeCaptureMode(mode CaptureMode) (Result, CaptureMode) {
 	return Result(r.r), CaptureMode(r.v)
 }
 
+// Foreign-handle wing.
+
+func rawStreamGetCtx(c Context, s Stream) (Result, uint64) {
+	r := C.sa_stream_get_ctx(C.uintptr_t(c), C.uintptr_t(s))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawCtxGetDevice(c Context) (Result, uint64) {
+	r := C.sa_ctx_get_device(C.uintptr_t(c))
+	return Result(r.r), uint64(r.v)
+}
+
+// The virtual-memory wing: reservations, physical allocations, mappings.
+
+func rawMemAddressReserve(c Context, size, alignment uint64) (Result, uint64) {
+	r := C.sa_mem_address_reserve(C.uintptr_t(c), C.uint64_t(size), C.uint64_t(alignment))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemAddressFree(c Context, p DevicePtr, size uint64) Result {
+	return Result(C.sa_mem_address_free(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(size)))
+}
+
+func rawMemCreate(c Context, d Device, size uint64) (Result, uint64) {
+	r := C.sa_mem_create(C.uintptr_t(c), C.int(d), C.uint64_t(size))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemRelease(c Context, h MemHandle) Result {
+	return Result(C.sa_mem_release(C.uintptr_t(c), C.uint64_t(h)))
+}
+
+func rawMemMap(c Context, p DevicePtr, size, offset uint64, h MemHandle) Result {
+	return Result(C.sa_mem_map(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(size), C.uint64_t(offset), C.uint64_t(h)))
+}
+
+func rawMemUnmap(c Context, p DevicePtr, size uint64) Result {
+	return Result(C.sa_mem_unmap(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(size)))
+}
+
+func rawMemSetAccess(c Context, p DevicePtr, size uint64, d Device) Result {
+	return Result(C.sa_mem_set_access(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(size), C.int(d)))
+}
+
+func rawMemGetAllocationGranularity(c Context, d Device, opt GranularityOption) (Result, uint64) {
+	r := C.sa_mem_get_allocation_granularity(C.uintptr_t(c), C.int(d), C.int(opt))
+	return Result(r.r), uint64(r.v)
+}
+
 // cstring returns the text of a NUL-terminated byte buffer.
 func cstring(b []byte) string {
 	for i, c := range b {

@@ -112,3 +112,21 @@ func rawDeviceSetGraphMemAttribute(Context, Device, GraphMemAttribute, uint64) R
 	return ErrNotInitialized
 }
 func rawThreadExchangeCaptureMode(CaptureMode) (Result, CaptureMode) { return ErrNotInitialized, 0 }
+
+// Foreign-handle wing.
+func rawStreamGetCtx(Context, Stream) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawCtxGetDevice(Context) (Result, uint64)         { return ErrNotInitialized, 0 }
+
+// The virtual-memory wing.
+func rawMemAddressReserve(Context, uint64, uint64) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawMemAddressFree(Context, DevicePtr, uint64) Result           { return ErrNotInitialized }
+func rawMemCreate(Context, Device, uint64) (Result, uint64)         { return ErrNotInitialized, 0 }
+func rawMemRelease(Context, MemHandle) Result                       { return ErrNotInitialized }
+func rawMemMap(Context, DevicePtr, uint64, uint64, MemHandle) Result {
+	return ErrNotInitialized
+}
+func rawMemUnmap(Context, DevicePtr, uint64) Result             { return ErrNotInitialized }
+func rawMemSetAccess(Context, DevicePtr, uint64, Device) Result { return ErrNotInitialized }
+func rawMemGetAllocationGranularity(Context, Device, GranularityOption) (Result, uint64) {
+	return ErrNotInitialized, 0
+}

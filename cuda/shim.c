@@ -103,6 +103,9 @@ static CUresult (*p_cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
                                     unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void **, void **);
+// Foreign-handle wing: which context a stream or context belongs to.
+static CUresult (*p_cuStreamGetCtx)(CUstream, CUcontext *);
+static CUresult (*p_cuCtxGetDevice)(CUdevice *);
 
 // The capture wing: stream capture, graphs, graph memory.
 typedef void *CUgraph;
@@ -125,6 +128,38 @@ static CUresult (*p_cuDeviceGraphMemTrim)(CUdevice);
 static CUresult (*p_cuDeviceGetGraphMemAttribute)(CUdevice, int, void *);
 static CUresult (*p_cuDeviceSetGraphMemAttribute)(CUdevice, int, void *);
 static CUresult (*p_cuThreadExchangeStreamCaptureMode)(int *);
+
+// The virtual-memory wing: address reservations, physical allocations and
+// their mappings. CUmemAllocationProp and CUmemAccessDesc by their ABI
+// (cuda.h 11.2 on): location is {CUmemLocationType type; int id}; the
+// property's allocFlags are compressionType, gpuDirectRDMACapable (bytes),
+// usage (a short) and 4 reserved bytes, 32 bytes in all on 64-bit.
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct {
+	int type;                 // CUmemAllocationType
+	int requestedHandleTypes; // CUmemAllocationHandleType
+	int locationType;         // CUmemLocationType
+	int locationId;
+	void *win32HandleMetaData;
+	unsigned char compressionType;
+	unsigned char gpuDirectRDMACapable;
+	unsigned short usage;
+	unsigned char reserved[4];
+} sa_alloc_prop;
+typedef struct {
+	int locationType;
+	int locationId;
+	int flags; // CUmemAccess_flags
+} sa_access_desc;
+enum { SA_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 };
+static CUresult (*p_cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+static CUresult (*p_cuMemAddressFree)(CUdeviceptr, size_t);
+static CUresult (*p_cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const sa_alloc_prop *, unsigned long long);
+static CUresult (*p_cuMemRelease)(CUmemGenericAllocationHandle);
+static CUresult (*p_cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+static CUresult (*p_cuMemUnmap)(CUdeviceptr, size_t);
+static CUresult (*p_cuMemSetAccess)(CUdeviceptr, size_t, const sa_access_desc *, size_t);
+static CUresult (*p_cuMemGetAllocationGranularity)(size_t *, const sa_alloc_prop *, int);
 
 // One entry point: its name as the Go side knows it (the unversioned API
 // name), the exported symbols to try in order, where to store it, and
@@ -204,6 +239,18 @@ static const sa_entry entries[] = {
 	E(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", NULL, 0),
 	E(cuDeviceSetGraphMemAttribute, "cuDeviceSetGraphMemAttribute", NULL, 0),
 	E(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", NULL, 0),
+	// Foreign-handle wing.
+	E(cuStreamGetCtx, "cuStreamGetCtx", NULL, 0),
+	E(cuCtxGetDevice, "cuCtxGetDevice", NULL, 0),
+	// The virtual-memory wing.
+	E(cuMemAddressReserve, "cuMemAddressReserve", NULL, 0),
+	E(cuMemAddressFree, "cuMemAddressFree", NULL, 0),
+	E(cuMemCreate, "cuMemCreate", NULL, 0),
+	E(cuMemRelease, "cuMemRelease", NULL, 0),
+	E(cuMemMap, "cuMemMap", NULL, 0),
+	E(cuMemUnmap, "cuMemUnmap", NULL, 0),
+	E(cuMemSetAccess, "cuMemSetAccess", NULL, 0),
+	E(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL, 0),
 };
 #undef E
 
@@ -845,5 +892,113 @@ sa_ret sa_thread_exchange_capture_mode(int mode) {
 	int m = mode;
 	sa_ret out = {p_cuThreadExchangeStreamCaptureMode(&m), 0};
 	out.v = (uint64_t)m;
+	return out;
+}
+
+// --- Foreign-handle wing: contexts of streams and contexts ---------------
+
+sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s) {
+	NEEDR(sa_ret, cuStreamGetCtx);
+	// Bound first, so that the null and per-thread streams name this
+	// context's.
+	BINDR(sa_ret, ctx);
+	CUcontext c = NULL;
+	sa_ret out = {p_cuStreamGetCtx((CUstream)s, &c), 0};
+	out.v = (uint64_t)(uintptr_t)c;
+	return out;
+}
+
+sa_ret sa_ctx_get_device(uintptr_t ctx) {
+	NEEDR(sa_ret, cuCtxGetDevice);
+	NEEDR(sa_ret, cuCtxSetCurrent);
+	NEEDR(sa_ret, cuCtxGetCurrent);
+	// cuCtxGetDevice answers for the current context: make ctx current
+	// for the question and put back what was current, so that the
+	// thread's state (another library's context) is as before the call.
+	CUcontext prev = NULL;
+	p_cuCtxGetCurrent(&prev);
+	CUresult r = p_cuCtxSetCurrent((CUcontext)ctx);
+	if (r != 0) {
+		sa_ret bad = {r, 0};
+		return bad;
+	}
+	CUdevice d = 0;
+	sa_ret out = {p_cuCtxGetDevice(&d), 0};
+	out.v = (uint64_t)d;
+	p_cuCtxSetCurrent(prev);
+	return out;
+}
+
+// --- The virtual-memory wing ---------------------------------------------
+
+// sa_device_prop is the property of pinned device memory on dev, exported
+// as no handle type.
+static sa_alloc_prop sa_device_prop(int dev) {
+	sa_alloc_prop p;
+	memset(&p, 0, sizeof p);
+	p.type = SA_MEM_ALLOCATION_TYPE_PINNED;
+	p.requestedHandleTypes = SA_MEM_HANDLE_TYPE_NONE;
+	p.locationType = SA_MEM_LOCATION_TYPE_DEVICE;
+	p.locationId = dev;
+	return p;
+}
+
+sa_ret sa_mem_address_reserve(uintptr_t ctx, uint64_t size, uint64_t alignment) {
+	NEEDR(sa_ret, cuMemAddressReserve);
+	BINDR(sa_ret, ctx);
+	CUdeviceptr p = 0;
+	sa_ret out = {p_cuMemAddressReserve(&p, size, alignment, 0, 0), 0};
+	out.v = p;
+	return out;
+}
+
+int sa_mem_address_free(uintptr_t ctx, uint64_t p, uint64_t size) {
+	NEED(cuMemAddressFree);
+	BIND(ctx);
+	return p_cuMemAddressFree(p, size);
+}
+
+sa_ret sa_mem_create(uintptr_t ctx, int dev, uint64_t size) {
+	NEEDR(sa_ret, cuMemCreate);
+	BINDR(sa_ret, ctx);
+	sa_alloc_prop prop = sa_device_prop(dev);
+	CUmemGenericAllocationHandle h = 0;
+	sa_ret out = {p_cuMemCreate(&h, size, &prop, 0), 0};
+	out.v = h;
+	return out;
+}
+
+int sa_mem_release(uintptr_t ctx, uint64_t h) {
+	NEED(cuMemRelease);
+	BIND(ctx);
+	return p_cuMemRelease(h);
+}
+
+int sa_mem_map(uintptr_t ctx, uint64_t p, uint64_t size, uint64_t offset, uint64_t h) {
+	NEED(cuMemMap);
+	BIND(ctx);
+	return p_cuMemMap(p, size, offset, h, 0);
+}
+
+int sa_mem_unmap(uintptr_t ctx, uint64_t p, uint64_t size) {
+	NEED(cuMemUnmap);
+	BIND(ctx);
+	return p_cuMemUnmap(p, size);
+}
+
+int sa_mem_set_access(uintptr_t ctx, uint64_t p, uint64_t size, int dev) {
+	NEED(cuMemSetAccess);
+	BIND(ctx);
+	sa_access_desc d = {SA_MEM_LOCATION_TYPE_DEVICE, dev, SA_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	return p_cuMemSetAccess(p, size, &d, 1);
+}
+
+sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option) {
+	NEEDR(sa_ret, cuMemGetAllocationGranularity);
+	BINDR(sa_ret, ctx);
+	sa_alloc_prop prop = sa_device_prop(dev);
+	size_t g = 0;
+	sa_ret out = {p_cuMemGetAllocationGranularity(&g, &prop, option), 0};
+	out.v = g;
 	return out;
 }

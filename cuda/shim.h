@@ -161,5 +161,23 @@ int sa_device_set_graph_mem_attribute(uintptr_t ctx, int dev, int attr, uint64_t
 // sa_thread_exchange_capture_mode sets the calling thread's capture
 // interaction mode and returns the previous one in v.
 sa_ret sa_thread_exchange_capture_mode(int mode);
+// Foreign-handle wing. sa_stream_get_ctx is cuStreamGetCtx with ctx bound
+// (so 0 and CU_STREAM_PER_THREAD name ctx's streams); sa_ctx_get_device is
+// cuCtxGetDevice of ctx, leaving the thread's current context as it was.
+sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s);
+sa_ret sa_ctx_get_device(uintptr_t ctx);
+
+// The virtual-memory wing: cuMemAddressReserve/Free, cuMemCreate/Release
+// of pinned device memory on dev (no exportable handle type), cuMemMap/
+// Unmap, cuMemSetAccess (read-write for dev), cuMemGetAllocationGranularity
+// (option 0 minimum, 1 recommended). Physical handles cross as uint64_t.
+sa_ret sa_mem_address_reserve(uintptr_t ctx, uint64_t size, uint64_t alignment);
+int sa_mem_address_free(uintptr_t ctx, uint64_t p, uint64_t size);
+sa_ret sa_mem_create(uintptr_t ctx, int dev, uint64_t size);
+int sa_mem_release(uintptr_t ctx, uint64_t h);
+int sa_mem_map(uintptr_t ctx, uint64_t p, uint64_t size, uint64_t offset, uint64_t h);
+int sa_mem_unmap(uintptr_t ctx, uint64_t p, uint64_t size);
+int sa_mem_set_access(uintptr_t ctx, uint64_t p, uint64_t size, int dev);
+sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option);
 
 #endif

@@ -9,7 +9,8 @@
 //     detail; the exported Code constants are the sentinels callers match
 //     with errors.Is.
 //   - A backend error the driver has no code for: ErrNoDriver, ErrDestroyed,
-//     ErrWrongDevice.
+//     ErrWrongDevice, and for foreign handles ErrForeignContext and
+//     ErrWrongThread.
 //
 // The vocabulary lives here, with the interface, so that a backend without
 // the driver (the simulator, or any new one) needs nothing but this package
@@ -198,7 +199,25 @@ var (
 	ErrDestroyed error = errorString("gpu: handle used after Destroy")
 	// ErrWrongDevice: a handle of one device was passed to another.
 	ErrWrongDevice error = errorString("gpu: handle belongs to another device")
+	// ErrForeignContext: a handle or context other than the device's
+	// primary context, which streamalloc does not support (foreign.go).
+	ErrForeignContext error = errorString("gpu: handle of a context other than the device's primary context")
+	// ErrWrongThread: a per-thread default stream used from an OS thread
+	// other than the one that adopted it (foreign.go). It matches
+	// ErrDestroyed too: from any other thread the stream can take no work,
+	// as if destroyed, so code that falls back when a stream is gone
+	// (synchronizing the device instead of waiting on the stream, as
+	// resources do when they release memory last used there) does the same
+	// here.
+	ErrWrongThread error = wrongThread{}
 )
+
+type wrongThread struct{}
+
+func (wrongThread) Error() string { return "gpu: per-thread default stream used on another OS thread" }
+
+// Is makes ErrWrongThread match ErrDestroyed.
+func (wrongThread) Is(target error) bool { return target == ErrDestroyed }
 
 type errorString string
 

@@ -123,8 +123,10 @@ type Device interface {
 
 	// MemsetD8Async sets n bytes at p to v.
 	MemsetD8Async(p DevicePtr, v byte, n int, s Stream) error
-	// CopyHtoDAsync copies src to dst. src may be reused once the call
-	// returns.
+	// CopyHtoDAsync copies src to dst. Ordinary Go memory may be reused
+	// once the call returns (the driver stages it); MallocHost memory is
+	// read when the stream reaches the copy and must not be written until
+	// the copy has completed.
 	CopyHtoDAsync(dst DevicePtr, src []byte, s Stream) error
 	// CopyDtoHAsync copies len(dst) bytes from src into dst. dst holds the
 	// bytes once the stream has been synchronized past the copy.
@@ -138,6 +140,9 @@ type Device interface {
 	// Launch enqueues f on s. Arguments are DevicePtr, int32, uint32, int64,
 	// uint64, float32 or float64, in the order of the kernel's parameters.
 	Launch(f Function, grid, block Dim3, sharedMem int, s Stream, args ...any) error
+
+	// Adopter wraps streams, events and pools made elsewhere (foreign.go).
+	Adopter
 }
 
 // Stream is a queue of work on a device.

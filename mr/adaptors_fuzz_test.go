@@ -25,7 +25,8 @@ func FuzzAdaptorStack(f *testing.F) {
 		var r mr.Resource = mr.NewRetry(up, mr.RetryOptions{Attempts: 1})
 		r = mr.NewLogging(r, io.Discard, mr.LoggingOptions{})
 		r = mr.NewTracking(r, mr.TrackingOptions{})
-		r, _ = mr.NewAligned(r, 512)
+		hist := mr.NewHistory(r, mr.HistoryOptions{})
+		r, _ = mr.NewAligned(hist, 512)
 		lim := mr.NewLimit(r, mr.NewBudget(budget))
 		st := mr.NewStats(lim, mr.StatsOptions{})
 
@@ -36,6 +37,7 @@ func FuzzAdaptorStack(f *testing.F) {
 		var live []al
 		var lastFreed []gpu.DevicePtr
 		var charged uint64
+		var allocs, frees uint64 // granted and accepted, for the history's count
 		isLive := func(p gpu.DevicePtr) bool {
 			return slices.ContainsFunc(live, func(a al) bool { return a.p == p })
 		}
@@ -56,6 +58,7 @@ func FuzzAdaptorStack(f *testing.F) {
 					t.Fatalf("op %d: Allocate(%d) = %#x, %v", i, size, p, err)
 				}
 				live = append(live, al{p, size})
+				allocs++
 				charged += c
 				lastFreed = slices.DeleteFunc(lastFreed, func(q gpu.DevicePtr) bool { return q == p })
 			case 2:
@@ -68,6 +71,7 @@ func FuzzAdaptorStack(f *testing.F) {
 					t.Fatalf("op %d: free: %v", i, err)
 				}
 				live = slices.Delete(live, j, j+1)
+				frees++
 				charged -= uint64((a.size + 255) &^ 255)
 				lastFreed = append(lastFreed, a.p)
 				if len(lastFreed) > 8 {
@@ -112,6 +116,11 @@ func FuzzAdaptorStack(f *testing.F) {
 				lim.Used() != charged || lim.Budget().Used() != charged || up.liveCount() != len(live) {
 				t.Fatalf("op %d: stats %+v, limit %d, upstream %d live; model %d bytes in %d, charged %d",
 					i, snap, lim.Used(), up.liveCount(), bytes, len(live), charged)
+			}
+			// One event per allocation, two per free (requested and
+			// completed); nothing for bad input.
+			if hs := hist.Stats(); hs.Recorded != allocs+2*frees {
+				t.Fatalf("op %d: history recorded %d events, model %d allocations and %d frees", i, hs.Recorded, allocs, frees)
 			}
 		}
 	})

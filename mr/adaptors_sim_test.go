@@ -476,7 +476,7 @@ func TestLimitBudgetAcrossSimDevices(t *testing.T) {
 	_, err = limits[1].Allocate(2<<20, streams[1])
 	var oom *mr.OutOfMemoryError
 	if !errors.Is(err, mr.ErrOutOfMemory) || !errors.As(err, &oom) || oom.Limit != 3<<20 ||
-		!strings.Contains(err.Error(), fmt.Sprintf("budget of %d bytes", 3<<20)) {
+		!strings.Contains(err.Error(), "over the budget of 3.0 MiB: 2.0 MiB in use, 2.0 MiB more do not fit") {
 		t.Fatalf("device 1 over the shared budget: %v", err)
 	}
 	if b.Used() != 2<<20 || limits[1].Used() != 0 {

@@ -71,6 +71,17 @@ func adaptorCases() []adaptorCase {
 		{"retry",
 			func(t testing.TB, up mr.Resource) mr.Resource { return mr.NewRetry(up, mr.RetryOptions{}) },
 			func(a mr.Resource) string { return fmt.Sprint(a.(*mr.Retry).Counts()) }},
+		{"history",
+			func(t testing.TB, up mr.Resource) mr.Resource { return mr.NewHistory(up, mr.HistoryOptions{}) },
+			func(a mr.Resource) string {
+				h := a.(*mr.History)
+				var b bytes.Buffer
+				fmt.Fprint(&b, h.Stats())
+				for _, e := range h.Events() {
+					fmt.Fprint(&b, e.Action, e.Addr, e.Size, e.Stream)
+				}
+				return b.String()
+			}},
 		{"aligned",
 			func(t testing.TB, up mr.Resource) mr.Resource {
 				a, err := mr.NewAligned(up, 4096)

@@ -86,21 +86,3 @@ func TestAlignedBadAlignment(t *testing.T) {
 		t.Fatal("an impossible request reached the upstream")
 	}
 }
-
-func ExampleNewAligned() {
-	up := newRecording()
-	s := up.stream()
-	a, _ := mr.NewAligned(up, 64<<10)
-	p, _ := a.Allocate(1000, s)
-	fmt.Println(p%(64<<10) == 0)
-	q, _ := a.AllocateAligned(1000, 2048, s)
-	fmt.Println(q%2048 == 0)
-	a.Deallocate(p, 1000, s)
-	a.Deallocate(q, 1000, s)
-	_, err := mr.NewAligned(up, 1000)
-	fmt.Println(err)
-	// Output:
-	// true
-	// true
-	// aligned: mr: alignment 1000 is not a power of two between 1 and 1073741824
-}

@@ -267,7 +267,7 @@ func (r *Arena) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		if errors.Is(err, ErrOutOfMemory) {
 			u := r.usage.snapshot()
 			return 0, &OutOfMemoryError{Resource: "arena", Requested: size, Stream: s.ID(),
-				Reserved: u.Reserved, Used: u.Used, Err: err}
+				Reserved: u.Reserved, Used: u.Used, Reason: "the upstream refused", Err: err}
 		}
 		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, err)
 	}
@@ -515,7 +515,7 @@ func (r *Arena) allocateLarge(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		if errors.Is(err, ErrOutOfMemory) {
 			u := r.usage.snapshot()
 			return 0, &OutOfMemoryError{Resource: "arena", Requested: size, Stream: s.ID(),
-				Reserved: u.Reserved, Used: u.Used, Err: err}
+				Reserved: u.Reserved, Used: u.Used, Reason: "the upstream refused", Err: err}
 		}
 		return 0, fmt.Errorf("arena: allocate %d bytes: %w", size, err)
 	}

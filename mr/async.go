@@ -106,8 +106,18 @@ var reuseAttrs = [...]struct {
 type AsyncOptions struct {
 	// OwnPool makes the resource create a pool of its own (NewMemPool),
 	// destroyed by Close. Otherwise it allocates from the device's default
-	// pool, which every user of cuMemAllocAsync in the process shares.
+	// pool, which every user of cuMemAllocAsync in the process shares,
+	// unless Pool or CurrentPool says otherwise.
 	OwnPool bool
+	// Pool, if not nil, is the pool to allocate from, not owned (RMM's
+	// async_view): a pool of the caller's, or a CUmemoryPool of other code
+	// adopted with gpu.Device.AdoptMemPool. Close leaves it alone. It must
+	// be of the resource's device.
+	Pool gpu.MemPool
+	// CurrentPool allocates from the device's current pool
+	// (cuDeviceGetMemPool, read once by NewAsync), not owned: the pool
+	// another library may have made current instead of the default one.
+	CurrentPool bool
 	// ReleaseThreshold, if not zero, is set as the pool's release
 	// threshold: the reserved bytes the pool keeps across
 	// synchronizations instead of returning them to the OS.
@@ -157,6 +167,9 @@ type Async struct {
 	dev  gpu.Device
 	pool gpu.MemPool
 	own  bool
+	// fromPool: allocate with MallocFromPoolAsync from pool (own, given or
+	// current) rather than MallocAsync from the default pool.
+	fromPool bool
 	// returnWait: a cross-stream free makes the allocating stream wait on
 	// the freeing one (not AsyncOptions.NoReturnWait).
 	returnWait bool
@@ -191,14 +204,31 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	if opts.InitialPoolSize < 0 {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
-	r := &Async{dev: dev, own: opts.OwnPool, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
+	choices := 0
+	for _, c := range []bool{opts.OwnPool, opts.Pool != nil, opts.CurrentPool} {
+		if c {
+			choices++
+		}
+	}
+	if choices > 1 {
+		return nil, fmt.Errorf("async: OwnPool, Pool and CurrentPool are exclusive: %w", gpu.ErrInvalidValue)
+	}
+	if opts.Pool != nil && opts.Pool.Device() != dev {
+		return nil, fmt.Errorf("async: pool of device %d: %w", opts.Pool.Device().Ordinal(), gpu.ErrWrongDevice)
+	}
+	r := &Async{dev: dev, own: opts.OwnPool, fromPool: choices == 1, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
 	if r.pending == nil {
 		r.pending = new(PendingFrees)
 	}
 	var err error
-	if opts.OwnPool {
+	switch {
+	case opts.OwnPool:
 		r.pool, err = dev.NewMemPool()
-	} else {
+	case opts.Pool != nil:
+		r.pool = opts.Pool
+	case opts.CurrentPool:
+		r.pool, err = dev.CurrentMemPool()
+	default:
 		r.pool, err = dev.DefaultMemPool()
 	}
 	if err != nil {
@@ -249,7 +279,7 @@ func (r *Async) configure(opts AsyncOptions) error {
 }
 
 // Allocate enqueues cuMemAllocAsync (or cuMemAllocFromPoolAsync on the
-// resource's own pool) on s. It does not block the host.
+// resource's own, given or current pool) on s. It does not block the host.
 func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc("async", r.dev, size, s); zero || err != nil {
 		return 0, err
@@ -261,7 +291,7 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	var p gpu.DevicePtr
 	var err error
-	if r.own {
+	if r.fromPool {
 		p, err = r.dev.MallocFromPoolAsync(size, r.pool, s)
 	} else {
 		p, err = r.dev.MallocAsync(size, s)
@@ -270,7 +300,7 @@ func (r *Async) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		if errors.Is(err, gpu.ErrOutOfMemory) {
 			u := r.Usage()
 			return 0, &OutOfMemoryError{Resource: "async", Requested: size, Stream: s.ID(),
-				Reserved: u.Reserved, Used: u.Used, Err: err}
+				Reserved: u.Reserved, Used: u.Used, Reason: "the driver's pool cannot grow", Err: err}
 		}
 		return 0, fmt.Errorf("async: allocate %d bytes: %w", size, err)
 	}

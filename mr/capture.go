@@ -77,6 +77,11 @@
 // the capture's graph is alive (ErrGraphInUse) and destroys the graph if
 // the program has not; a Capture never released keeps its memory, and
 // Unreleased lists such captures for leak reports.
+//
+// Code above mr that keeps state about a capture (package buf's block-use
+// tracking, the sanitizer) finds it with CaptureOf and adds a CaptureHook
+// (capture_hooks.go), which takes part in End, in every launch of an
+// executable made from the graph End returned, and in Release.
 
 package mr
 
@@ -106,6 +111,9 @@ var (
 	ErrCaptureActive = errors.New("mr: capture in progress")
 	// ErrReleased: the Capture or GraphPool was released.
 	ErrReleased = errors.New("mr: capture released")
+	// ErrCaptureEnded: an operation that needs the capture running (adding
+	// a hook) was called after End.
+	ErrCaptureEnded = errors.New("mr: capture ended")
 )
 
 // CaptureOptions configure BeginCapture.
@@ -133,7 +141,8 @@ type Capture struct {
 	ended    bool
 	graph    *captureGraph
 	deferred []deferredFree
-	forget   []func() // what resources drop at Release (Async's graph allocations)
+	forget   []func()      // what resources drop at Release (Async's graph allocations)
+	hooks    []CaptureHook // capture_hooks.go
 }
 
 type deferredFree struct {
@@ -207,31 +216,42 @@ func (c *Capture) Pool() *GraphPool { return c.gp }
 // End ends the capture and returns its graph. Executables made from the
 // graph count as uses of the capture's memory: Release refuses while one
 // is alive. Whatever End returns, the capture is over and Release is due.
+// The capture's hooks are told (CaptureHook.CaptureEnded) once it is over.
 func (c *Capture) End() (gpu.Graph, error) {
+	g, hooks, err := c.end()
+	for _, h := range hooks {
+		h.CaptureEnded(g != nil)
+	}
+	return g, err
+}
+
+// end is End without the hooks, which are returned to be called without
+// c.mu held.
+func (c *Capture) end() (gpu.Graph, []CaptureHook, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
-		return nil, fmt.Errorf("mr: end capture %d: already ended: %w", c.id, gpu.ErrIllegalState)
+		return nil, nil, fmt.Errorf("mr: end capture %d: already ended: %w", c.id, gpu.ErrIllegalState)
 	}
 	g, err := gpu.EndCapture(c.origin)
 	if err != nil && gpu.CaptureID(c.origin) == c.id {
 		// Not ended (the driver refused): the capture goes on.
-		return nil, fmt.Errorf("mr: end capture %d: %w", c.id, err)
+		return nil, nil, fmt.Errorf("mr: end capture %d: %w", c.id, err)
 	}
 	c.ended = true
 	captures.Delete(c.id)
 	c.gp.end(c)
 	if err != nil {
-		return nil, fmt.Errorf("mr: end capture %d: %w", c.id, err)
+		return nil, c.hooks, fmt.Errorf("mr: end capture %d: %w", c.id, err)
 	}
 	c.graph = &captureGraph{Graph: g, c: c}
-	return c.graph, nil
+	return c.graph, c.hooks, nil
 }
 
-// Release gives back what the capture holds: the frees it deferred are
-// done, in stream order on s, and, if the capture has a GraphPool of its
-// own, every chunk of it goes back to the resources' upstreams on s. s
-// must be ordered after every launch of the capture's graph (the stream
+// Release gives back what the capture holds: its hooks are told
+// (CaptureHook.Released), the frees it deferred are done, in stream order
+// on s, and, if the capture has a GraphPool of its own, every chunk of it
+// goes back to the resources' upstreams on s. s must be ordered after every launch of the capture's graph (the stream
 // they ran on, say); it must not be capturing. Release fails with
 // ErrCaptureActive before End, with ErrGraphInUse while an executable of
 // the graph is alive; it destroys the graph if the program has not.
@@ -244,39 +264,51 @@ func (c *Capture) Release(s gpu.Stream) error {
 	if gpu.Capturing(s) {
 		return fmt.Errorf("mr: release capture %d on stream %d: %w", c.id, s.ID(), ErrStreamCapturing)
 	}
+	var errs []error
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	switch {
 	case c.released.Load():
+		c.mu.Unlock()
 		return fmt.Errorf("mr: release capture %d: %w", c.id, ErrReleased)
 	case !c.ended:
+		c.mu.Unlock()
 		return fmt.Errorf("mr: release capture %d: %w", c.id, ErrCaptureActive)
 	case c.graph != nil && c.graph.execs > 0:
+		c.mu.Unlock()
 		return fmt.Errorf("mr: release capture %d: %d executable graphs alive: %w", c.id, c.graph.execs, ErrGraphInUse)
 	}
-	var errs []error
 	if c.graph != nil && !c.graph.destroyed {
 		if err := c.graph.Graph.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroy graph: %w", err))
 		}
 		c.graph.destroyed = true
 	}
-	for _, f := range c.deferred {
+	// From here on the capture is released for everyone; what it held is
+	// given back below without c.mu, so that the hooks and the resources
+	// may take locks that they hold while calling into the capture wing.
+	hooks, deferred, forget := c.hooks, c.deferred, c.forget
+	c.hooks, c.deferred, c.forget = nil, nil, nil
+	c.released.Store(true)
+	c.mu.Unlock()
+
+	for _, h := range hooks {
+		if err := h.Released(s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range deferred {
 		if err := f.res.Deallocate(f.p, f.size, s); err != nil {
 			errs = append(errs, fmt.Errorf("deferred free of %#x: %w", uint64(f.p), err))
 		}
 	}
-	c.deferred = nil
-	for _, f := range c.forget {
+	for _, f := range forget {
 		f()
 	}
-	c.forget = nil
 	if c.ownGP {
 		if err := c.gp.Release(s); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	c.released.Store(true)
 	unreleased.Delete(c)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("mr: release capture %d: %w", c.id, err)

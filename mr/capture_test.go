@@ -8,6 +8,8 @@ package mr_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -275,5 +277,185 @@ func TestCaptureLeakReport(t *testing.T) {
 	ok(t, tr.WriteLeakReport(&buf))
 	if strings.Contains(buf.String(), "captures not released") {
 		t.Errorf("leak report still names a released capture:\n%s", buf.String())
+	}
+}
+
+// hookLog is a CaptureHook that logs what it is told.
+type hookLog struct {
+	name   string
+	log    *[]string
+	refuse error
+}
+
+func (h *hookLog) CaptureEnded(graph bool) {
+	*h.log = append(*h.log, fmt.Sprintf("%s ended graph=%v", h.name, graph))
+}
+
+func (h *hookLog) BeforeLaunch(s gpu.Stream) (func(bool), error) {
+	*h.log = append(*h.log, fmt.Sprintf("%s before", h.name))
+	if h.refuse != nil {
+		return nil, h.refuse
+	}
+	return func(launched bool) { *h.log = append(*h.log, fmt.Sprintf("%s after launched=%v", h.name, launched)) }, nil
+}
+
+func (h *hookLog) Released(s gpu.Stream) error {
+	*h.log = append(*h.log, fmt.Sprintf("%s released", h.name))
+	return nil
+}
+
+// Hooks are told of the end, of every launch (in order, the afters in
+// reverse) and of the release; a hook that fails BeforeLaunch stops the
+// launch; AddHook is refused once the capture ended, and CaptureOf finds
+// only captures begun through mr.
+func TestCaptureHooks(t *testing.T) {
+	dev := simCaptureDevice(t)
+	s := newTestStream(t, dev)
+	p, err := dev.Malloc(4096)
+	ok(t, err)
+	defer dev.Free(p)
+	ok(t, dev.MemsetD8Async(p, 0, 4096, s))
+
+	if c := mr.CaptureOf(s); c != nil {
+		t.Errorf("CaptureOf a stream that does not capture: capture %d", c.ID())
+	}
+	c, err := mr.BeginCapture(s, gpu.CaptureRelaxed, mr.CaptureOptions{})
+	ok(t, err)
+	if got := mr.CaptureOf(s); got != c {
+		t.Fatalf("CaptureOf the capturing stream = %v, want the capture", got)
+	}
+	var log []string
+	refusal := errors.New("not now")
+	first, second := &hookLog{name: "first", log: &log}, &hookLog{name: "second", log: &log}
+	ok(t, c.AddHook(first))
+	ok(t, c.AddHook(second))
+	if err := c.AddHook(nil); !errors.Is(err, gpu.ErrInvalidValue) {
+		t.Errorf("AddHook(nil): %v, want ErrInvalidValue", err)
+	}
+	ok(t, dev.MemsetD8Async(p, 7, 4096, s))
+	g, err := c.End()
+	ok(t, err)
+	if err := c.AddHook(&hookLog{name: "late", log: &log}); !errors.Is(err, mr.ErrCaptureEnded) {
+		t.Errorf("AddHook after End: %v, want ErrCaptureEnded", err)
+	}
+	if c := mr.CaptureOf(s); c != nil {
+		t.Errorf("CaptureOf after End: capture %d", c.ID())
+	}
+	x, err := g.Instantiate(0)
+	ok(t, err)
+
+	second.refuse = refusal
+	if err := x.Launch(s); !errors.Is(err, refusal) {
+		t.Fatalf("Launch with a hook refusing: %v, want its error", err)
+	}
+	ok(t, s.Synchronize())
+	out := make([]byte, 1)
+	ok(t, dev.CopyDtoHAsync(out, p, s))
+	ok(t, s.Synchronize())
+	if out[0] != 0 {
+		t.Errorf("a refused launch ran: byte %d", out[0])
+	}
+	second.refuse = nil
+	ok(t, x.Launch(s))
+	ok(t, dev.CopyDtoHAsync(out, p, s))
+	ok(t, s.Synchronize())
+	if out[0] != 7 {
+		t.Errorf("the launch did not run: byte %d", out[0])
+	}
+	ok(t, x.Destroy())
+	ok(t, c.Release(s))
+	if err := c.AddHook(&hookLog{name: "late", log: &log}); !errors.Is(err, mr.ErrReleased) {
+		t.Errorf("AddHook after Release: %v, want ErrReleased", err)
+	}
+	want := []string{
+		"first ended graph=true", "second ended graph=true",
+		"first before", "second before", "first after launched=false",
+		"first before", "second before", "second after launched=true", "first after launched=true",
+		"first released", "second released",
+	}
+	if strings.Join(log, "\n") != strings.Join(want, "\n") {
+		t.Errorf("hooks were told\n%s\nwant\n%s", strings.Join(log, "\n"), strings.Join(want, "\n"))
+	}
+
+	// A capture begun outside mr has no Capture.
+	o := newTestStream(t, dev)
+	ok(t, gpu.BeginCapture(o, gpu.CaptureRelaxed))
+	if c := mr.CaptureOf(o); c != nil {
+		t.Errorf("CaptureOf a capture begun outside mr: capture %d", c.ID())
+	}
+	g2, err := gpu.EndCapture(o)
+	ok(t, err)
+	ok(t, g2.Destroy())
+}
+
+// A capture that ends without a graph tells its hooks so.
+func TestCaptureHooksInvalidated(t *testing.T) {
+	dev := simCaptureDevice(t)
+	s := newTestStream(t, dev)
+	c, err := mr.BeginCapture(s, gpu.CaptureRelaxed, mr.CaptureOptions{})
+	ok(t, err)
+	var log []string
+	ok(t, c.AddHook(&hookLog{name: "h", log: &log}))
+	if err := s.Synchronize(); !errors.Is(err, gpu.ErrStreamCaptureUnsupported) {
+		t.Fatalf("Synchronize of a capturing stream: %v", err)
+	}
+	if _, err := c.End(); !errors.Is(err, gpu.ErrStreamCaptureInvalidated) {
+		t.Fatalf("End of an invalidated capture: %v", err)
+	}
+	ok(t, c.Release(s))
+	if got := strings.Join(log, ", "); got != "h ended graph=false, h released" {
+		t.Errorf("hooks were told %q", got)
+	}
+}
+
+// A graph captured, launched and dropped with every handle to it, the
+// Capture's included, is not released behind the program's back (its
+// memory would be silently kept, or freed under a graph still running):
+// Tracking's leak report names the capture, the memory its private pool
+// holds and where it began, after the garbage collector ran. (The capture
+// cannot be released afterwards: the test leaks it on a device of its
+// own.)
+func TestCaptureDroppedLeakReport(t *testing.T) {
+	dev := simCaptureDevice(t)
+	s := newTestStream(t, dev)
+	pool, err := mr.NewPool(mr.NewDirect(dev), mr.PoolOptions{})
+	ok(t, err)
+	tr := mr.NewTracking(pool, mr.TrackingOptions{})
+	id := func() uint64 {
+		c, err := mr.BeginCapture(s, gpu.CaptureRelaxed, mr.CaptureOptions{})
+		ok(t, err)
+		p, err := tr.Allocate(3<<20, s)
+		ok(t, err)
+		ok(t, tr.Deallocate(p, 3<<20, s))
+		g, err := c.End()
+		ok(t, err)
+		x, err := g.Instantiate(0)
+		ok(t, err)
+		ok(t, x.Launch(s))
+		ok(t, s.Synchronize())
+		return c.ID()
+	}()
+	runtime.GC()
+	runtime.GC()
+	var found *mr.UnreleasedCapture
+	for _, u := range mr.Unreleased() {
+		if u.ID == id {
+			found = &u
+		}
+	}
+	if found == nil || !found.Ended || found.Bytes != 4<<20 {
+		t.Fatalf("dropped capture in Unreleased: %+v, want it ended, holding 4 MiB", found)
+	}
+	var buf bytes.Buffer
+	ok(t, tr.WriteLeakReport(&buf))
+	report := buf.String()
+	for _, want := range []string{
+		"1 captures not released",
+		fmt.Sprintf("capture %d, ended, holding %d bytes of graph pool", id, 4<<20),
+		"TestCaptureDroppedLeakReport",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("leak report lacks %q:\n%s", want, report)
+		}
 	}
 }

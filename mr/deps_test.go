@@ -32,10 +32,10 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 	banned := []string{
-		"github.com/kisielk/og-rek",                          // the pickle decoder
-		"github.com/streamalloc/streamalloc/trace/torchsnap", // its user
-		"gonum.org/v1/plot",                                  // the charts
-		"github.com/streamalloc/streamalloc/report",          // their user
+		"github.com/streamalloc/streamalloc/internal/unpickle", // the pickle decoder
+		"github.com/streamalloc/streamalloc/trace/torchsnap",   // its user
+		"gonum.org/v1/plot",                         // the charts
+		"github.com/streamalloc/streamalloc/report", // their user
 	}
 	for _, d := range deps {
 		for _, b := range banned {

@@ -89,7 +89,7 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		if total := c.dev.Properties().TotalMemory; uint64(size) > total {
 			u := c.usage.snapshot()
 			return 0, &OutOfMemoryError{Resource: c.name, Requested: size, Stream: s.ID(),
-				Reserved: u.Reserved, Used: u.Used, Limit: total}
+				Reserved: u.Reserved, Used: u.Used, Limit: total, Reason: "larger than the device's memory"}
 		}
 		p, err = c.dev.MallocManaged(size)
 	} else {
@@ -99,7 +99,7 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		if errors.Is(err, gpu.ErrOutOfMemory) {
 			u := c.usage.snapshot()
 			return 0, &OutOfMemoryError{Resource: c.name, Requested: size, Stream: s.ID(),
-				Reserved: u.Reserved, Used: u.Used, Err: err}
+				Reserved: u.Reserved, Used: u.Used, Reason: "the device is out of memory", Err: err}
 		}
 		return 0, fmt.Errorf("%s: allocate %d bytes: %w", c.name, size, err)
 	}

@@ -44,13 +44,22 @@
 //	usage.go        lock-free Usage counters
 //	pending.go      PendingFrees: live plus incomplete frees, reaped per stream (Async's)
 //	chain.go        Wrapper, Chain and Reclaim: walking a stack of adaptors and resources
+//	context.go      the forms with a context.Context of every call that blocks the host
 //	current.go      Current and SetCurrent: the per-device default resource
+//	summary.go      StatsOf and Summary: every statistic of a chain, and the text a person reads
+//	strings.go      String methods: %v of the statistics and of every resource, one line
+//	units.go        FormatBytes: sizes in IEC units, as the summary and the errors print them
+//	capture.go      CUDA graph capture: BeginCapture, Capture, the rules every resource follows
+//	graphpool.go    GraphPool: the private memory suballocators serve to captures
+//	capture_clients.go, async_capture.go  each resource's side of the capture rules
+//	capture_hooks.go  CaptureOf, CaptureHook: code above mr in a capture's end, launches, release
 //
 // Resources:
 //
 //	direct.go, managed.go  cuMemAlloc / cuMemAllocManaged with a synchronous, stream-safe free
 //	async.go               the driver's stream-ordered pool (cuMemAllocAsync)
 //	pinned.go              page-locked host memory for staging copies (not a Resource)
+//	hostpool.go            HostPool: page-locked staging buffers cached and freed in stream order
 //	fixedsize.go           blocks of one size, per-stream lists
 //	binning.go             power-of-two FixedSize bins, larger requests upstream
 //	arena.go               per-stream arenas over a global arena of superblocks
@@ -62,13 +71,24 @@
 //	pool_chunk.go          chunks and blocks
 //	pool_grow.go           the Pool's slow paths: steal, growth, release, cross-stream frees
 //	pool_stats.go          PoolStats
+//	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
+//	virtual.go             Virtual: physical memory mapped on demand into one reserved range
 //	pool_walk.go           which streams the slow paths visit: the cost of many streams
 //
-// Adaptors: stats.go (Stats), tracking.go (Tracking), logging.go (Logging,
-// RMM CSV), limit.go (Limit and Budget), retry.go (Retry), aligned.go
-// (Aligned). Packages below: mrtest, the conformance suite every resource
-// and adaptor passes; mrprom, Prometheus collectors; registry, resources by
-// name for the command and the benchmarks.
+// Adaptors: stats.go (Stats), tracking.go (Tracking; proflabel.go, the
+// allocating goroutine's pprof labels; tracking_leaks.go, the
+// allocations a garbage collector freed for their owners), logging.go
+// (Logging, RMM CSV), limit.go (Limit and Budget), retry.go (Retry;
+// oom_report.go, what its out-of-memory observer gets), aligned.go
+// (Aligned), history.go (History: a bounded ring of allocation events with
+// their stacks; history_snapshot.go writes it as PyTorch's memory
+// snapshot, with internal/pickle, a writer of a dozen pickle opcodes).
+//
+// Packages below: mrtest, the conformance suite every resource and
+// adaptor passes; mrprom, Prometheus collectors (ForChain: a whole stack
+// in one call, labelled with its device); mrpprof, the device-memory
+// profile and the summary over HTTP, next to net/http/pprof; registry,
+// resources by name for the command and the benchmarks.
 //
 // # Why the Pool is not a package of its own
 //
@@ -88,6 +108,25 @@
 // streams, and when, stays each resource's policy: the Pool steals a whole
 // idle chunk, FixedSize half a free list, Arena an empty superblock from
 // its global arena.
+//
+// # Virtual memory: an upstream, not a Pool mode
+//
+// Growth through virtual memory (gpu.VirtualMemory: a reserved range,
+// physical memory mapped into it granule by granule) is the resource
+// Virtual, which a Pool takes as its upstream like any other, not a mode
+// of the Pool. The Pool already decides which chunk to grow, steal or
+// release and when, in stream order; what virtual memory changes is where
+// a chunk's memory comes from and how it goes back: mapped at the end of
+// one range, so that successive growths are adjacent; unmapped, once the
+// free's event has completed, without a host synchronization. Those are an
+// upstream's concerns, and as an upstream Virtual also serves Arena,
+// FixedSize and Binning, and is tested by the same conformance suite. A
+// pool mode would have put a second growth path into pool_grow.go, next
+// to the policy that other changes there are about. What an upstream
+// cannot do is grow a chunk in place (the Pool cuts blocks from chunks of
+// fixed size) or hand a physical granule from one stream's range to
+// another's; both need the Pool to know about ranges, and are left for a
+// later step over this interface.
 //
 // # Writing an adaptor
 //

@@ -206,7 +206,8 @@ func (r *FixedSize) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		// it holds; a fallback or binning layer above may.
 		u := r.meter.snapshot()
 		return 0, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
-			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize)}
+			Reserved: u.Reserved, Used: u.Used, Limit: uint64(r.blockSize),
+			Reason: "larger than the block size"}
 	}
 	if id := gpu.CaptureID(s); id != 0 {
 		return captureAllocate(r.captureClient(), id, size, s)
@@ -316,7 +317,7 @@ func (r *FixedSize) grow(size int, s gpu.Stream) ([]fsBlock, error) {
 		if errors.Is(err, ErrOutOfMemory) {
 			u := r.meter.snapshot()
 			return nil, &OutOfMemoryError{Resource: r.name, Requested: size, Stream: s.ID(),
-				Reserved: u.Reserved, Used: u.Used, Err: err}
+				Reserved: u.Reserved, Used: u.Used, Reason: "the upstream refused a chunk", Err: err}
 		}
 		return nil, fmt.Errorf("%s: grow by %d bytes: %w", r.name, r.chunkSize, err)
 	}

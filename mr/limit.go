@@ -89,13 +89,14 @@ func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if size > maxAlignable {
 		return 0, &OutOfMemoryError{Resource: "limit", Requested: size, Stream: s.ID(),
 			Reserved: l.budget.Used(), Used: l.used.Load(), Limit: l.budget.limit,
-			Err: fmt.Errorf("%d bytes cannot be charged", size)}
+			Reason: fmt.Sprintf("%d bytes cannot be charged", size)}
 	}
 	c := uint64(alignUp(size))
 	if ok, used := l.budget.charge(c); !ok {
 		return 0, &OutOfMemoryError{Resource: "limit", Requested: size, Stream: s.ID(),
 			Reserved: used, Used: l.used.Load(), Limit: l.budget.limit,
-			Err: fmt.Errorf("budget of %d bytes has %d in use, %d more do not fit", l.budget.limit, used, c)}
+			Reason: fmt.Sprintf("over the budget of %s: %s in use, %s more do not fit",
+				FormatBytes(l.budget.limit), FormatBytes(used), FormatBytes(c))}
 	}
 	p, err := l.up.Allocate(size, s)
 	if err != nil {

@@ -38,8 +38,10 @@ func TestLimitSharedBudget(t *testing.T) {
 	if oom.Limit != 4096 || oom.Requested != 1 || oom.Reserved != 4096 || oom.Used != 1024 || oom.Resource != "limit" {
 		t.Errorf("error fields %+v", oom)
 	}
-	if !strings.Contains(err.Error(), "limit 4096") || !strings.Contains(err.Error(), "budget of 4096 bytes") {
-		t.Errorf("message lacks the budget: %v", err)
+	want := fmt.Sprintf("limit: out of memory: 1 B (1 bytes) requested on stream %d; reserved 4.0 KiB, used 1.0 KiB, "+
+		"limit 4.0 KiB: over the budget of 4.0 KiB: 4.0 KiB in use, 256 B more do not fit", s1.ID())
+	if err.Error() != want {
+		t.Errorf("message\n%s\nwant\n%s", err, want)
 	}
 	if up1.numCalls() != calls {
 		t.Error("an over-budget request reached the upstream")
@@ -66,7 +68,7 @@ func TestLimitZeroBudget(t *testing.T) {
 	up := newRecording()
 	l := mr.NewLimit(up, mr.NewBudget(0))
 	_, err := l.Allocate(1, up.stream())
-	if !errors.Is(err, mr.ErrOutOfMemory) || !strings.Contains(err.Error(), "budget of 0 bytes") {
+	if !errors.Is(err, mr.ErrOutOfMemory) || !strings.Contains(err.Error(), "over the budget of 0 B: 0 B in use, 256 B more do not fit") {
 		t.Fatalf("zero budget: %v", err)
 	}
 	// The null allocation needs no budget.
@@ -145,17 +147,4 @@ func TestLimitConcurrent(t *testing.T) {
 	if b.Used() != 0 || b.Peak() > limit {
 		t.Fatalf("used %d, peak %d", b.Used(), b.Peak())
 	}
-}
-
-func ExampleNewLimit() {
-	budget := mr.NewBudget(1 << 20) // 1 MiB for all the resources that share it
-	up := newRecording()
-	l := mr.NewLimit(up, budget)
-	s := up.stream()
-	p, _ := l.Allocate(768<<10, s)
-	_, err := l.Allocate(512<<10, s)
-	fmt.Println(errors.Is(err, mr.ErrOutOfMemory), budget.Used())
-	l.Deallocate(p, 768<<10, s)
-	// Output:
-	// true 786432
 }

@@ -199,20 +199,3 @@ func TestLoggingReplays(t *testing.T) {
 		t.Fatalf("peak live bytes from the log %d", peak)
 	}
 }
-
-func ExampleLogging() {
-	up := newRecording()
-	s := up.stream()
-	var out strings.Builder
-	l := mr.NewLogging(up, &out, mr.LoggingOptions{Now: func() time.Time {
-		return time.Date(2026, 1, 2, 9, 30, 0, 250_000_000, time.UTC)
-	}})
-	p, _ := l.Allocate(4096, s)
-	l.Deallocate(p, 4096, s)
-	l.Flush()
-	fmt.Print(strings.ReplaceAll(out.String(), fmt.Sprintf("%#x\n", s.ID()), "0x<stream>\n"))
-	// Output:
-	// Thread,Time,Action,Pointer,Size,Stream
-	// 0,09:30:00.250000,allocate,0x100000,4096,0x<stream>
-	// 0,09:30:00.250000,free,0x100000,4096,0x<stream>
-}

@@ -50,6 +50,7 @@ package mr
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -293,6 +294,21 @@ func (p *PendingFrees) Check() error {
 // is returned (wrapped, naming the stream) with the bytes released before
 // it.
 func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
+	return p.reap(nil, wait)
+}
+
+// ReapContext is Reap(true) with its waits bounded by ctx (context.go):
+// when ctx ends, the stream being waited for and every stream not yet
+// checked stay pending, as after a failure but without counting as one,
+// and the error matches ctx.Err(). A stream destroyed after its frees were
+// enqueued is still found complete by synchronizing the device, which ctx
+// cannot interrupt.
+func (p *PendingFrees) ReapContext(ctx context.Context) (reaped uint64, err error) {
+	return p.reap(ctx, true)
+}
+
+// reap is Reap, with the waits bounded by ctx if it is not nil.
+func (p *PendingFrees) reap(ctx context.Context, wait bool) (reaped uint64, err error) {
 	p.mu.Lock()
 	claims := p.scratch[:0]
 	p.scratch = nil
@@ -335,7 +351,13 @@ func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
 			p.mu.Unlock()
 			continue
 		}
-		done, cerr := complete(c.s, wait)
+		done, cerr := complete(ctx, c.s, wait)
+		if cerr != nil && ctx != nil && ctx.Err() != nil {
+			p.unclaim(claims[i:], nil)
+			err = fmt.Errorf("mr: reap pending frees: stream %d (%d bytes of it and %d later streams stay pending): %w",
+				c.id, c.bytes, len(claims)-i-1, cerr)
+			break
+		}
 		if cerr != nil {
 			p.unclaim(claims[i:], c.e)
 			err = fmt.Errorf("mr: reap pending frees: stream %d (%d bytes of it and %d later streams stay pending): %w",
@@ -369,10 +391,12 @@ func (p *PendingFrees) Reap(wait bool) (reaped uint64, err error) {
 }
 
 // unclaim gives back the claims of a reap that stopped at the stream of
-// entry failed.
+// entry failed (nil: the reap's context ended, and no stream failed).
 func (p *PendingFrees) unclaim(claims []pendingClaim, failed *pendingStream) {
 	p.mu.Lock()
-	failed.failed = true
+	if failed != nil {
+		failed.failed = true
+	}
 	for _, c := range claims {
 		c.e.claimed -= c.bytes
 		c.e.claimedN -= c.frees
@@ -381,12 +405,16 @@ func (p *PendingFrees) unclaim(claims []pendingClaim, failed *pendingStream) {
 }
 
 // complete reports whether all work enqueued on s so far has completed.
-// Not ready is not an error; any other failure is.
-func complete(s gpu.Stream, wait bool) (bool, error) {
+// Not ready is not an error; any other failure is. A wait with a ctx that
+// is not nil polls under it (WaitStream).
+func complete(ctx context.Context, s gpu.Stream, wait bool) (bool, error) {
 	var err error
-	if wait {
+	switch {
+	case wait && ctx != nil:
+		err = WaitStream(ctx, s)
+	case wait:
 		err = s.Synchronize()
-	} else {
+	default:
 		err = s.Query()
 	}
 	switch {

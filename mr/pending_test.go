@@ -512,20 +512,3 @@ func BenchmarkPendingFreesAddParallel(b *testing.B) {
 		}
 	})
 }
-
-func ExamplePendingFrees() {
-	d := &fakeDevice{}
-	s := newFakeStream(d)
-	var p mr.PendingFrees
-
-	p.AddLive(1 << 20) // Allocate handed out 1 MiB
-	// ... Deallocate enqueued the free on s (FreeAsync), then:
-	p.Add(s, 1<<20)
-	fmt.Println("outstanding:", p.Outstanding(), "pending:", p.Pending())
-
-	n, err := p.Reap(true) // synchronize the streams holding pending frees
-	fmt.Println("reaped:", n, err, "outstanding:", p.Outstanding())
-	// Output:
-	// outstanding: 1048576 pending: 1048576
-	// reaped: 1048576 <nil> outstanding: 0
-}

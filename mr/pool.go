@@ -23,7 +23,9 @@
 //     (rounded up to 2 MiB) and later reuse a free block only if it is at
 //     most 1/8 (or 2 MiB) larger: a big block carved from a much bigger
 //     one would pin the rest of it for as long as it lives, which is most
-//     of what fragments a caching allocator.
+//     of what fragments a caching allocator. With SplitBig, a big request
+//     that nothing else serves splits a larger free block rather than
+//     grow (pool_grow.go).
 //
 // Invariants:
 //
@@ -137,6 +139,21 @@ type PoolOptions struct {
 	// reserves more than ReleaseThreshold bytes, idle chunks are given
 	// back until it does not, or none is left. Zero: never on a free.
 	ReleaseThreshold int
+	// SplitBig lets a big request (ChunkSize/2 and up) that no free
+	// block within its slack serves, and no steal, take the
+	// best-fitting larger free block of its stream, split, before the
+	// pool grows. For programs whose steps repeat with tensors of
+	// changing sizes (training with varied sequence lengths, or any
+	// step whose sizes do not recur within 1/8): each step is then
+	// served from the memory earlier steps reserved, where without it
+	// the pool gives back idle chunks of the sizes it does not need now
+	// and grows chunks of those it does, every step (see "Growth and
+	// release"). The price is placement: a big block cut from a larger
+	// one pins the rest of that chunk while it lives, so a program
+	// whose big requests keep changing without repeating (a server of
+	// varied lengths) can reserve much more with it (pool_grow.go gives
+	// the figures). False: off.
+	SplitBig bool
 }
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It

@@ -352,6 +352,51 @@ func TestTLSFFindBestInClass(t *testing.T) {
 	}
 }
 
+// findFit takes the smallest accepted block of the request's class, else
+// the first accepted one of the classes above, passing over the blocks the
+// predicate rejects, and returns nil when it accepts none large enough.
+func TestTLSFFindFit(t *testing.T) {
+	var tl tlsf
+	a, b, c := &poolBlock{size: 1<<20 + 5*Alignment}, &poolBlock{size: 1<<20 + 9*Alignment}, &poolBlock{size: 1<<20 + 20*Alignment}
+	d, e := &poolBlock{size: 4 << 20}, &poolBlock{size: 8 << 20}
+	for _, x := range []*poolBlock{a, b, c, d, e} {
+		tl.insert(x)
+	}
+	all := func(*poolBlock) bool { return true }
+	but := func(no ...*poolBlock) func(*poolBlock) bool {
+		return func(x *poolBlock) bool {
+			for _, n := range no {
+				if x == n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		size int
+		ok   func(*poolBlock) bool
+		want *poolBlock
+	}{
+		{"all, as find", 1 << 20, all, tl.find(1 << 20)},
+		{"best of the class", 1<<20 + 6*Alignment, all, b},
+		{"best accepted of the class", 1<<20 + Alignment, but(a), b},
+		{"next class up", 1<<20 + 21*Alignment, all, d},
+		{"past a rejected class", 1<<20 + 21*Alignment, but(d), e},
+		{"past every rejected block", 1 << 20, but(a, b, c, d), e},
+		{"none accepted", 2 << 20, but(d, e), nil},
+		{"none large enough", 9 << 20, all, nil},
+	} {
+		if got := tl.findFit(tc.size, tc.ok); got != tc.want {
+			t.Errorf("%s: findFit(%d) = %+v, want %+v", tc.name, tc.size, got, tc.want)
+		}
+	}
+	if tl.n != 5 {
+		t.Errorf("findFit removed blocks: %d left", tl.n)
+	}
+}
+
 // poolOp is one step of a fuzzed sequence.
 type modelAlloc struct {
 	p      gpu.DevicePtr
@@ -497,6 +542,7 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{}, 4 << 30},
 	{PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1 << 30},
 	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30},
+	{PoolOptions{SplitBig: true, ChunkSize: 8 << 20, MaxSize: 160 << 20}, 1 << 30},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add

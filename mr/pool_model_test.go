@@ -21,5 +21,6 @@ func TestPoolModelRandom(t *testing.T) {
 		runPoolModel(t, b, PoolOptions{}, 4<<30)
 		runPoolModel(t, b, PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1<<30)
 		runPoolModel(t, b, PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1<<30)
+		runPoolModel(t, b, PoolOptions{SplitBig: true, ChunkSize: 8 << 20, MaxSize: 160 << 20}, 1<<30)
 	}
 }

@@ -32,6 +32,9 @@ type PoolStats struct {
 	// the upstream; Chunks is how many the pool holds now.
 	Growths, Releases uint64
 	Chunks            int
+	// BigSplits is how many big requests split a larger free block
+	// instead of growing the pool (PoolOptions.SplitBig).
+	BigSplits uint64
 }
 
 // poolStreamStats are the counters of one stream, guarded by its mutex.
@@ -44,7 +47,7 @@ type poolStreamStats struct {
 
 // poolWideStats are the counters of the slow paths, guarded by Pool.mu.
 type poolWideStats struct {
-	steals, growths, releases uint64
+	steals, growths, releases, bigSplits uint64
 }
 
 // Stats returns the pool's counters. It takes the pool's lock and each
@@ -57,6 +60,7 @@ func (p *Pool) Stats() PoolStats {
 		Steals:           p.wide.steals,
 		Growths:          p.wide.growths,
 		Releases:         p.wide.releases,
+		BigSplits:        p.wide.bigSplits,
 		Chunks:           p.chunks.len(),
 		Allocations:      f.allocs,
 		QuickHits:        f.quickHits,

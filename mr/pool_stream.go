@@ -332,7 +332,10 @@ func (st *poolStream) absorb() error {
 // work enqueued on from so far (orderAfter in eventcache.go), with an event
 // of this stream's own cache, guarded by its mutex, rather than the
 // resource-wide gpu.EventCache that FixedSize and Arena share: absorbing
-// another stream's frees then takes no lock that other streams take.
+// another stream's frees then takes no lock that other streams take. If
+// this stream was destroyed (a release on behalf of a stream gone, or an
+// adopted wrapper forgotten), it can wait on nothing, and it synchronizes
+// the device instead, which orders all that follows after from's work.
 func (st *poolStream) orderAfter(from *poolStream) error {
 	if from == st {
 		return nil
@@ -354,6 +357,10 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	waited, err := orderAfter(st.pool.dev, e, st.s, from.s)
 	if waited {
 		st.stats.waits++
+	} else if errors.Is(err, gpu.ErrDestroyed) { // this stream, the waiter
+		if err = synchronizeDevice(st.pool.dev); err != nil {
+			err = fmt.Errorf("synchronize for destroyed stream %d: %w", st.id, err)
+		}
 	}
 	if len(st.events) < poolStreamEvents {
 		st.events = append(st.events, e)

@@ -34,6 +34,7 @@ func TestPoolConformance(t *testing.T) {
 		{"direct", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{}},
 		{"direct/small-chunks-max", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{ChunkSize: 4 << 20, MaxSize: 256 << 20}},
 		{"direct/initial-threshold", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{InitialSize: 64 << 20, ReleaseThreshold: 16 << 20}},
+		{"direct/split-big", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{SplitBig: true, ChunkSize: 4 << 20}},
 		{"async", func(d gpu.Device) mr.Resource {
 			a, err := mr.NewAsync(d, mr.AsyncOptions{OwnPool: true})
 			if err != nil {
@@ -398,6 +399,106 @@ func TestPoolGrowthAndThreshold(t *testing.T) {
 	if u := p.Usage(); u.Reserved != 0 {
 		t.Errorf("after Release: %+v", u)
 	}
+}
+
+// Steps that repeat with two shapes whose big tensors are not within 1/8
+// of each other (12 MiB and 9 MiB, alternating): the default pool gives
+// back the chunks of one shape and grows chunks of the other at every
+// step, to stay under its high-water mark; with SplitBig the 9 MiB steps
+// are cut from the 12 MiB chunks, so the pool grows only in the first
+// step, never gives a chunk back, and reserves the same peak.
+func TestPoolSplitBig(t *testing.T) {
+	const k, steps = 6, 8
+	// run returns the growths of each step, the pool's counters and
+	// usage at the end.
+	run := func(t *testing.T, opts mr.PoolOptions) ([]uint64, mr.PoolStats, mr.Usage) {
+		dev := testdev.Device(t)
+		s := poolStream(t, dev)
+		p := newPool(t, mr.NewDirect(dev), opts)
+		var growths []uint64
+		for step := range steps {
+			size := 12 << 20
+			if step%2 == 1 {
+				size = 9 << 20
+			}
+			before := p.Stats().Growths
+			var ptrs []gpu.DevicePtr
+			for range k {
+				ptrs = append(ptrs, poolAlloc(t, p, size, s))
+			}
+			for _, ptr := range ptrs {
+				poolFree(t, p, ptr, size, s)
+			}
+			growths = append(growths, p.Stats().Growths-before)
+		}
+		return growths, p.Stats(), p.Usage()
+	}
+	t.Run("default", func(t *testing.T) {
+		growths, st, u := run(t, mr.PoolOptions{})
+		for step, g := range growths {
+			if g < k-1 {
+				t.Errorf("step %d grew %d chunks, want at least %d (growths %v)", step, g, k-1, growths)
+			}
+		}
+		if st.Releases < k*(steps-2) || st.BigSplits != 0 {
+			t.Errorf("stats %+v, want at least %d releases and no splits", st, k*(steps-2))
+		}
+		if u.PeakReserved != k*12<<20 {
+			t.Errorf("peak reserved %d, want %d", u.PeakReserved, k*12<<20)
+		}
+	})
+	t.Run("SplitBig", func(t *testing.T) {
+		growths, st, u := run(t, mr.PoolOptions{SplitBig: true})
+		if growths[0] != k || st.Growths != k || st.Releases != 0 || st.BigSplits != k*steps/2 {
+			t.Errorf("growths %v, stats %+v; want %d growths in the first step only, no releases, %d splits",
+				growths, st, k, k*steps/2)
+		}
+		if u.PeakReserved != k*12<<20 || u.Reserved != k*12<<20 {
+			t.Errorf("usage %+v, want %d reserved at the peak and now", u, k*12<<20)
+		}
+	})
+}
+
+// With SplitBig a giant chunk (here 64 MiB of a 96 MiB high-water mark,
+// at least 1/16 of it) is not cut for a transient request of less than
+// half its size: the pool gives the idle giant chunk back and grows one of
+// the transient's size, so the next giant request, arriving while the
+// transient lives, raises the mark by one chunk of 8 MiB (to 104 MiB), not
+// by a second giant one (to 160 MiB, had the transient been cut from the
+// first). A request of at least half a giant chunk does split it.
+func TestPoolSplitBigKeepsGiantChunks(t *testing.T) {
+	const mib = 1 << 20
+	dev := testdev.Device(t)
+	s := poolStream(t, dev)
+	p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{SplitBig: true})
+	step := func(sizes ...int) []gpu.DevicePtr {
+		var ptrs []gpu.DevicePtr
+		for _, n := range sizes {
+			ptrs = append(ptrs, poolAlloc(t, p, n, s))
+		}
+		return ptrs
+	}
+	free := func(ptrs []gpu.DevicePtr, sizes ...int) {
+		for i, ptr := range ptrs {
+			poolFree(t, p, ptr, sizes[i], s)
+		}
+	}
+	warm := []int{8 * mib, 8 * mib, 8 * mib, 8 * mib, 64 * mib}
+	free(step(warm...), warm...)
+	if u := p.Usage(); u.PeakReserved != 96*mib {
+		t.Fatalf("after the first step: %+v, want 96 MiB reserved", u)
+	}
+	second := []int{8 * mib, 8 * mib, 8 * mib, 8 * mib, 8 * mib, 64 * mib}
+	free(step(second...), second...)
+	st, u := p.Stats(), p.Usage()
+	if u.PeakReserved != 104*mib || st.Growths != 7 || st.Releases != 1 || st.BigSplits != 0 {
+		t.Errorf("after the second step: stats %+v, usage %+v; want 7 growths, 1 release, no split, 104 MiB at the peak", st, u)
+	}
+	half := step(40 * mib)
+	if st2 := p.Stats(); st2.Growths != st.Growths || st2.BigSplits != 1 {
+		t.Errorf("a request of 40 MiB: stats %+v, want it cut from a free 64 MiB chunk", st2)
+	}
+	free(half, 40*mib)
 }
 
 // A stream that is destroyed with idle memory in the pool: another stream

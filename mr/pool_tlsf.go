@@ -16,6 +16,11 @@
 // to the first block of the next class up, whose every block fits: a
 // bounded best fit, O(1) per call.
 //
+// findFit is find restricted to the blocks a predicate accepts; it walks
+// the lists of the classes above the request's until it finds one, so its
+// cost grows with the number of rejected blocks met on the way (the pool
+// rejects only the free blocks of a few large chunks).
+//
 // Invariants: a block is in a tlsf iff its state is blockFree; it is in the
 // list of class mapping(b.size), which insert records in b.fl, b.sl so that
 // remove need not compute it again; bit (fl, sl) of the bitmaps is set iff
@@ -148,4 +153,50 @@ func (t *tlsf) find(size int) *poolBlock {
 		slm = t.slMap[fl]
 	}
 	return t.heads[fl][bits.TrailingZeros32(slm)]
+}
+
+// findFit returns a filed block of at least size bytes that ok accepts:
+// the smallest of the first few that fit in the request's own class, else
+// the first accepted block of the classes above, in increasing order of
+// class. It returns nil if no filed block qualifies; it removes nothing.
+func (t *tlsf) findFit(size int, ok func(*poolBlock) bool) *poolBlock {
+	fl, sl := tlsfClass(size)
+	var best *poolBlock
+	found := 0 // candidates met in the request's class
+	for b := t.heads[fl][sl]; b != nil && (found < tlsfScan || fl == tlsfFL-1); b = b.lnext {
+		if b.size < size || !ok(b) {
+			continue
+		}
+		found++
+		if best == nil || b.size < best.size {
+			best = b
+		}
+	}
+	if best != nil {
+		return best
+	}
+	for {
+		sl++
+		if sl == tlsfSL {
+			fl, sl = fl+1, 0
+		}
+		if fl >= tlsfFL {
+			return nil
+		}
+		slm := t.slMap[fl] & (^uint32(0) << sl)
+		if slm == 0 {
+			flm := t.flMap & (^uint64(0) << (fl + 1))
+			if flm == 0 {
+				return nil
+			}
+			fl = bits.TrailingZeros64(flm)
+			slm = t.slMap[fl]
+		}
+		sl = bits.TrailingZeros32(slm)
+		for b := t.heads[fl][sl]; b != nil; b = b.lnext {
+			if ok(b) {
+				return b
+			}
+		}
+	}
 }

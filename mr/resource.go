@@ -7,6 +7,7 @@ package mr
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -38,7 +39,13 @@ var (
 )
 
 // OutOfMemoryError is returned when a resource cannot satisfy a request.
-// It matches ErrOutOfMemory with errors.Is.
+// It matches ErrOutOfMemory with errors.Is. Its message gives the sizes in
+// IEC units (with the exact request in bytes), the largest free block
+// where the resource knows it, and the reason:
+//
+//	pool: out of memory: 1.5 GiB (1610612736 bytes) requested on stream 3;
+//	reserved 30.0 GiB, used 28.2 GiB, limit 32.0 GiB, largest free block 512.0 MiB:
+//	MaxSize reached
 type OutOfMemoryError struct {
 	Resource  string // which resource refused, e.g. "pool"
 	Requested int    // bytes asked for
@@ -46,20 +53,36 @@ type OutOfMemoryError struct {
 	Reserved  uint64 // bytes the resource held from upstream at the time
 	Used      uint64 // bytes it had handed out
 	Limit     uint64 // its limit, or 0 if it has none
-	Err       error  // the upstream error, if the refusal came from below
+	// LargestFree is the largest block the resource could have handed
+	// out without asking its upstream (a Pool's largest free block), or
+	// 0 where the resource keeps no free blocks of its own.
+	LargestFree uint64
+	// Reason says why in a few words ("MaxSize reached", "the device is
+	// out of memory", "over the budget"); "" if Err says it all.
+	Reason string
+	Err    error // the upstream error, if the refusal came from below
 }
 
 func (e *OutOfMemoryError) Error() string {
-	msg := fmt.Sprintf("%s: out of memory allocating %d bytes on stream %d (reserved %d, used %d",
-		e.Resource, e.Requested, e.Stream, e.Reserved, e.Used)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: out of memory: %s (%d bytes) requested on stream %d; reserved %s, used %s",
+		e.Resource, FormatBytes(uint64(max(e.Requested, 0))), e.Requested, e.Stream,
+		FormatBytes(e.Reserved), FormatBytes(e.Used))
 	if e.Limit != 0 {
-		msg += fmt.Sprintf(", limit %d", e.Limit)
+		fmt.Fprintf(&b, ", limit %s", FormatBytes(e.Limit))
 	}
-	msg += ")"
+	if e.LargestFree != 0 {
+		fmt.Fprintf(&b, ", largest free block %s", FormatBytes(e.LargestFree))
+	}
+	if e.Reason != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Reason)
+	}
 	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
 	}
-	return msg
+	return b.String()
 }
 
 // Is reports whether target is ErrOutOfMemory.

@@ -29,6 +29,7 @@
 package mr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -46,6 +47,13 @@ type RetryOptions struct {
 	// the attempt (1 for the first retry) and the error that refused it.
 	// It may free memory. Returning false stops retrying.
 	OnOutOfMemory func(size int, s gpu.Stream, attempt int, err error) bool
+	// OnFailure, if set, is called once for each request that is refused
+	// for lack of memory after every retry (or at once, with no retry
+	// left), before Allocate returns the error: the out-of-memory
+	// observer. The report carries the statistics of the chain below the
+	// adaptor, read after the last attempt, and its summary. It runs on
+	// the allocating goroutine with no lock of the adaptor held.
+	OnFailure func(OutOfMemoryReport)
 	// Reapers and Releasers are reaped and released on out-of-memory in
 	// addition to the resources in the chain below the adaptor (other
 	// resources that hold memory of the same device).
@@ -93,13 +101,36 @@ func NewRetry(upstream Resource, opts RetryOptions) *Retry {
 // Allocate allocates from the upstream, recovering and retrying on
 // out-of-memory as the file comment describes.
 func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return r.allocate(nil, size, s)
+}
+
+// AllocateContext is Allocate with the waits of its recovery (the
+// synchronizing reaps of the second and later attempts) bounded by ctx:
+// when ctx ends, recovery stops, nothing more is retried, and the error
+// matches both ErrOutOfMemory and ctx.Err(). Such a request is counted as
+// failed but not observed (OnFailure): the caller gave up, the memory did
+// not run out for good.
+func (r *Retry) AllocateContext(ctx context.Context, size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return r.allocate(ctx, size, s)
+}
+
+// allocate is Allocate, with recovery bounded by ctx if it is not nil.
+func (r *Retry) allocate(ctx context.Context, size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc("retry", r.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	p, err := r.up.Allocate(size, s)
 	if err != nil && errors.Is(err, ErrOutOfMemory) {
 		r.oom.Add(1)
-		p, err = r.recover(size, s, err)
+		var retries int
+		p, retries, err = r.recover(ctx, size, s, err)
+		if err != nil {
+			err = fmt.Errorf("retry: %w", err)
+			if ctx == nil || ctx.Err() == nil {
+				r.observe(size, s, retries, err)
+			}
+			return 0, err
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("retry: %w", err)
@@ -108,30 +139,39 @@ func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	return p, nil
 }
 
-func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error) {
+// recover reclaims and retries as the file comment says, and returns the
+// retries it made.
+func (r *Retry) recover(ctx context.Context, size int, s gpu.Stream, err error) (p gpu.DevicePtr, retries int, _ error) {
 	var recErrs []error
 	for attempt := 1; attempt <= r.attempts; attempt++ {
+		if ctx != nil && ctx.Err() != nil {
+			recErrs = append(recErrs, ctx.Err())
+			break
+		}
 		var rerr error
 		if gpu.Capturing(s) {
 			// The request's stream captures: what reclaim does on other
 			// streams must not be forbidden by a global-mode capture
 			// (capture.go), and it leaves capturing streams alone.
-			gpu.RelaxCapture(r.dev, func() error { rerr = r.reclaim(attempt > 1); return nil })
+			gpu.RelaxCapture(r.dev, func() error { rerr = r.reclaim(ctx, attempt > 1); return nil })
 		} else {
-			rerr = r.reclaim(attempt > 1)
+			rerr = r.reclaim(ctx, attempt > 1)
 		}
 		if rerr != nil {
 			recErrs = append(recErrs, rerr)
+		}
+		if ctx != nil && ctx.Err() != nil {
+			break
 		}
 		if r.opts.OnOutOfMemory != nil && !r.opts.OnOutOfMemory(size, s, attempt, err) {
 			break
 		}
 		r.retries.Add(1)
-		var p gpu.DevicePtr
+		retries++
 		p, err = r.up.Allocate(size, s)
 		if err == nil {
 			r.recovered.Add(1)
-			return p, nil
+			return p, retries, nil
 		}
 		if !errors.Is(err, ErrOutOfMemory) {
 			break
@@ -139,20 +179,33 @@ func (r *Retry) recover(size int, s gpu.Stream, err error) (gpu.DevicePtr, error
 	}
 	r.failed.Add(1)
 	if len(recErrs) > 0 {
-		return 0, errors.Join(append([]error{err}, recErrs...)...)
+		return 0, retries, errors.Join(append([]error{err}, recErrs...)...)
 	}
-	return 0, err
+	return 0, retries, err
 }
 
 // reclaim reaps pending frees and releases cached memory below the
-// adaptor (Reclaim), then does the same for the extra Reapers and
-// Releasers, and returns what went wrong.
-func (r *Retry) reclaim(wait bool) error {
-	n, err := Reclaim(r.up, wait)
+// adaptor (Reclaim; ReclaimContext when it waits under a context), then
+// does the same for the extra Reapers and Releasers, and returns what
+// went wrong.
+func (r *Retry) reclaim(ctx context.Context, wait bool) error {
+	var n uint64
+	var err error
+	if wait && ctx != nil {
+		n, err = ReclaimContext(ctx, r.up)
+	} else {
+		n, err = Reclaim(r.up, wait)
+	}
 	r.reaped.Add(n)
 	errs := []error{err}
 	for _, rp := range r.opts.Reapers {
-		n, err := rp.Reap(wait)
+		var n uint64
+		var err error
+		if wait && ctx != nil {
+			n, err = reapContext(ctx, rp)
+		} else {
+			n, err = rp.Reap(wait)
+		}
 		r.reaped.Add(n)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reap: %w", err))

@@ -122,16 +122,3 @@ func TestRetryReportsRecoveryErrors(t *testing.T) {
 		t.Fatalf("reaper called %d times, releases %d", fr.calls, up.released)
 	}
 }
-
-func ExampleNewRetry() {
-	up := newRecording()
-	up.capacity = 1 << 20
-	up.pending = 1 << 20 // all of it freed in stream order, not yet complete
-	r := mr.NewRetry(up, mr.RetryOptions{})
-	s := up.stream()
-	p, err := r.Allocate(512<<10, s)
-	fmt.Println(err, r.Counts().Reaped)
-	r.Deallocate(p, 512<<10, s)
-	// Output:
-	// <nil> 1048576
-}

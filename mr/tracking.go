@@ -23,6 +23,16 @@
 // Frames of package mr at the innermost end of a stack (other adaptors
 // stacked above this one) are dropped when symbolizing, so the innermost
 // frame is the code that asked for the memory.
+//
+// Labels: each allocation also records the allocating goroutine's pprof
+// labels (pprof.Do, pprof.SetGoroutineLabels; proflabel.go), and a stack
+// record is one (stack, label set) pair, so the profile's samples carry
+// the labels and `go tool pprof -tagfocus key=value` slices device memory
+// by them. Each distinct label set seen at a call site is a record of its
+// own, kept like every record: labels of bounded cardinality (a tenant, a
+// model, a phase) cost little; a label per request grows the profile by a
+// record per request and call site (TrackingOptions.NoLabels turns labels
+// off).
 
 package mr
 
@@ -57,11 +67,15 @@ type TrackingOptions struct {
 	// Skip drops that many more frames from the innermost end, for
 	// callers that allocate through helpers of their own.
 	Skip int
+	// NoLabels leaves the goroutines' pprof labels out.
+	NoLabels bool
 }
 
-// stackRecord is one interned call stack and what it holds.
+// stackRecord is one interned call stack (with its pprof label set, for
+// Tracking) and what it holds.
 type stackRecord struct {
 	pcs                   []uintptr
+	labels                *labelSet // nil: none
 	hash                  uint64
 	next                  *stackRecord // same shard, same hash bucket
 	inuseBytes, inuseObjs atomic.Int64
@@ -72,6 +86,10 @@ type stackShard struct {
 	mu sync.Mutex
 	m  map[uint64]*stackRecord
 }
+
+// stackTable interns call stacks: one record per distinct stack, found by
+// its hash in one of stackShards shards (Tracking's and History's).
+type stackTable [stackShards]stackShard
 
 // trackRecord is what Tracking keeps per live allocation.
 type trackRecord struct {
@@ -87,9 +105,11 @@ type Tracking struct {
 	dev    gpu.Device
 	depth  int
 	skip   int
+	labels bool // record the goroutines' pprof labels
 	live   ptrTable[gpu.DevicePtr, trackRecord]
-	stacks [stackShards]stackShard
+	stacks stackTable
 	seq    atomic.Uint64
+	leaks  trackingLeaks // tracking_leaks.go
 }
 
 // NewTracking returns a Tracking adaptor over upstream.
@@ -99,7 +119,11 @@ func NewTracking(upstream Resource, opts TrackingOptions) *Tracking {
 		d = 32
 	}
 	d = min(d, maxStackDepth)
-	return &Tracking{passThrough: passThrough{upstream}, dev: upstream.Device(), depth: d, skip: max(opts.Skip, 0)}
+	if !opts.NoLabels {
+		checkLabels()
+	}
+	return &Tracking{passThrough: passThrough{upstream}, dev: upstream.Device(), depth: d, skip: max(opts.Skip, 0),
+		labels: !opts.NoLabels}
 }
 
 func hashPCs(pcs []uintptr) uint64 {
@@ -113,20 +137,27 @@ func hashPCs(pcs []uintptr) uint64 {
 
 // intern returns the record of pcs, creating it (with its own copy of the
 // PCs) the first time.
-func (t *Tracking) intern(pcs []uintptr) *stackRecord {
+func (t *Tracking) intern(pcs []uintptr, ls *labelSet) *stackRecord { return t.stacks.intern(pcs, ls) }
+
+// intern returns the record of pcs and label set ls (nil: none), creating
+// it (with its own copy of the PCs) the first time.
+func (t *stackTable) intern(pcs []uintptr, ls *labelSet) *stackRecord {
 	h := hashPCs(pcs)
-	sh := &t.stacks[h%stackShards]
+	if ls != nil {
+		h ^= ls.hash * 0x9E3779B97F4A7C15
+	}
+	sh := &t[h%stackShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for r := sh.m[h]; r != nil; r = r.next {
-		if slices.Equal(r.pcs, pcs) {
+		if r.labels == ls && slices.Equal(r.pcs, pcs) {
 			return r
 		}
 	}
 	if sh.m == nil {
 		sh.m = make(map[uint64]*stackRecord)
 	}
-	r := &stackRecord{pcs: slices.Clone(pcs), hash: h, next: sh.m[h]}
+	r := &stackRecord{pcs: slices.Clone(pcs), labels: ls, hash: h, next: sh.m[h]}
 	sh.m[h] = r
 	return r
 }
@@ -143,7 +174,11 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tracking: %w", err)
 	}
-	st := t.intern(buf[:n])
+	var ls *labelSet
+	if t.labels {
+		ls = goroutineLabels()
+	}
+	st := t.intern(buf[:n], ls)
 	rec := trackRecord{stack: st, stream: s.ID(), seq: t.seq.Add(1)}
 	if old, replaced := t.live.insert(p, size, rec, nil); replaced {
 		// Freed around the adaptor and handed out again.
@@ -187,6 +222,8 @@ type Allocation struct {
 	Stream uint64    // Stream.ID of the allocating stream
 	Seq    uint64    // 1 for the adaptor's first allocation, then counting up
 	Stack  []uintptr // return addresses as runtime.Callers gives them, innermost first
+	// Labels are the allocating goroutine's pprof labels, or nil.
+	Labels map[string]string
 }
 
 // Frames resolves the allocation's stack into source locations,
@@ -220,7 +257,8 @@ type liveAlloc struct {
 func (t *Tracking) liveAllocs() []liveAlloc {
 	var out []liveAlloc
 	t.live.each(func(p gpu.DevicePtr, size int, r trackRecord) {
-		out = append(out, liveAlloc{Allocation{Ptr: p, Size: size, Stream: r.stream, Seq: r.seq, Stack: r.stack.pcs}, r.stack})
+		out = append(out, liveAlloc{Allocation{Ptr: p, Size: size, Stream: r.stream, Seq: r.seq, Stack: r.stack.pcs,
+			Labels: r.stack.labels.Map()}, r.stack})
 	})
 	slices.SortFunc(out, func(a, b liveAlloc) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
@@ -228,13 +266,16 @@ func (t *Tracking) liveAllocs() []liveAlloc {
 
 // WriteLeakReport writes the live allocations to w, grouped by call stack,
 // the stacks holding the most bytes first, each with its source location
-// (frames of package mr at the innermost end left out), then the captures
+// (frames of package mr at the innermost end left out), then the
+// allocations whose owners dropped them and the garbage collector freed
+// (MarkLeaked), then the captures
 // of the device begun with BeginCapture and not released (their graphs'
 // memory is held until Capture.Release), with where each began. With
 // nothing live it writes only the summary line.
 func (t *Tracking) WriteLeakReport(w io.Writer) error {
 	type group struct {
 		stack        []uintptr
+		labels       *labelSet
 		bytes, count int
 		oldest       Allocation
 	}
@@ -244,7 +285,7 @@ func (t *Tracking) WriteLeakReport(w io.Writer) error {
 	for _, a := range t.liveAllocs() { // oldest first: a group's first is its oldest
 		g := byStack[a.rec]
 		if g == nil {
-			g = &group{stack: a.Stack, oldest: a.Allocation}
+			g = &group{stack: a.Stack, labels: a.rec.labels, oldest: a.Allocation}
 			byStack[a.rec] = g
 			order = append(order, g)
 		}
@@ -257,12 +298,17 @@ func (t *Tracking) WriteLeakReport(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "streamalloc: %d bytes live in %d allocations from %d call sites\n", total, count, len(order))
 	for _, g := range order {
-		fmt.Fprintf(bw, "\n%d bytes in %d allocations; oldest %#x (%d bytes, stream %d, allocation #%d):\n",
+		fmt.Fprintf(bw, "\n%d bytes in %d allocations; oldest %#x (%d bytes, stream %d, allocation #%d)",
 			g.bytes, g.count, uint64(g.oldest.Ptr), g.oldest.Size, g.oldest.Stream, g.oldest.Seq)
+		if g.labels != nil {
+			fmt.Fprintf(bw, "; labels %s", g.labels.String())
+		}
+		bw.WriteString(":\n")
 		for _, f := range trimFrames(Allocation{Stack: g.stack}.Frames()) {
 			fmt.Fprintf(bw, "\t%s\n\t\t%s:%d\n", f.Function, f.File, f.Line)
 		}
 	}
+	t.writeLeaked(bw)
 	writeUnreleasedCaptures(bw, t.dev)
 	return bw.Flush()
 }
@@ -320,12 +366,15 @@ func (t *Tracking) Profile() *profile.Profile {
 	p.Mapping = []*profile.Mapping{mapping}
 	b := profileBuilder{p: p, mapping: mapping,
 		locs: make(map[uintptr]*profile.Location), funcs: make(map[[2]string]*profile.Function)}
-	// Stable sample order: by stack hash, then PCs.
+	// Stable sample order: by stack hash, then PCs, then labels.
 	slices.SortFunc(recs, func(a, b *stackRecord) int {
 		if c := cmp.Compare(a.hash, b.hash); c != 0 {
 			return c
 		}
-		return slices.Compare(a.pcs, b.pcs)
+		if c := slices.Compare(a.pcs, b.pcs); c != 0 {
+			return c
+		}
+		return strings.Compare(a.labels.keyString(), b.labels.keyString())
 	})
 	for _, r := range recs {
 		ab, ao := r.allocBytes.Load(), r.allocObjs.Load()
@@ -334,6 +383,12 @@ func (t *Tracking) Profile() *profile.Profile {
 			continue
 		}
 		s := &profile.Sample{Value: []int64{ao, ab, iobj, ib}}
+		if r.labels != nil {
+			s.Label = make(map[string][]string, len(r.labels.labels))
+			for _, l := range r.labels.labels {
+				s.Label[l.Key] = []string{l.Value}
+			}
+		}
 		pcs := r.pcs
 		for len(pcs) > 1 && b.allInMR(pcs[0]) {
 			pcs = pcs[1:]

@@ -2,7 +2,6 @@ package mr_test
 
 import (
 	"bytes"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -172,23 +171,4 @@ func TestTrackingAllocationCost(t *testing.T) {
 	if n := testing.AllocsPerRun(200, pair); n > 0 {
 		t.Errorf("pair through tracking allocates %v times", n)
 	}
-}
-
-func ExampleTracking() {
-	up := newRecording()
-	s := up.stream()
-	tr := mr.NewTracking(up, mr.TrackingOptions{})
-	p, _ := tr.Allocate(4096, s)
-	_ = p // leaked on purpose
-
-	// tr.WriteProfile(f) writes a profile for `go tool pprof`; the leak
-	// report lists what is live and where it was allocated.
-	var buf bytes.Buffer
-	tr.WriteLeakReport(&buf)
-	lines := strings.Split(buf.String(), "\n")
-	fmt.Println(lines[0])
-	fmt.Println(lines[3])
-	// Output:
-	// streamalloc: 4096 bytes live in 1 allocations from 1 call sites
-	// 	github.com/streamalloc/streamalloc/mr_test.ExampleTracking
 }

@@ -38,6 +38,14 @@
 // cannot be reached through Releaser (hidden behind an adaptor that does
 // not forward Release) should not be used again after Run: its cache
 // refers to destroyed streams. Give each replay a fresh resource.
+//
+// # What a replay records
+//
+// Always the Result's counts and peaks; with Options.SeriesPoints a
+// bounded series of live and reserved bytes; with Options.Timeline the
+// event-by-event record a viewer draws (timeline.go): every block's life
+// and address, the allocation stacks of a trace that has them, the
+// reserved bytes at each change and the resource's segments over time.
 package replay
 
 import (
@@ -85,6 +93,7 @@ type runner struct {
 	resTime   time.Duration
 	calls     int64
 	series    *series
+	tl        *timeline // nil unless Options.Timeline
 
 	r Result
 }
@@ -114,10 +123,12 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	if r.r.Resource == "" {
 		r.r.Resource = fmt.Sprintf("%T", res)
 	}
+	props := dev.Properties()
 	r.r.Device = opts.Device
 	if r.r.Device == "" {
-		r.r.Device = dev.Properties().Name
+		r.r.Device = props.Name
 	}
+	r.r.Simulated = props.Simulated
 	// Adaptors (logging, the sanitizer) seldom report usage themselves:
 	// the first resource of the chain that does speaks for the stack.
 	fresh := false
@@ -132,6 +143,9 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	}
 	if opts.SeriesPoints > 0 {
 		r.series = newSeries(opts.SeriesPoints)
+	}
+	if opts.Timeline {
+		r.tl = newTimeline(opts, tr, res)
 	}
 	if r.opts.ProgressEvery <= 0 {
 		r.opts.ProgressEvery = 1 << 16
@@ -161,6 +175,9 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	r.r.Streams = len(r.order)
 	if r.series != nil {
 		r.r.Series = r.series.samples()
+	}
+	if r.tl != nil {
+		r.r.Timeline = r.tl.finish()
 	}
 	r.r.Wall = time.Since(start)
 	return &r.r, nil
@@ -195,7 +212,10 @@ func (r *runner) loop() error {
 		if err != nil {
 			return fmt.Errorf("replay: %s:%d: %w", r.r.Trace, ev.Line, err)
 		}
-		r.sample(i)
+		reserved := r.sample(i, ev.Time)
+		if r.tl != nil {
+			r.tl.after(ev, reserved)
+		}
 		if r.opts.Progress != nil && r.r.Events%int64(r.opts.ProgressEvery) == 0 {
 			r.progress(false)
 		}
@@ -210,6 +230,9 @@ func (r *runner) alloc(ev trace.Event) error {
 	s, err := r.stream(ev.Stream)
 	if err != nil {
 		return err
+	}
+	if r.tl != nil {
+		r.tl.end(ev.Ptr, ev.Stream) // a block the trace did not free ends here
 	}
 	// An address still live: its free is missing from the trace.
 	if old, ok := r.live[ev.Ptr]; ok {
@@ -233,6 +256,9 @@ func (r *runner) alloc(ev trace.Event) error {
 		if errors.Is(err, mr.ErrOutOfMemory) {
 			r.r.Failures++
 			r.failed[ev.Ptr] = ev.Size
+			if r.tl != nil {
+				r.tl.alloc(ev, 0, true)
+			}
 			return nil
 		}
 		r.traceLive -= uint64(ev.Size)
@@ -240,11 +266,17 @@ func (r *runner) alloc(ev trace.Event) error {
 	}
 	r.live[ev.Ptr] = block{p: p, size: ev.Size, stream: s, seq: r.r.Allocations}
 	r.heldLive += uint64(ev.Size)
+	if r.tl != nil {
+		r.tl.alloc(ev, uint64(p), false)
+	}
 	return nil
 }
 
 func (r *runner) free(ev trace.Event) error {
 	r.r.Frees++
+	if r.tl != nil {
+		r.tl.end(ev.Ptr, ev.Stream)
+	}
 	b, ok := r.live[ev.Ptr]
 	if !ok {
 		if size, ok := r.failed[ev.Ptr]; ok {
@@ -293,21 +325,25 @@ func (r *runner) stream(id uint64) (gpu.Stream, error) {
 		}
 		r.streams[id] = s
 		r.order = append(r.order, s)
+		if r.tl != nil {
+			r.tl.deviceStream(s.ID(), id)
+		}
 	}
 	r.lastID, r.lastStream = id, s
 	return s, nil
 }
 
-// sample records the state after event i.
-func (r *runner) sample(i int64) {
+// sample records the state after event i and returns the reserved bytes.
+func (r *runner) sample(i int64, t time.Duration) uint64 {
 	reserved := r.heldLive
 	if r.rep != nil {
 		reserved = r.rep.Usage().Reserved
 	}
 	r.peakRes = max(r.peakRes, reserved)
 	if r.series != nil {
-		r.series.add(i, r.traceLive, reserved)
+		r.series.add(i, t, r.traceLive, reserved)
 	}
+	return reserved
 }
 
 func (r *runner) progress(final bool) {

@@ -27,6 +27,12 @@ type Options struct {
 	// has been read, with Final set.
 	Progress      func(Progress)
 	ProgressEvery int
+	// Timeline, if set, records Result.Timeline: every block's life, the
+	// reserved bytes at every change and the resource's segments over
+	// time. It costs about 60 bytes per allocation and 8 per event, for
+	// at most TimelineEvents events (0: DefaultTimelineEvents).
+	Timeline       bool
+	TimelineEvents int
 }
 
 // Progress is a report of how far a replay is.
@@ -51,11 +57,12 @@ func (p Progress) Fraction() float64 {
 // Sample is one point of Result.Series: the largest live and reserved
 // byte counts over the events up to and including Event (the index of
 // the last event the point covers, counted from 0) since the previous
-// point.
+// point. Time is the trace's time of that last event (trace.Event.Time).
 type Sample struct {
-	Event    int64  `json:"event"`
-	Live     uint64 `json:"live"`
-	Reserved uint64 `json:"reserved"`
+	Event    int64         `json:"event"`
+	Live     uint64        `json:"live"`
+	Reserved uint64        `json:"reserved"`
+	Time     time.Duration `json:"time_ns"`
 }
 
 // Result is what one replay of one trace against one resource measured.
@@ -113,4 +120,11 @@ type Result struct {
 	// Series is the downsampled course of live and reserved bytes, if
 	// Options.SeriesPoints asked for it.
 	Series []Sample `json:"series,omitempty"`
+	// Simulated says whether the device is a simulated one
+	// (gpu.Properties.Simulated): its timings are the simulator's.
+	Simulated bool `json:"simulated"`
+	// Timeline is the event-by-event record, if Options.Timeline asked
+	// for it. It is not part of the JSON: a report embeds it in its own
+	// form.
+	Timeline *Timeline `json:"-"`
 }

@@ -11,6 +11,8 @@
 
 package replay
 
+import "time"
+
 type series struct {
 	max    int
 	stride int64 // events per completed point
@@ -28,11 +30,12 @@ func newSeries(max int) *series {
 }
 
 // add records the state after event.
-func (s *series) add(event int64, live, reserved uint64) {
+func (s *series) add(event int64, t time.Duration, live, reserved uint64) {
 	if s.n == 0 {
-		s.cur = Sample{Event: event, Live: live, Reserved: reserved}
+		s.cur = Sample{Event: event, Live: live, Reserved: reserved, Time: t}
 	} else {
 		s.cur.Event = event
+		s.cur.Time = t
 		s.cur.Live = max(s.cur.Live, live)
 		s.cur.Reserved = max(s.cur.Reserved, reserved)
 	}
@@ -51,7 +54,7 @@ func (s *series) push() {
 	// Merge pairs: max is even, so every point has a partner.
 	for i := 0; i < len(s.pts)/2; i++ {
 		a, b := s.pts[2*i], s.pts[2*i+1]
-		s.pts[i] = Sample{Event: b.Event, Live: max(a.Live, b.Live), Reserved: max(a.Reserved, b.Reserved)}
+		s.pts[i] = Sample{Event: b.Event, Live: max(a.Live, b.Live), Reserved: max(a.Reserved, b.Reserved), Time: b.Time}
 	}
 	s.pts = s.pts[:len(s.pts)/2]
 	s.stride *= 2

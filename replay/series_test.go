@@ -3,6 +3,7 @@ package replay
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // checkSeries compares the series of values (live[i], reserved[i] after
@@ -12,7 +13,7 @@ func checkSeries(t *testing.T, maxPoints int, live, reserved []uint64) {
 	t.Helper()
 	s := newSeries(maxPoints)
 	for i := range live {
-		s.add(int64(i), live[i], reserved[i])
+		s.add(int64(i), eventTime(i), live[i], reserved[i])
 	}
 	pts := s.samples()
 	limit := max(2, maxPoints+maxPoints%2)
@@ -37,6 +38,9 @@ func checkSeries(t *testing.T, maxPoints int, live, reserved []uint64) {
 		for i := from; i <= p.Event; i++ {
 			l, r = max(l, live[i]), max(r, reserved[i])
 		}
+		if p.Time != eventTime(int(p.Event)) {
+			t.Fatalf("point %d ends at event %d: time %v, want that event's, %v", k, p.Event, p.Time, eventTime(int(p.Event)))
+		}
 		if p.Live != l || p.Reserved != r {
 			t.Fatalf("point %d (events %d..%d): %d/%d, want maxima %d/%d", k, from, p.Event, p.Live, p.Reserved, l, r)
 		}
@@ -46,6 +50,9 @@ func checkSeries(t *testing.T, maxPoints int, live, reserved []uint64) {
 		t.Fatalf("points end at event %d of %d", from-1, len(live))
 	}
 }
+
+// eventTime is the time the series tests give event i.
+func eventTime(i int) time.Duration { return time.Duration(i)*time.Millisecond + 3 }
 
 func TestSeries(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -1,39 +1,54 @@
 package report_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/replay"
 	"github.com/streamalloc/streamalloc/report"
+	"github.com/streamalloc/streamalloc/trace"
 )
 
-// A page for one trace replayed against two resources, one of which
-// recorded a series. In a program the results come from replay.Run with
-// Options.SeriesPoints set, and w is the file named by --html.
+// Replay a trace against a pool with a timeline, and write the viewer
+// page. In a program the trace comes from trace.Open and the page goes to
+// the file named by --html.
 func ExampleWriteHTML() {
-	series := []replay.Sample{
-		{Event: 99, Live: 1 << 30, Reserved: 2 << 30},
-		{Event: 199, Live: 3 << 29, Reserved: 2 << 30},
-		{Event: 249, Live: 0, Reserved: 2 << 30},
-	}
-	results := []*replay.Result{
-		{Trace: "train.csv.gz", Resource: "pool", Device: "sim", Events: 250, Allocations: 125,
-			PeakLiveBytes: 3 << 29, PeakReservedBytes: 2 << 30, Fragmentation: 4.0 / 3, Series: series},
-		{Trace: "train.csv.gz", Resource: "direct", Device: "sim", Events: 250, Allocations: 125,
-			PeakLiveBytes: 3 << 29, PeakReservedBytes: 3 << 29, Fragmentation: 1},
-	}
-	var page strings.Builder
-	if err := report.WriteHTML(&page, results, report.Options{Title: "train"}); err != nil {
+	log := trace.Header + `
+1,10:00:00.000000,allocate,0x1000,4194304,0
+1,10:00:00.000100,allocate,0x2000,1048576,0
+1,10:00:00.000250,free,0x1000,4194304,0
+1,10:00:00.000300,allocate,0x3000,8388608,0
+`
+	dev, err := sim.New(sim.Config{}).Device(0)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
 	}
-	fmt.Println("charts:", strings.Count(page.String(), "<svg"))
-	fmt.Println("rows:", strings.Count(page.String(), `<tr class="result`))
-	fmt.Println(strings.Contains(page.String(), "No series was recorded for: direct."))
+	pool, err := mr.NewPool(mr.NewDirect(dev), mr.PoolOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	r, err := replay.Run(context.Background(), trace.NewCSVReader(strings.NewReader(log), "train.csv"), dev, pool,
+		replay.Options{Resource: "pool", Timeline: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	var page strings.Builder
+	if err := report.WriteHTML(&page, []*replay.Result{r}, report.Options{Command: "example"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	fmt.Println("blocks:", len(r.Timeline.Blocks), "segments:", len(r.Timeline.Segments))
+	fmt.Println("sections:", strings.Count(page.String(), `<section class="trace"`))
+	fmt.Println("simulated banner:", strings.Contains(page.String(), `id="simulated"`))
 	// Output:
-	// charts: 1
-	// rows: 2
-	// true
+	// blocks: 3 segments: 3
+	// sections: 1
+	// simulated banner: true
 }

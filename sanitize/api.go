@@ -32,6 +32,12 @@ func (z *Sanitizer) Use(p gpu.DevicePtr, n int, s gpu.Stream, a buf.Access) erro
 func (z *Sanitizer) observeUse(p gpu.DevicePtr, n int, s gpu.Stream, a buf.Access, skip int) error {
 	var st stack
 	capture(&st, skip+1, z.depth)
+	if gpu.CaptureID(s) != 0 {
+		// Work in a capture runs at each launch of its graph (graph.go).
+		if handled, err := z.captureUse(p, n, s, a, &st); handled {
+			return err
+		}
+	}
 	return z.use(p, n, s, a, &st)
 }
 

@@ -1,12 +1,11 @@
 // Capture on the instrumented device: streams, graphs and graph memory
-// pass through to the real device, with handles unwrapped.
-//
-// The sanitizer does not model what a graph does: work captured into a
-// graph is not checked when it is captured (nothing runs then) and a launch
-// of an executable graph is one opaque piece of stream work to it. Orderings
-// a capture creates (an event recorded in a capture and waited on by
-// another stream) are recorded as usual, which is what they mean on
-// replay.
+// pass through to the real device, with handles unwrapped, and the
+// sanitizer models what a capture records and what each launch of its
+// graph does (graph.go): BeginCapture starts the model, EndCapture checks
+// the graph on its own (in refusing mode a graph with reports is destroyed
+// and the report returned instead), and a launch through an executable of
+// the graph is checked before it is made (in refusing mode a launch with
+// reports is not made) and applied to the model after.
 
 package sanitize
 
@@ -21,17 +20,37 @@ var (
 	_ gpu.GraphDevice   = (*Device)(nil)
 )
 
-// BeginCapture begins a capture on the real stream.
-func (s *stream) BeginCapture(mode gpu.CaptureMode) error { return gpu.BeginCapture(s.Stream, mode) }
+// BeginCapture begins a capture on the real stream; the sanitizer models
+// it (graph.go).
+func (s *stream) BeginCapture(mode gpu.CaptureMode) error {
+	if err := gpu.BeginCapture(s.Stream, mode); err != nil {
+		return err
+	}
+	s.d.z.beginCapture(s)
+	return nil
+}
 
-// EndCapture ends the capture on the real stream; the graph's executables
-// launch on instrumented streams.
+// EndCapture ends the capture on the real stream and checks the graph on
+// its own; in refusing mode a graph with reports is destroyed and the
+// report returned. The graph's executables launch on instrumented
+// streams, checked and modelled.
 func (s *stream) EndCapture() (gpu.Graph, error) {
+	id := gpu.CaptureID(s.Stream)
 	g, err := gpu.EndCapture(s.Stream)
+	if err != nil && id != 0 && gpu.CaptureID(s.Stream) == id {
+		return nil, err // not ended: the capture goes on
+	}
+	m, rerr := s.d.z.endCapture(id, err == nil)
 	if err != nil {
 		return nil, err
 	}
-	return &graph{Graph: g, d: s.d}, nil
+	if rerr != nil {
+		if derr := g.Destroy(); derr != nil {
+			return nil, fmt.Errorf("%w (and destroying the graph: %v)", rerr, derr)
+		}
+		return nil, rerr
+	}
+	return &graph{Graph: g, d: s.d, m: m}, nil
 }
 
 // CaptureID is the real stream's.
@@ -49,6 +68,7 @@ func (s *stream) CaptureStatus() (gpu.CaptureStatus, error) {
 type graph struct {
 	gpu.Graph
 	d *Device
+	m *graphModel // nil: not modelled
 }
 
 func (g *graph) Device() gpu.Device { return g.d }
@@ -58,18 +78,30 @@ func (g *graph) Instantiate(flags gpu.InstantiateFlags) (gpu.GraphExec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &graphExec{GraphExec: x, d: g.d}, nil
+	gx := &graphExec{GraphExec: x, d: g.d}
+	if g.m != nil {
+		gx.m = newExec(g.m)
+	}
+	return gx, nil
 }
 
 type graphExec struct {
 	gpu.GraphExec
 	d *Device
+	m *execModel // nil: not modelled
 }
 
 func (x *graphExec) Device() gpu.Device { return x.d }
 
-// Launch launches on the real stream.
-func (x *graphExec) Launch(s gpu.Stream) error { return x.GraphExec.Launch(unwrapStream(s)) }
+// Launch launches on the real stream; a modelled graph's launch is checked
+// first (in refusing mode a launch with reports is not made) and applied
+// to the model after.
+func (x *graphExec) Launch(s gpu.Stream) error {
+	if x.m == nil || s == nil {
+		return x.GraphExec.Launch(unwrapStream(s))
+	}
+	return x.d.z.launch(x.m, s, func() error { return x.GraphExec.Launch(unwrapStream(s)) })
+}
 
 func (d *Device) graphDevice(op string) (gpu.GraphDevice, error) {
 	gd, ok := d.Device.(gpu.GraphDevice)

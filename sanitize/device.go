@@ -18,6 +18,7 @@
 package sanitize
 
 import (
+	"sync"
 	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -28,6 +29,9 @@ import (
 type Device struct {
 	gpu.Device
 	z *Sanitizer
+	// views maps real streams and events to their instrumented wrappers,
+	// so that adopting a handle twice gives one wrapper (foreign.go).
+	views sync.Map
 }
 
 // Device returns the instrumented view of dev (the same one for every call
@@ -90,7 +94,7 @@ func (d *Device) NewStream() (gpu.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stream{Stream: s, d: d}, nil
+	return d.streamView(s), nil
 }
 
 // NewEvent creates an instrumented event.
@@ -99,7 +103,7 @@ func (d *Device) NewEvent(timing bool) (gpu.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &event{Event: e, d: d}, nil
+	return d.eventView(e), nil
 }
 
 // Synchronize synchronizes the device and tells the sanitizer.
@@ -207,5 +211,6 @@ func (e *event) ElapsedSince(start gpu.Event) (time.Duration, error) {
 func (e *event) Destroy() error {
 	err := e.Event.Destroy()
 	e.d.z.forget(e.Event)
+	e.d.views.CompareAndDelete(e.Event, e)
 	return err
 }

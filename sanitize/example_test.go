@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/streamalloc/streamalloc/buf"
+	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/sanitize"
@@ -79,4 +80,36 @@ func ExampleOptions_onReport() {
 	// tracked: true reports: 0
 	// tracked: false reports: 1
 	// free not ordered after a use
+}
+
+// A CUDA graph under the sanitizer: a graph that reads memory freed before
+// its launch is reported, and the launch is not made.
+func Example_graph() {
+	raw, _ := sim.New(sim.Config{}).Device(0)
+	z := sanitize.New(sanitize.Options{})
+	dev := z.Device(raw)
+	async, _ := mr.NewAsync(dev, mr.AsyncOptions{OwnPool: true})
+	defer async.Close()
+	res := z.Resource(async)
+	s, _ := dev.NewStream()
+	defer s.Destroy()
+	out, _ := dev.MallocHost(1024) // a captured copy needs pinned host memory
+	defer dev.FreeHost(out)
+
+	v, _ := buf.New(res, 1024, s, buf.Untracked()) // raw memory: Close frees it at once
+	v.Memset(1)
+	c, _ := mr.BeginCapture(s, gpu.CaptureThreadLocal, mr.CaptureOptions{})
+	v.Use(s, buf.Read, func() error { return dev.CopyDtoHAsync(out, v.Ptr(), s) }) // recorded, not run
+	g, _ := c.End()
+	x, _ := g.Instantiate(0)
+	fmt.Println("first launch:", x.Launch(s))
+	v.Close()
+	err := x.Launch(s)
+	fmt.Println("after the free:", errors.Is(err, sanitize.UseAfterFree))
+	s.Synchronize()
+	x.Destroy()
+	c.Release(s)
+	// Output:
+	// first launch: <nil>
+	// after the free: true
 }

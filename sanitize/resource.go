@@ -86,6 +86,11 @@ func (r *Resource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	var st stack
 	capture(&st, 1, r.z.depth)
+	if r.z.captureAlloc(p, size, s, &st) {
+		// Graph memory: allocated at each launch (graph.go).
+		r.z.hookCapture(s)
+		return p, nil
+	}
 	if err := r.z.allocated(p, size, s, &st, r.ordersReuse); err != nil {
 		if ferr := r.up.Deallocate(p, size, s); ferr != nil {
 			return 0, fmt.Errorf("%w (and giving the memory back: %v)", err, ferr)
@@ -106,6 +111,17 @@ func (r *Resource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	this := site{sid: s.ID(), op: "free", ptr: p, size: size}
 	capture(&this.st, 1, r.z.depth)
+	if gpu.CaptureID(s) != 0 {
+		// A free in a capture is made at each launch, or at the
+		// capture's Release (graph.go).
+		if err := r.up.Deallocate(p, size, s); err != nil {
+			return err
+		}
+		if _, hook := r.z.captureFree(p, size, s, &this.st); hook {
+			r.z.hookCapture(s)
+		}
+		return nil
+	}
 	reg, ps := r.z.checkFree(p, size, s, &this)
 	if len(ps) > 0 && r.z.refuse() {
 		return r.z.deliver(ps)

@@ -67,6 +67,20 @@
 // enqueues nothing), a free is not made (the buffer stays open), an
 // allocation is given back. Reports match their Kind with errors.Is.
 //
+// # CUDA graphs
+//
+// Work captured on the streams of an instrumented Device is not checked
+// when it is captured (it does not run then): it is recorded as a graph
+// with the capture's edges, checked on its own when the capture ends (two
+// nodes the graph leaves unordered that conflict), and checked again at
+// every launch against the world outside, each launch's nodes ordered
+// after the launch stream's earlier work and the executable's previous
+// launch, and among themselves by the graph's edges; the launch stream's
+// later work is ordered after all of them. A graph that reads memory
+// freed before the launch, or handed to someone else since, is a
+// UseAfterFree; memory the graph allocates is allocated at each launch.
+// graph.go has the details and what is not modelled.
+//
 // A Sanitizer is safe for concurrent use; one mutex guards its state, and
 // stacks are captured and symbolized outside it. Callbacks run without it
 // held, in the goroutine of the operation.
@@ -133,6 +147,8 @@ type Sanitizer struct {
 
 	devMu   sync.Mutex
 	devices map[gpu.Device]*Device
+
+	graphs graphState // captures and graphs (graph.go), under mu
 }
 
 type streamState struct {
@@ -160,6 +176,10 @@ type region struct {
 	size int
 	live bool
 	dead bool // no longer in the index (evicted, trimmed or reused)
+	// graph: allocated by a graph launch (graph.go); a free of it is not
+	// ordered after the graph by the resource, so checkFree does not
+	// assume it.
+	graph bool
 
 	allocStream *streamState
 	alloc, free site
@@ -349,7 +369,7 @@ func (z *Sanitizer) allocated(p gpu.DevicePtr, n int, s gpu.Stream, st *stack, o
 			continue
 		}
 		fs := z.byIdx[r.free.ep.idx]
-		if ordersReuse || fs.raw.Query() == nil {
+		if ordersReuse || (fs.raw != nil && fs.raw.Query() == nil) {
 			// The upstream made s wait on the free, or the free has
 			// already completed: either way s is now after it.
 			ss.clock.join(fs.clock)
@@ -440,7 +460,7 @@ func (z *Sanitizer) checkFree(p gpu.DevicePtr, n int, s gpu.Stream, this *site) 
 		return nil, nil
 	}
 	c := ss.clock
-	cross := !z.opts.StrictCrossStreamFree && r.allocStream != ss
+	cross := !z.opts.StrictCrossStreamFree && r.allocStream != ss && !r.graph
 	if cross {
 		c = c.clone()
 		c.join(r.allocStream.clock)
@@ -499,6 +519,10 @@ func (z *Sanitizer) revertFree(r *region) {
 // record notes that e (keyed by its raw handle) was recorded on s.
 func (z *Sanitizer) record(key gpu.Event, s gpu.Stream) {
 	z.mu.Lock()
+	if z.captureRecord(key, s) {
+		z.mu.Unlock()
+		return
+	}
 	ss := z.stream(s)
 	z.joinHost(ss)
 	z.events[key] = append(z.events[key][:0], ss.clock...)
@@ -508,6 +532,10 @@ func (z *Sanitizer) record(key gpu.Event, s gpu.Stream) {
 // wait notes that s waits on e.
 func (z *Sanitizer) wait(s gpu.Stream, key gpu.Event) {
 	z.mu.Lock()
+	if z.captureWait(s, key) {
+		z.mu.Unlock()
+		return
+	}
 	ss := z.stream(s)
 	z.joinHost(ss)
 	if c, ok := z.events[key]; ok {
@@ -554,5 +582,6 @@ func (z *Sanitizer) hostSawDevice(dev gpu.Device) {
 func (z *Sanitizer) forget(key gpu.Event) {
 	z.mu.Lock()
 	delete(z.events, key)
+	delete(z.graphs.events, key)
 	z.mu.Unlock()
 }

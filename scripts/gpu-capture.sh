@@ -12,9 +12,15 @@
 #     captured allocate / fill / check / free loop 1,000 times on one and on
 #     two streams while other streams allocate and fill from the same
 #     resource, counting corrupted words on the card;
+#   - buf: tracked buffers in a captured step on two streams, replayed 200
+#     times between fills and checks outside the graph (and the same loop
+#     untracked, whose checks must find corrupted words), and the capture
+#     rules of buffers (lifetimes, refusals);
+#   - sanitize: graphs under the sanitizer (a launch reading freed or
+#     reused memory refused, correctly ordered graphs not reported);
 #   - mr bench: BenchmarkCaptureStep, -test.count 5.
 #
-# Build here:  scripts/gpu-build.sh ./cuda ./gpu/cudagpu ./mr
+# Build here:  scripts/gpu-build.sh ./cuda ./gpu/cudagpu ./mr ./buf ./sanitize
 # Run there:   scripts/gpu-capture.sh [.gpubin]      (logs in $OUT or .gpubin/logs)
 set -uo pipefail
 bin=${1:-.gpubin}
@@ -22,5 +28,7 @@ status=0
 TEST_TIMEOUT=4m TEST_RUN='Capture|ThreadExchange' "$bin/run.sh" test cuda || status=1
 TEST_TIMEOUT=4m TEST_RUN='Conformance|Capture' "$bin/run.sh" test gpu_cudagpu || status=1
 TEST_TIMEOUT=6m TEST_RUN='Conformance' "$bin/run.sh" test mr || status=1
+TEST_TIMEOUT=4m TEST_RUN='Capture|Example_graph' "$bin/run.sh" test buf || status=1
+TEST_TIMEOUT=4m TEST_RUN='Graph' "$bin/run.sh" test sanitize || status=1
 BENCH=CaptureStep BENCH_COUNT=${BENCH_COUNT:-5} BENCH_TIME=${BENCH_TIME:-2000x} "$bin/run.sh" bench mr || status=1
 exit $status

@@ -56,6 +56,8 @@ func newBenchCmd() *cobra.Command {
                          its return wait, and pool: time per buffer and
                          peak reserved memory
 
+Under the table, "one op" says what one iteration of each case timed.
+
 Case names are those of go test -bench in package mr without "Benchmark"
 (Pair/resource=pool/size=4KiB); --filter matches them. On the simulator the
 times are the simulator's on this CPU, not a GPU's, and the output says so.`,
@@ -85,6 +87,7 @@ type benchRow struct {
 	Benchmark   string             `json:"benchmark"`  // the go test name: BenchmarkPair/resource=pool/size=4KiB
 	Simulated   bool               `json:"simulated"`  // the device is the simulator
 	Iterations  int                `json:"iterations"` // b.N
+	Op          string             `json:"op"`         // what one op is (bench.Case.Op)
 }
 
 func runBench(stdout, stderr io.Writer, kind string, f benchFlags) error {
@@ -154,6 +157,9 @@ func runBench(stdout, stderr io.Writer, kind string, f benchFlags) error {
 	if err := writeBenchTable(stdout, rows); err != nil {
 		return err
 	}
+	if err := writeBenchOps(stdout, cases); err != nil {
+		return err
+	}
 	return writeBenchRatios(stdout, rows)
 }
 
@@ -171,6 +177,7 @@ func newBenchRow(c bench.Case, res testing.BenchmarkResult, dev string, simulate
 		Benchmark:   "Benchmark" + c.FullName(),
 		Simulated:   simulated,
 		Iterations:  res.N,
+		Op:          c.Op(),
 	}
 }
 

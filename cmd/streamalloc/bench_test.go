@@ -47,6 +47,21 @@ func TestBenchTable(t *testing.T) {
 			t.Errorf("row %d: metrics %q", i, f[6:])
 		}
 	}
+	// What one op is, once per case, between the table and the ratios.
+	ops := out[strings.Index(out, "\none op:\n"):]
+	for _, c := range suite {
+		if want := "  " + c.Name() + " "; !strings.Contains(ops, want) || !strings.Contains(ops, c.Op()) {
+			t.Errorf("one op: lacks %s: %s", c.Name(), c.Op())
+		}
+	}
+	if n := strings.Count(ops, "\n  Pair/size=4KiB "); n != 1 {
+		t.Errorf("Pair/size=4KiB said %d times under one op", n)
+	}
+	for _, l := range strings.Split(ops, "\n") {
+		if len([]rune(l)) > 120 {
+			t.Errorf("line wider than 120 columns: %q", l)
+		}
+	}
 	for _, want := range []string{
 		"\nratios:\n",
 		"  Pair/size=4KiB: pool ",
@@ -84,7 +99,7 @@ func TestBenchJSON(t *testing.T) {
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d:\n%s", len(rows), len(want), out)
 	}
-	fields := []string{"case", "resource", "device", "ns_per_op", "allocs_per_op", "bytes_per_op", "metrics", "benchmark", "simulated", "iterations"}
+	fields := []string{"case", "resource", "device", "ns_per_op", "allocs_per_op", "bytes_per_op", "metrics", "benchmark", "simulated", "iterations", "op"}
 	for i, r := range rows {
 		keys := make([]string, 0, len(r))
 		for k := range r {
@@ -94,6 +109,9 @@ func TestBenchJSON(t *testing.T) {
 			t.Errorf("row %d fields %v, want %v", i, keys, fields)
 		}
 		c, res := want[i][0], want[i][1]
+		if op, _ := r["op"].(string); !strings.HasPrefix(op, map[string]string{"Pair/size=4KiB": "one Allocate of 4KiB", "Streams/goroutines=2": "a round: 2 goroutines", "Notebook": "Allocate 4MiB, fill it"}[c]) {
+			t.Errorf("row %d: op %q", i, op)
+		}
 		if r["case"] != c || r["resource"] != res || r["device"] != "Simulated H100" || r["simulated"] != true || r["iterations"] != 20.0 {
 			t.Errorf("row %d = %v, want %s on %s", i, r, c, res)
 		}
@@ -130,7 +148,7 @@ func TestBenchBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--resource", "pool,nope"}, `--resource: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, async_noreturnwait, or all)`},
+		{[]string{"--resource", "pool,nope"}, `--resource: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, async_noreturnwait, or all)`},
 		{[]string{"--resource", ""}, `--resource: unknown resource ""`},
 		{[]string{"--filter", "Pair/(size"}, "--filter: error parsing regexp: missing closing )"},
 		{[]string{"--filter", "NoSuchCase"}, `no benchmark case matches --filter "NoSuchCase" on --resource `},

@@ -26,23 +26,25 @@ func newInfoCmd() *cobra.Command {
 	}
 }
 
-// writeInfo prints one block per device of b, and says plainly when the
-// devices are simulated.
+// writeInfo prints one block per device of b, says plainly when the
+// devices are simulated (and then prints no driver version: the
+// simulator's would be made up), and ends with what to run next.
 func writeInfo(w io.Writer, b gpu.Backend) error {
-	ver, err := b.DriverVersion()
-	if err != nil {
-		return fmt.Errorf("info: driver version: %w", err)
-	}
 	n, err := b.DeviceCount()
 	if err != nil {
 		return fmt.Errorf("info: device count: %w", err)
 	}
 	if b.Simulated() {
 		fmt.Fprintln(w, "backend: sim (SIMULATED GPU: no CUDA device or driver in use)")
+		fmt.Fprintln(w, "driver: none (the simulator models the CUDA driver's behaviour, not a version of it)")
 	} else {
+		ver, err := b.DriverVersion()
+		if err != nil {
+			return fmt.Errorf("info: driver version: %w", err)
+		}
 		fmt.Fprintf(w, "backend: %s\n", b.Name())
+		fmt.Fprintf(w, "driver version: %d.%d\n", ver/1000, ver%1000/10)
 	}
-	fmt.Fprintf(w, "driver version: %d.%d\n", ver/1000, ver%1000/10)
 	fmt.Fprintf(w, "devices: %d\n", n)
 	for i := range n {
 		d, err := b.Device(i)
@@ -63,6 +65,9 @@ func writeInfo(w io.Writer, b gpu.Backend) error {
 		fmt.Fprintf(w, "  memory: %s total, %s free\n", formatBytes(total), formatBytes(free))
 		fmt.Fprintf(w, "  stream-ordered memory pools: %v\n", p.MemoryPoolsSupported)
 	}
+	fmt.Fprintln(w, "next: go run ./cmd/streamalloc replay replay/testdata/*.csv.gz   (the bundled traces against the pool)")
+	fmt.Fprintln(w, "      go run ./cmd/streamalloc replay --resource all TRACE...     (your RMM log or PyTorch snapshot, every resource)")
+	fmt.Fprintln(w, "      go run ./cmd/streamalloc bench --resource async,pool        (the allocators' speed on this machine)")
 	return nil
 }
 

@@ -115,8 +115,8 @@ func TestOutputWrittenAtomically(t *testing.T) {
 	if !strings.HasPrefix(string(b), "Thread,Time,Action,Pointer,Size,Stream\n") || strings.Count(string(b), "\n") != 7 {
 		t.Errorf("log after a good run:\n%s", b)
 	}
-	if b, _ := os.ReadFile(page); !strings.Contains(string(b), "<svg") {
-		t.Errorf("page after a good run has no chart: %.80q", b)
+	if b, _ := os.ReadFile(page); !strings.Contains(string(b), `<script type="application/octet-stream" id="sa-data-0">`) {
+		t.Errorf("page after a good run has no trace data: %.80q", b)
 	}
 	for _, p := range []string{logPath, page} {
 		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -29,6 +28,7 @@ type replayFlags struct {
 	html      string
 	log       string
 	sanitize  bool
+	command   string // the command line, for the page
 	// maxExpansion bounds a snapshot's trace entries and segment blocks
 	// per KiB of pickle (trace.Options.MaxExpansion; 0 is its default).
 	maxExpansion int
@@ -67,6 +67,7 @@ are counted, not fatal.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, _ := cmd.Flags().GetString("device")
+			f.command = invocation(cmd, args)
 			return runReplay(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), kind, f, args)
 		},
 	}
@@ -128,7 +129,7 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	}
 	var page *outputFile
 	if f.html != "" {
-		if page, err = writeHTML(f.html, results); err != nil {
+		if page, err = writeHTML(f.html, f.command, results); err != nil {
 			return err
 		}
 		defer page.abort()
@@ -213,6 +214,7 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.
 	opts := replay.Options{Resource: name}
 	if f.html != "" {
 		opts.SeriesPoints = 2000
+		opts.Timeline = true
 	}
 	bar := newProgressBar(stderr, fmt.Sprintf("%s [%s]", path, name))
 	if bar != nil {
@@ -264,28 +266,4 @@ func newProgressBar(stderr io.Writer, desc string) *progressbar.ProgressBar {
 		progressbar.OptionClearOnFinish(),
 		progressbar.OptionShowElapsedTimeOnFinish(),
 	)
-}
-
-func writeReplayTable(w io.Writer, rows []replayRow) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	sanitized := len(rows) > 0 && rows[0].SanitizerReports != nil
-	// unknown frees: frees of pointers that were not live, which the
-	// replay skips; shown so that a trace cut short is visible.
-	head := "trace\tresource\tdevice\tevents\tallocations\tpeak live\tpeak reserved\tfragmentation\tns/event\tfailures\tunknown frees\t"
-	if sanitized {
-		head += "hazards\t"
-	}
-	fmt.Fprintln(tw, head)
-	for _, row := range rows {
-		r := row.Result
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%.0f\t%d\t%d\t",
-			r.Trace, r.Resource, r.Device, r.Events, r.Allocations,
-			formatBytes(r.PeakLiveBytes), formatBytes(r.PeakReservedBytes),
-			r.Fragmentation, r.NsPerEvent, r.Failures, r.UnknownFrees)
-		if sanitized {
-			fmt.Fprintf(tw, "%d\t", *row.SanitizerReports)
-		}
-		fmt.Fprintln(tw)
-	}
-	return tw.Flush()
 }

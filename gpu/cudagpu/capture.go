@@ -9,8 +9,9 @@
 // cuStreamEndCapture the driver is asked whether the stream still
 // captures, and when it does not, the capture is over for every member.
 // What goes around this package (cuStreamBeginCapture on a raw handle, a
-// wait enqueued through the raw handles) is not seen: CaptureStatus asks
-// the driver.
+// wait enqueued through the raw handles) is not seen on our own streams:
+// CaptureStatus asks the driver. Adopted streams, whose owner may capture
+// them, ask the driver in CaptureID too.
 //
 // Threads. The driver requires a capture begun in global or thread-local
 // mode to be ended on the OS thread that began it, and goroutines move
@@ -189,10 +190,22 @@ func (s *Stream) joinCapture(e *Event) {
 	s.capt.Store(c)
 }
 
-// CaptureID is the driver's ID of the capture s is part of, or 0.
+// CaptureID is the driver's ID of the capture s is part of, or 0. For a
+// stream of ours it is the capture tracked in Go (an atomic load). An
+// adopted stream belongs to code that may begin a capture on it behind
+// our back (PyTorch capturing a CUDA graph on the stream it hands its
+// allocator), so it asks the driver (cuStreamGetCaptureInfo, one cgo
+// call): a capture that the resources do not know is then refused with
+// mr.ErrStreamCapturing instead of being served from free lists whose
+// addresses the graph would keep.
 func (s *Stream) CaptureID() uint64 {
 	if c := s.capt.Load(); c != nil {
 		return c.id
+	}
+	if s.borrowed && !s.dead.Load() {
+		if _, id, err := s.dev.ctx.StreamCaptureInfo(s.h); err == nil {
+			return id
+		}
 	}
 	return 0
 }

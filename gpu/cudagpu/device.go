@@ -30,6 +30,7 @@ type Device struct {
 	host   map[*byte]int // live MallocHost allocations: first byte -> size
 
 	captures atomic.Int32 // captures begun and not ended (capture.go)
+	foreign  handleTable  // raw handle -> wrapper (foreign.go)
 }
 
 // Context is the device's primary context, for code that calls package
@@ -171,7 +172,9 @@ func (d *Device) NewMemPool() (gpu.MemPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MemPool{dev: d, h: h}, nil
+	p := &MemPool{dev: d, h: h}
+	d.foreign.addPool(p)
+	return p, nil
 }
 
 // MemsetD8Async is cuMemsetD8Async.

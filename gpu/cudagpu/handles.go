@@ -22,6 +22,10 @@ func (d *Device) stream(op string, s gpu.Stream) (*Stream, error) {
 		return nil, fmt.Errorf("cudagpu: %s: stream of device %d used on device %d: %w", op, cs.dev.ordinal, d.ordinal, gpu.ErrWrongDevice)
 	case cs.dead.Load():
 		return nil, fmt.Errorf("cudagpu: %s: stream %d: %w", op, cs.id, gpu.ErrDestroyed)
+	case cs.tid != 0:
+		if err := cs.onThread(op); err != nil {
+			return nil, err
+		}
 	}
 	return cs, nil
 }

@@ -22,6 +22,7 @@ type MemPool struct {
 	h         cuda.MemPool
 	isDefault bool
 	dead      atomic.Bool
+	borrowed  bool // adopted, not ours to destroy (foreign.go)
 }
 
 // Handle is the driver's CUmemoryPool.
@@ -91,7 +92,8 @@ func (p *MemPool) TrimTo(minBytesToKeep uint64) error {
 }
 
 // Destroy is cuMemPoolDestroy for pools made by NewMemPool; the default
-// pool returns ErrInvalidValue, a second Destroy ErrDestroyed.
+// pool returns ErrInvalidValue, a second Destroy ErrDestroyed. On an
+// adopted pool it only forgets the wrapper (foreign.go).
 func (p *MemPool) Destroy() error {
 	if p == nil {
 		return fmt.Errorf("cudagpu: MemPool.Destroy: nil pool: %w", gpu.ErrInvalidHandle)
@@ -101,6 +103,10 @@ func (p *MemPool) Destroy() error {
 	}
 	if !p.dead.CompareAndSwap(false, true) {
 		return fmt.Errorf("cudagpu: MemPool.Destroy: %w", gpu.ErrDestroyed)
+	}
+	p.dev.foreign.dropPool(p)
+	if p.borrowed {
+		return nil
 	}
 	return p.dev.ctx.MemPoolDestroy(p.h)
 }

@@ -25,6 +25,10 @@ type Stream struct {
 	id   uint64
 	dead atomic.Bool
 	capt atomic.Pointer[capture] // the capture the stream is part of (capture.go)
+	// borrowed: adopted, not ours to destroy (foreign.go); tid: the OS
+	// thread of an adopted per-thread default stream, else 0.
+	borrowed bool
+	tid      int
 }
 
 // NewStream creates a non-blocking stream.
@@ -33,7 +37,9 @@ func (d *Device) NewStream() (gpu.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{dev: d, h: h, id: gpu.NewStreamID()}, nil
+	s := &Stream{dev: d, h: h, id: gpu.NewStreamID()}
+	d.foreign.addStream(s)
+	return s, nil
 }
 
 // Handle is the driver's CUstream, for code that calls package cuda
@@ -52,6 +58,9 @@ func (s *Stream) live(op string) error {
 	}
 	if s.dead.Load() {
 		return fmt.Errorf("cudagpu: %s: stream %d: %w", op, s.id, gpu.ErrDestroyed)
+	}
+	if s.tid != 0 {
+		return s.onThread(op)
 	}
 	return nil
 }
@@ -89,13 +98,18 @@ func (s *Stream) WaitEvent(e gpu.Event) error {
 }
 
 // Destroy is cuStreamDestroy; work already enqueued still runs. A second
-// Destroy returns ErrDestroyed.
+// Destroy returns ErrDestroyed. On an adopted stream it only forgets the
+// wrapper: the stream stays its owner's (foreign.go).
 func (s *Stream) Destroy() error {
 	if s == nil {
 		return fmt.Errorf("cudagpu: Stream.Destroy: nil stream: %w", gpu.ErrInvalidHandle)
 	}
 	if !s.dead.CompareAndSwap(false, true) {
 		return fmt.Errorf("cudagpu: Stream.Destroy: stream %d: %w", s.id, gpu.ErrDestroyed)
+	}
+	s.dev.foreign.dropStream(s)
+	if s.borrowed {
+		return nil
 	}
 	return s.dev.ctx.StreamDestroy(s.h)
 }
@@ -105,11 +119,12 @@ func (s *Stream) String() string { return fmt.Sprintf("%v/stream:%d", s.dev, s.i
 
 // Event is the CUDA implementation of gpu.Event.
 type Event struct {
-	dev    *Device
-	h      cuda.Event
-	timing bool
-	dead   atomic.Bool
-	capt   atomic.Pointer[capture] // the capture of the stream it was last recorded on (capture.go)
+	dev      *Device
+	h        cuda.Event
+	timing   bool
+	dead     atomic.Bool
+	capt     atomic.Pointer[capture] // the capture of the stream it was last recorded on (capture.go)
+	borrowed bool                    // adopted, not ours to destroy (foreign.go)
 }
 
 // NewEvent creates an event; only timing events can measure time.
@@ -122,7 +137,9 @@ func (d *Device) NewEvent(timing bool) (gpu.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Event{dev: d, h: h, timing: timing}, nil
+	e := &Event{dev: d, h: h, timing: timing}
+	d.foreign.addEvent(e)
+	return e, nil
 }
 
 // Handle is the driver's CUevent.
@@ -188,13 +205,18 @@ func (e *Event) ElapsedSince(start gpu.Event) (time.Duration, error) {
 	return e.dev.ctx.EventElapsed(cs.h, e.h)
 }
 
-// Destroy is cuEventDestroy. A second Destroy returns ErrDestroyed.
+// Destroy is cuEventDestroy. A second Destroy returns ErrDestroyed. On an
+// adopted event it only forgets the wrapper (foreign.go).
 func (e *Event) Destroy() error {
 	if e == nil {
 		return fmt.Errorf("cudagpu: Event.Destroy: nil event: %w", gpu.ErrInvalidHandle)
 	}
 	if !e.dead.CompareAndSwap(false, true) {
 		return fmt.Errorf("cudagpu: Event.Destroy: %w", gpu.ErrDestroyed)
+	}
+	e.dev.foreign.dropEvent(e)
+	if e.borrowed {
+		return nil
 	}
 	return e.dev.ctx.EventDestroy(e.h)
 }

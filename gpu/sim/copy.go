@@ -60,11 +60,12 @@ func (d *Device) MemsetD8Async(p gpu.DevicePtr, v byte, n int, s gpu.Stream) err
 	return d.enqueueMem(OpMemset, o, s, nil, memRange{p})
 }
 
-// CopyHtoDAsync copies src to dst; src may be reused when it returns.
+// CopyHtoDAsync copies src to dst. src may be reused when it returns,
+// unless it is page-locked (pinned_copy.go): then once the copy completed.
 func (d *Device) CopyHtoDAsync(dst gpu.DevicePtr, src []byte, s gpu.Stream) error {
 	o := &op{kind: opCopyHtoD, name: "cuMemcpyHtoDAsync", dst: dst, n: len(src)}
 	if len(src) > 0 && d.mapped(dst, len(src)) {
-		o.host = append([]byte(nil), src...)
+		o.host = d.htodSource(src)
 	}
 	return d.enqueueMem(OpCopy, o, s, src, memRange{dst})
 }

@@ -61,6 +61,9 @@ type Device struct {
 	injector Injector
 	injCalls [opCount]int // calls of each Op since the injector was set
 	injSeq   int          // calls of any Op since then
+
+	foreign handleTable // raw handles and adopted wrappers (foreign.go)
+	vm      vmState     // reservations and physical allocations (vmm.go), under mu
 }
 
 func newDevice(b *Backend, ordinal int) *Device {
@@ -86,6 +89,7 @@ func newDevice(b *Backend, ordinal int) *Device {
 	d.segs = newSegIndex(vaBase+uint64(ordinal)*stride, stride)
 	d.defPool = newMemPool(d, true)
 	d.pools = []*memPool{d.defPool}
+	d.foreign.init(d)
 	return d
 }
 
@@ -237,6 +241,7 @@ func (d *Device) NewStream() (gpu.Stream, error) {
 	}
 	s := newStream(d)
 	d.b.streams.Store(s.id, s)
+	d.foreign.addStream(s)
 	return s, nil
 }
 
@@ -245,11 +250,16 @@ func (d *Device) NewEvent(timing bool) (gpu.Event, error) {
 	if err := d.inject(OpEventCreate); err != nil {
 		return nil, err
 	}
-	return &event{dev: d, timing: timing}, nil
+	e := &event{dev: d, timing: timing, raw: newRaw()}
+	d.foreign.addEvent(e)
+	return e, nil
 }
 
 // stream resolves a gpu.Stream of this device for call name.
 func (d *Device) stream(name string, gs gpu.Stream) (*stream, error) {
+	if a, ok := gs.(*adoptedStream); ok && a != nil {
+		return d.adoptedStream(name, a)
+	}
 	s, ok := gs.(*stream)
 	if gs == nil || !ok || s == nil {
 		if gs != nil && !ok {
@@ -268,6 +278,9 @@ func (d *Device) stream(name string, gs gpu.Stream) (*stream, error) {
 
 // event resolves a gpu.Event of this device for call name.
 func (d *Device) event(name string, ge gpu.Event) (*event, error) {
+	if a, ok := ge.(*adoptedEvent); ok && a != nil {
+		return d.adoptedEvent(name, a)
+	}
 	e, ok := ge.(*event)
 	if ge == nil || !ok || e == nil {
 		if ge != nil && !ok {

@@ -18,6 +18,10 @@ import (
 type event struct {
 	dev    *Device
 	timing bool
+	raw    uintptr // the simulator's raw handle (foreign.go)
+	// foreign: made by NewRawEvent, seen by users only through adopted
+	// wrappers.
+	foreign bool
 
 	mu        sync.Mutex
 	destroyed bool
@@ -181,5 +185,6 @@ func (e *event) Destroy() error {
 		return wrap(call, gpu.ErrDestroyed)
 	}
 	e.destroyed = true
+	e.dev.foreign.forgetEvent(e)
 	return nil
 }

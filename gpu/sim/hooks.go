@@ -38,6 +38,9 @@ func (d *Device) Hold(gs gpu.Stream) (release func()) {
 // LastOp returns the last operation enqueued on s (the zero OpID if none,
 // or if s is not a stream of the simulator).
 func (d *Device) LastOp(gs gpu.Stream) OpID {
+	if a, ok := gs.(*adoptedStream); ok && a != nil {
+		gs = a.s
+	}
 	s, ok := gs.(*stream)
 	if !ok || s == nil {
 		return OpID{}

@@ -101,6 +101,10 @@ type segment struct {
 	base, size uint64
 	paged      bool
 	pages      []atomic.Pointer[page]
+	// vm, for a reservation (vmm.go) only: one entry per granule, the
+	// physical page mapped and accessible there, nil where the granule
+	// is unmapped or not accessible. pages is then unused.
+	vm []atomic.Pointer[vmPage]
 }
 
 type page struct{ b []byte }
@@ -271,6 +275,9 @@ func (d *Device) lookup(p, n uint64) (*segment, uint64) {
 	if s == nil || p+n < p || p+n > s.base+s.size {
 		return nil, 0
 	}
+	if s.vm != nil && !s.accessible(p-s.base, n) {
+		return nil, 0
+	}
 	return s, p - s.base
 }
 
@@ -280,6 +287,9 @@ func (d *Device) lookup(p, n uint64) (*segment, uint64) {
 //
 //go:norace
 func (s *segment) piece(off, n uint64) []byte {
+	if s.vm != nil {
+		return s.vmPiece(off, n)
+	}
 	var i, start uint64
 	if s.paged {
 		i = off >> pageShift
@@ -325,6 +335,10 @@ func (d *Device) chunks(call string, p gpu.DevicePtr, n int, fn func(off int, b 
 	done := 0
 	for done < n {
 		b := s.piece(off+uint64(done), uint64(n-done))
+		if len(b) == 0 {
+			// A page of a reservation unmapped since the check.
+			return driverErrf(call, gpu.ErrIllegalAddress, "%#x is not mapped", uint64(p)+uint64(done))
+		}
 		if err := fn(done, b); err != nil {
 			return err
 		}

@@ -64,6 +64,8 @@ const poolGranule = 32 << 20
 type memPool struct {
 	dev       *Device
 	isDefault bool
+	raw       uintptr // the simulator's raw handle (foreign.go)
+	foreign   bool    // made by NewRawMemPool: users see adopted wrappers
 
 	destroyed                                bool
 	followEvents, opportunistic, internalDep bool
@@ -118,7 +120,7 @@ func (p *memPool) unlistFree(b *block) {
 }
 
 func newMemPool(d *Device, isDefault bool) *memPool {
-	return &memPool{dev: d, isDefault: isDefault, followEvents: true, opportunistic: true, internalDep: true}
+	return &memPool{dev: d, isDefault: isDefault, raw: newRaw(), followEvents: true, opportunistic: true, internalDep: true}
 }
 
 var _ gpu.MemPool = (*memPool)(nil)
@@ -142,11 +144,15 @@ func (d *Device) NewMemPool() (gpu.MemPool, error) {
 	d.mu.Lock()
 	d.pools = append(d.pools, p)
 	d.mu.Unlock()
+	d.foreign.addPool(p)
 	return p, nil
 }
 
 // pool resolves a gpu.MemPool of this device for call.
 func (d *Device) pool(call string, gp gpu.MemPool) (*memPool, error) {
+	if a, ok := gp.(*adoptedPool); ok && a != nil {
+		return d.adoptedPool(call, a)
+	}
 	p, ok := gp.(*memPool)
 	if gp == nil || (ok && p == nil) {
 		return nil, wrap(call, fmt.Errorf("nil pool: %w", gpu.ErrInvalidHandle))
@@ -160,9 +166,10 @@ func (d *Device) pool(call string, gp gpu.MemPool) (*memPool, error) {
 	return p, nil
 }
 
-// MallocAsync is cuMemAllocAsync from the default pool.
+// MallocAsync is cuMemAllocAsync from the device's current pool (the
+// default pool unless SetCurrentMemPool changed it).
 func (d *Device) MallocAsync(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return d.mallocAsync(OpMallocAsync, size, d.defPool, s)
+	return d.mallocAsync(OpMallocAsync, size, nil, s)
 }
 
 // MallocFromPoolAsync is cuMemAllocFromPoolAsync.
@@ -182,6 +189,9 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if p == nil {
+		p = d.currentPoolLocked()
+	}
 	if p.destroyed {
 		return 0, wrap(call, fmt.Errorf("pool: %w", gpu.ErrDestroyed))
 	}
@@ -645,6 +655,7 @@ func (p *memPool) Destroy() error {
 		return err
 	}
 	p.destroyed = true
+	p.dev.foreign.forgetPool(p)
 	p.dev.reapLocked()
 	return nil
 }

@@ -102,6 +102,10 @@ func (o *op) vc() vclock { return o.deps.with(o.s.id, o.seq) }
 type stream struct {
 	dev *Device
 	id  uint64
+	raw uintptr // the simulator's raw handle (foreign.go)
+	// foreign: made by a raw call (NewRawStream, or the default streams),
+	// so users see it only through adopted wrappers.
+	foreign bool
 
 	mu        sync.Mutex // host side
 	destroyed bool
@@ -133,7 +137,7 @@ type stream struct {
 }
 
 func newStream(d *Device) *stream {
-	s := &stream{dev: d, id: gpu.NewStreamID()}
+	s := &stream{dev: d, id: gpu.NewStreamID(), raw: newRaw()}
 	s.tail = &op{s: s} // sentinel: seq 0, never run
 	s.wcond = sync.NewCond(&s.wmu)
 	return s
@@ -502,6 +506,8 @@ func (s *stream) Destroy() error {
 	if err := s.dev.inject(OpStreamDestroy); err != nil {
 		return err
 	}
+	// Before s.mu: the handle table's lock is never taken under it.
+	s.dev.foreign.forgetStream(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {

@@ -37,6 +37,9 @@
 //
 // To export several resources into one registry, give each collector
 // ConstLabels that tell them apart (for example device and resource).
+// ForChain builds the collector of a whole stack in one call: it finds
+// the Stats adaptor, the resource whose usage to export and the Pool in the
+// stack, and labels every metric with the device's ordinal.
 package mrprom
 
 import (

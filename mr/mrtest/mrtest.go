@@ -160,6 +160,7 @@ func Run(t *testing.T, newResource Factory, dev gpu.Device, opts Options) {
 		{"OutOfMemory", testOutOfMemory},
 		{"ReleaseAll", testReleaseAll},
 		{"Capture", testCapture},
+		{"AdoptedStreams", testAdoptedStreams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, dev, newResource, opts)

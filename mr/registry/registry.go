@@ -32,6 +32,7 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -121,6 +122,13 @@ var table = []Resource{
 	{Name: "arena", over: func(up mr.Resource, _ Options) (mr.Resource, error) {
 		return mr.NewArena(up, mr.ArenaOptions{})
 	}},
+	// vmm and pool_vmm map physical memory into a reserved range
+	// (mr.Virtual): variants of direct and pool for the workloads that
+	// compare them.
+	{Name: "vmm", Variant: true, alone: func(dev gpu.Device, _ Options) (mr.Resource, error) {
+		return mr.NewVirtual(dev, mr.VirtualOptions{})
+	}},
+	{Name: "pool_vmm", Variant: true, alone: newPoolOverVirtual},
 	{Name: "async_noreturnwait", Variant: true, alone: func(dev gpu.Device, o Options) (mr.Resource, error) {
 		return newAsync(dev, o, true)
 	}},
@@ -133,6 +141,33 @@ func newAsync(dev gpu.Device, o Options, noReturnWait bool) (*mr.Async, error) {
 		opts.ReleaseThreshold = keptBytes
 	}
 	return mr.NewAsync(dev, opts)
+}
+
+// poolOverVirtual is a Pool whose chunks are mapped into a Virtual range;
+// Close closes the pool, waits for the chunk frees it enqueued, and frees
+// the range.
+type poolOverVirtual struct {
+	*mr.Pool
+	up *mr.Virtual
+}
+
+func newPoolOverVirtual(dev gpu.Device, _ Options) (mr.Resource, error) {
+	up, err := mr.NewVirtual(dev, mr.VirtualOptions{})
+	if err != nil {
+		return nil, err
+	}
+	p, err := mr.NewPool(up, mr.PoolOptions{})
+	if err != nil {
+		return nil, errors.Join(err, up.Close())
+	}
+	return poolOverVirtual{p, up}, nil
+}
+
+func (r poolOverVirtual) Close() error {
+	if err := r.Pool.Close(); err != nil {
+		return err
+	}
+	return errors.Join(r.up.ReleaseContext(context.Background()), r.up.Close())
 }
 
 // Resources returns every entry of the table, in the order of All.

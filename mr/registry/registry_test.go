@@ -46,16 +46,16 @@ func TestTable(t *testing.T) {
 		t.Errorf("All has %d names, the table %d entries", got, len(table))
 	}
 	// The orders "all" expands to are part of the command's output.
-	if want := (Set{"direct", "managed", "async", "pool", "fixedsize", "binning", "arena", "async_noreturnwait"}); !slices.Equal(All(), want) {
+	if want := (Set{"direct", "managed", "async", "pool", "fixedsize", "binning", "arena", "vmm", "pool_vmm", "async_noreturnwait"}); !slices.Equal(All(), want) {
 		t.Errorf("All = %v, want %v", All(), want)
 	}
-	if want := (Set{"direct", "async", "pool", "arena", "binning"}); !slices.Equal(Replay(), want) {
+	if want := (Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm"}); !slices.Equal(Replay(), want) {
 		t.Errorf("Replay = %v, want %v", Replay(), want)
 	}
 }
 
 func TestParse(t *testing.T) {
-	replayAll := "want one of direct, async, pool, arena, binning, or all)"
+	replayAll := "want one of direct, async, pool, arena, binning, vmm, pool_vmm, or all)"
 	for _, tc := range []struct {
 		set     Set
 		list    string
@@ -65,9 +65,9 @@ func TestParse(t *testing.T) {
 		{Replay(), "pool", []string{"pool"}, ""},
 		{Replay(), "async,pool", []string{"async", "pool"}, ""},
 		{Replay(), " direct , pool\t", []string{"direct", "pool"}, ""},
-		{Replay(), "all", []string{"direct", "async", "pool", "arena", "binning"}, ""},
-		{Replay(), "binning,all", []string{"binning", "direct", "async", "pool", "arena"}, ""},
-		{Replay(), "all,pool", []string{"direct", "async", "pool", "arena", "binning"}, ""},
+		{Replay(), "all", []string{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm"}, ""},
+		{Replay(), "binning,all", []string{"binning", "direct", "async", "pool", "arena", "vmm", "pool_vmm"}, ""},
+		{Replay(), "all,pool", []string{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm"}, ""},
 		{Replay(), "pool,pool", []string{"pool"}, ""},
 		{All(), "direct, pool,async,pool", []string{"direct", "pool", "async"}, ""},
 		{All(), "all", All(), ""},
@@ -79,7 +79,7 @@ func TestParse(t *testing.T) {
 		{Replay(), " , ", nil, `unknown resource "" (` + replayAll},
 		{Replay(), "Pool", nil, `unknown resource "Pool" (` + replayAll},
 		{Replay(), "fixedsize", nil, `unknown resource "fixedsize" (` + replayAll},
-		{All(), "pool,nope", nil, `unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, async_noreturnwait, or all)`},
+		{All(), "pool,nope", nil, `unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, async_noreturnwait, or all)`},
 		{Set{}, "all", nil, ""},
 		{Set{}, "pool", nil, `unknown resource "pool" (want one of , or all)`},
 	} {
@@ -228,7 +228,7 @@ func TestMaxBlock(t *testing.T) {
 func TestNewErrors(t *testing.T) {
 	dev, _ := simStream(t)
 	res, closeFn, err := New("nope", dev, Options{})
-	want := `registry: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, async_noreturnwait)`
+	want := `registry: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, async_noreturnwait)`
 	if !errors.Is(err, ErrUnknown) || err.Error() != want || res != nil || closeFn != nil {
 		t.Errorf("New(nope) = %v, %v; want %q", res, err, want)
 	}

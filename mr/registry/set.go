@@ -33,7 +33,9 @@ func All() Set {
 // Replay is what `streamalloc replay` offers, in the order its "all"
 // expands to. fixedsize is not among them: its block size must cover the
 // largest request, which a replay does not know before it starts.
-func Replay() Set { return Set{"direct", "async", "pool", "arena", "binning"} }
+func Replay() Set {
+	return Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm"}
+}
 
 // Parse returns the names of the comma-separated list, with "all"
 // expanded to s and repeats dropped, in the order they first appear. A

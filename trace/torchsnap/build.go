@@ -23,7 +23,7 @@ import (
 	"slices"
 	"time"
 
-	pickle "github.com/kisielk/og-rek"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 
 	"github.com/streamalloc/streamalloc/trace"
 )
@@ -32,7 +32,7 @@ import (
 type entry struct {
 	device, index int
 	action        string
-	fields        map[any]any
+	fields        *unpickle.Dict
 	time          int64
 	hasTime       bool
 }
@@ -57,9 +57,12 @@ func (sr *Reader) build(root any, o *trace.Options) error {
 	if err != nil {
 		return err
 	}
-	live, err := sr.liveBlocks(top["segments"], selected, seen)
+	live, liveFrames, err := sr.liveBlocks(field(top, "segments"), selected, seen)
 	if err != nil {
 		return err
+	}
+	for k, f := range liveFrames {
+		sr.stacks.note(true, len(pre)+k, f)
 	}
 	pre = append(pre, live...)
 	if len(pre) > 0 {
@@ -73,53 +76,63 @@ func (sr *Reader) build(root any, o *trace.Options) error {
 		sr.Preexisting = len(pre)
 		sr.events = append(pre, sr.events...)
 	}
+	sr.stacks.finish(len(pre), len(sr.events))
 	return nil
 }
 
 // deviceTraces checks that root is a snapshot dictionary with recorded
 // history, and returns it and its list of per-device traces.
-func (sr *Reader) deviceTraces(root any) (map[any]any, []any, error) {
-	top, ok := root.(map[any]any)
+func (sr *Reader) deviceTraces(root any) (*unpickle.Dict, []any, error) {
+	top, ok := root.(*unpickle.Dict)
 	if !ok {
 		return nil, nil, sr.errorf(0, "the pickle holds a %s, not a snapshot dictionary", pyType(root))
 	}
-	dt, ok := top["device_traces"]
+	dt, ok := top.Get("device_traces")
 	if !ok {
 		return nil, nil, sr.errorf(0, "no device_traces: was memory history recorded (torch.cuda.memory._record_memory_history)?")
 	}
-	devices, ok := dt.([]any)
+	devices, ok := dt.(*unpickle.List)
 	if !ok {
 		return nil, nil, sr.errorf(0, "device_traces is a %s, not a list", pyType(dt))
 	}
-	return top, devices, nil
+	return top, devices.Items, nil
 }
 
 // collect returns the entries of the selected devices' traces, device by
 // device, each in its recorded order.
 func (sr *Reader) collect(devices []any, selected func(int) bool) ([]entry, error) {
-	var entries []entry
+	n := 0
+	for d, dv := range devices {
+		if list, ok := dv.(*unpickle.List); ok && selected(d) {
+			n += len(list.Items)
+		}
+	}
+	// At most the budget: one list referenced a million times is refused
+	// by spend below before its entries are taken.
+	entries := make([]entry, 0, min(int64(n), sr.budget))
 	for d, dv := range devices {
 		if !selected(d) {
 			continue
 		}
-		list, ok := dv.([]any)
+		list, ok := dv.(*unpickle.List)
 		if !ok {
 			return nil, sr.errorf(0, "device_traces[%d] is a %s, not a list", d, pyType(dv))
 		}
-		for i, ev := range list {
+		for i, ev := range list.Items {
 			if err := sr.spend(); err != nil {
 				return nil, err
 			}
-			m, ok := ev.(map[any]any)
+			m, ok := ev.(*unpickle.Dict)
 			if !ok {
 				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] is a %s, not a dictionary", d, i, pyType(ev))
 			}
-			action, err := pickle.AsString(m["action"])
-			if err != nil {
+			action, ok := asString(field(m, "action"))
+			if !ok {
 				return nil, sr.errorf(int64(i+1), "device_traces[%d][%d] has no action string", d, i)
 			}
 			e := entry{device: d, index: i, action: action, fields: m}
-			if e.time, e.hasTime, err = sr.timeOf(m["time_us"], d, i); err != nil {
+			var err error
+			if e.time, e.hasTime, err = sr.timeOf(field(m, "time_us"), d, i); err != nil {
 				return nil, err
 			}
 			entries = append(entries, e)
@@ -137,10 +150,10 @@ const maxTimeUS = math.MaxInt64 / int64(time.Microsecond)
 // matching trace.ErrSnapshot and trace.ErrTime, never a time wrapped by
 // the conversion to nanoseconds.
 func (sr *Reader) timeOf(t any, d, i int) (us int64, ok bool, err error) {
-	if t == nil || t == (pickle.None{}) {
+	if t == nil || t == (unpickle.None{}) {
 		return 0, false, nil
 	}
-	us, err = pickle.AsInt64(t)
+	us, err = asInt64(t)
 	if err == nil && (us < 0 || us > maxTimeUS) {
 		err = fmt.Errorf("%d is outside 0 to %d, the times a trace can hold", us, maxTimeUS)
 	}
@@ -193,6 +206,9 @@ func (sr *Reader) mapEntries(entries []entry) (pre []trace.Event, seen map[uint6
 			seen[ev.Ptr] = true
 		}
 		sr.events = append(sr.events, ev)
+		if op == trace.Alloc {
+			sr.stacks.note(false, len(sr.events)-1, field(e.fields, "frames"))
+		}
 	}
 	return pre, seen, nil
 }
@@ -202,28 +218,28 @@ func (sr *Reader) mapEntries(entries []entry) (pre []trace.Event, seen map[uint6
 // none).
 func (sr *Reader) event(e entry, op trace.Op) (trace.Event, error) {
 	line := int64(e.index + 1)
-	where := fmt.Sprintf("device_traces[%d][%d] (%s)", e.device, e.index, e.action)
+	where := func() string { return fmt.Sprintf("device_traces[%d][%d] (%s)", e.device, e.index, e.action) }
 	ev := trace.Event{Op: op, Line: line}
 	if e.hasTime {
 		ev.Time = time.Duration(e.time) * time.Microsecond
 	}
-	size, err := pickle.AsInt64(e.fields["size"])
+	size, err := asInt64(field(e.fields, "size"))
 	if err != nil {
-		return ev, sr.errorf(line, "%s: size: %v", where, err)
+		return ev, sr.errorf(line, "%s: size: %v", where(), err)
 	}
 	if size < 0 {
-		return ev, &trace.ParseError{File: sr.name, Line: line, Msg: fmt.Sprintf("%s: size %d is negative", where, size),
+		return ev, &trace.ParseError{File: sr.name, Line: line, Msg: fmt.Sprintf("%s: size %d is negative", where(), size),
 			Err: errors.Join(trace.ErrSnapshot, trace.ErrNegativeSize)}
 	}
 	ev.Size = size
-	if s, ok := e.fields["stream"]; ok {
+	if s, ok := e.fields.Get("stream"); ok {
 		if ev.Stream, err = asUint64(s); err != nil {
-			return ev, sr.errorf(line, "%s: stream: %v", where, err)
+			return ev, sr.errorf(line, "%s: stream: %v", where(), err)
 		}
 	}
 	if op != trace.AllocFailure {
-		if ev.Ptr, err = asUint64(e.fields["addr"]); err != nil {
-			return ev, sr.errorf(line, "%s: addr: %v", where, err)
+		if ev.Ptr, err = asUint64(field(e.fields, "addr")); err != nil {
+			return ev, sr.errorf(line, "%s: addr: %v", where(), err)
 		}
 	}
 	return ev, nil
@@ -233,24 +249,28 @@ func (sr *Reader) event(e entry, op trace.Op) (trace.Event, error) {
 // selected devices hold as active (allocated, or freed but not yet
 // completed) at addresses not in seen, which were live through the whole
 // recorded window, and adds their addresses to seen. Their size is the
-// requested size where the snapshot has it. Its only error is
-// trace.ErrExpansion.
-func (sr *Reader) liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) ([]trace.Event, error) {
-	segs, _ := segments.([]any)
-	var pre []trace.Event
-	for _, sv := range segs {
-		seg, ok := sv.(map[any]any)
-		if !ok {
+// requested size where the snapshot has it. frames[i] is the "frames"
+// value of the block of pre[i]. Its only error is trace.ErrExpansion.
+func (sr *Reader) liveBlocks(segments any, selected func(int) bool, seen map[uint64]bool) (pre []trace.Event, frames []any, err error) {
+	segs, _ := segments.(*unpickle.List)
+	if segs == nil {
+		return nil, nil, nil
+	}
+	for _, seg := range segs.Items {
+		if _, ok := seg.(*unpickle.Dict); !ok {
 			continue
 		}
-		if dev, err := pickle.AsInt64(seg["device"]); err == nil && !selected(int(dev)) {
+		if dev, err := asInt64(field(seg, "device")); err == nil && !selected(int(dev)) {
 			continue
 		}
-		stream, _ := asUint64(seg["stream"])
-		blocks, _ := seg["blocks"].([]any)
-		for _, bv := range blocks {
+		stream, _ := asUint64(field(seg, "stream"))
+		blocks, _ := field(seg, "blocks").(*unpickle.List)
+		if blocks == nil {
+			continue
+		}
+		for _, bv := range blocks.Items {
 			if err := sr.spend(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			addr, size, ok := activeBlock(bv)
 			if !ok || seen[addr] {
@@ -258,26 +278,26 @@ func (sr *Reader) liveBlocks(segments any, selected func(int) bool, seen map[uin
 			}
 			seen[addr] = true
 			pre = append(pre, trace.Event{Op: trace.Alloc, Ptr: addr, Size: size, Stream: stream})
+			frames = append(frames, field(bv, "frames"))
 		}
 	}
-	return pre, nil
+	return pre, frames, nil
 }
 
 // activeBlock returns the address and size of a segment's block if it is
 // a well-formed active one.
 func activeBlock(bv any) (addr uint64, size int64, ok bool) {
-	b, ok := bv.(map[any]any)
-	if !ok {
+	if _, ok := bv.(*unpickle.Dict); !ok {
 		return 0, 0, false
 	}
-	state, _ := pickle.AsString(b["state"])
+	state, _ := asString(field(bv, "state"))
 	if state != "active_allocated" && state != "active_pending_free" {
 		return 0, 0, false
 	}
-	addr, err1 := asUint64(b["address"])
-	size, err2 := pickle.AsInt64(b["requested_size"])
+	addr, err1 := asUint64(field(bv, "address"))
+	size, err2 := asInt64(field(bv, "requested_size"))
 	if err2 != nil {
-		size, err2 = pickle.AsInt64(b["size"])
+		size, err2 = asInt64(field(bv, "size"))
 	}
 	if err1 != nil || err2 != nil || size < 0 {
 		return 0, 0, false

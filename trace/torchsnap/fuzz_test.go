@@ -28,8 +28,13 @@ func FuzzNewReader(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	shared, err := os.ReadFile("testdata/shared.pickle")
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Add(pkl)
 	f.Add(pgz)
+	f.Add(shared)
 	f.Add(pkl[:len(pkl)/3])
 	f.Add([]byte(smallCSV))
 	f.Add(gz(f, []byte(smallCSV)))

@@ -1,6 +1,6 @@
-// Python values as og-rek decodes them: ints are int64 or *big.Int,
-// dictionaries map[any]any, lists []any. These helpers read the ones a
-// snapshot holds and name the others in errors.
+// Python values as internal/pickle decodes them: ints are int64, or
+// *big.Int beyond int64; dicts are *unpickle.Dict, lists *unpickle.List. These
+// helpers read the ones a snapshot holds and name the others in errors.
 
 package torchsnap
 
@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"math/big"
 
-	pickle "github.com/kisielk/og-rek"
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 )
 
 // asUint64 accepts a Python int as an address or a stream handle. Negative
@@ -23,9 +23,6 @@ func asUint64(x any) (uint64, error) {
 		if v.IsUint64() {
 			return v.Uint64(), nil
 		}
-		if v.IsInt64() {
-			return uint64(v.Int64()), nil
-		}
 		return 0, fmt.Errorf("integer %v does not fit in 64 bits", v)
 	case nil:
 		return 0, errors.New("missing")
@@ -33,29 +30,40 @@ func asUint64(x any) (uint64, error) {
 	return 0, fmt.Errorf("expected an int, got %s", pyType(x))
 }
 
+// asInt64 accepts a Python int that fits an int64.
+func asInt64(x any) (int64, error) {
+	switch v := x.(type) {
+	case int64:
+		return v, nil
+	case *big.Int: // never one that fits: the decoder makes those int64
+		return 0, fmt.Errorf("integer %v does not fit in 64 bits", v)
+	case nil:
+		return 0, errors.New("missing")
+	}
+	return 0, fmt.Errorf("expected an int, got %s", pyType(x))
+}
+
+// asString accepts a Python str.
+func asString(x any) (string, bool) {
+	s, ok := x.(string)
+	return s, ok
+}
+
+// field returns the value of key in d, or nil if d is not a dict or has
+// no such key.
+func field(d any, key string) any {
+	m, ok := d.(*unpickle.Dict)
+	if !ok {
+		return nil
+	}
+	v, _ := m.Get(key)
+	return v
+}
+
 // pyType names the Python type of a decoded value, for error messages.
 func pyType(x any) string {
-	switch x.(type) {
-	case nil:
+	if x == nil {
 		return "nothing"
-	case pickle.None:
-		return "None"
-	case map[any]any:
-		return "dict"
-	case []any:
-		return "list"
-	case pickle.Tuple:
-		return "tuple"
-	case string, pickle.ByteString:
-		return "str"
-	case pickle.Bytes:
-		return "bytes"
-	case int64, *big.Int:
-		return "int"
-	case float64:
-		return "float"
-	case bool:
-		return "bool"
 	}
-	return fmt.Sprintf("%T", x)
+	return unpickle.TypeName(x)
 }

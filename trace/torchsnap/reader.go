@@ -43,26 +43,27 @@
 // the whole window). Synthetic events have Line 0.
 //
 // A pickle cannot be streamed (its root object is complete only at the
-// STOP opcode), so the file is decoded whole with github.com/kisielk/og-rek,
-// which never executes code from the pickle (classes decode as inert
-// values) and bounds what a lying length field can make it allocate. The
-// events are then copied into a slice of Events and the decoded tree,
-// frames included, is dropped before the first Next. Decoding costs time
-// and memory in proportion to the pickle's size: a guard refuses decimal
-// integers longer than Python reads (guard.go), and the build refuses a
-// tree that repeated references expand beyond trace.Options.MaxExpansion
-// (expansion.go).
+// STOP opcode), so the file is read whole and decoded with
+// internal/pickle, which never executes code from the pickle (an opcode
+// that would import a name or construct an object stops it), keeps an
+// object the pickle references twice one Go value (PyTorch's snapshots
+// share their lists of frames that way), and allocates no more than the
+// pickle's bytes justify. The events are then copied into a slice of
+// Events, the allocations' frames into a table of distinct stacks
+// (frames.go), and the decoded tree is dropped before the first Next.
+// Decoding costs time and memory in proportion to the pickle's size: the
+// decoder refuses decimal integers longer than Python reads (4300
+// digits), and the build refuses a tree that repeated references expand
+// beyond trace.Options.MaxExpansion (expansion.go).
 
 package torchsnap
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 
-	pickle "github.com/kisielk/og-rek"
-
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -90,6 +91,7 @@ type Reader struct {
 	// Preexisting counts the synthetic allocations of blocks that were
 	// live before the recorded history began.
 	Preexisting int
+	stacks      snapshotStacks // allocation stacks (frames.go)
 	// budget is what is left of the trace entries and segment blocks the
 	// build may still visit (expansion.go), out of initial, for a pickle
 	// of size bytes at perKiB units per KiB.
@@ -103,26 +105,24 @@ func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 	if o == nil {
 		o = &trace.Options{}
 	}
-	// A pickle has no lines: a bad one is placed by the bytes the
-	// decoder had consumed when it stopped, counted below its buffer.
-	// The guard sits below the buffer, which the decoder reads directly
-	// (og-rek keeps a *bufio.Reader it is given), so that the count
-	// stays exact.
-	cr := &byteCounter{r: r}
-	br := bufio.NewReaderSize(newGuard(cr, name), 64<<10)
-	root, err := decodePickle(br)
-	consumed := cr.n - int64(br.Buffered())
-	if err == nil {
-		// Read to the end, ignoring anything after the STOP opcode as
-		// Python does, so that a gzip layer below checks its trailer:
-		// a truncated or corrupt compressed snapshot must not pass.
-		_, err = io.Copy(io.Discard, br)
-	}
+	// Read to the end, ignoring anything after the STOP opcode as Python
+	// does, so that a gzip layer below checks its trailer: a truncated or
+	// corrupt compressed snapshot must not pass.
+	data, err := io.ReadAll(r)
 	if err != nil {
 		var pe *trace.ParseError
 		if errors.As(err, &pe) { // the gzip layer below failed
 			return nil, pe
 		}
+		return nil, &trace.ParseError{File: name,
+			Msg: fmt.Sprintf("unreadable pickle (reading stopped after byte %d): %v", len(data), err),
+			Err: errors.Join(trace.ErrPickle, err)}
+	}
+	// A pickle has no lines: a bad one is placed by the bytes the
+	// decoder had consumed when it stopped.
+	root, consumed, err := unpickle.Decode(data, nil)
+	data = nil
+	if err != nil {
 		return nil, &trace.ParseError{File: name,
 			Msg: fmt.Sprintf("unreadable pickle (decoding stopped after byte %d): %v", consumed, err),
 			Err: errors.Join(trace.ErrPickle, err)}
@@ -139,31 +139,6 @@ func NewReader(r io.Reader, name string, o *trace.Options) (*Reader, error) {
 		return nil, err
 	}
 	return sr, nil
-}
-
-// decodePickle decodes one pickle. og-rek reports bad input as errors;
-// the recover is a second line of defence, so that a bug in a dependency
-// meeting hostile input is a *trace.ParseError and not a crash of the
-// command.
-func decodePickle(r io.Reader) (v any, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			v, err = nil, fmt.Errorf("decoder panic: %v", p)
-		}
-	}()
-	return pickle.NewDecoder(r).Decode()
-}
-
-// byteCounter counts the bytes read through it.
-type byteCounter struct {
-	r io.Reader
-	n int64
-}
-
-func (c *byteCounter) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // Name returns the snapshot's name.

@@ -10,10 +10,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
-	pickle "github.com/kisielk/og-rek"
-
+	"github.com/streamalloc/streamalloc/internal/unpickle"
 	"github.com/streamalloc/streamalloc/trace"
 )
 
@@ -142,8 +142,7 @@ func TestSnapshotFreeRequestedOnly(t *testing.T) {
 func encodePickle(t testing.TB, v any, protocol int) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	enc := pickle.NewEncoderWithConfig(&buf, &pickle.EncoderConfig{Protocol: protocol})
-	if err := enc.Encode(v); err != nil {
+	if err := unpickle.Encode(&buf, v, protocol); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -220,7 +219,7 @@ func TestSnapshotErrors(t *testing.T) {
 // The largest time_us is read exactly; None is no time.
 func TestSnapshotTimeLimits(t *testing.T) {
 	snap := map[any]any{"device_traces": []any{[]any{
-		map[any]any{"action": "alloc", "addr": int64(0x100), "size": int64(10), "time_us": pickle.None{}},
+		map[any]any{"action": "alloc", "addr": int64(0x100), "size": int64(10), "time_us": unpickle.None{}},
 		map[any]any{"action": "alloc", "addr": int64(0x200), "size": int64(10), "time_us": int64(maxTimeUS)},
 	}}}
 	got, err := readAll(t, mustSnapshot(t, snap))
@@ -265,29 +264,85 @@ func TestUnreadablePickle(t *testing.T) {
 	}
 }
 
+// What the decoder refuses is a *trace.ParseError matching both
+// trace.ErrPickle and the decoder's reason: a pickle that would call
+// os.system stops where its GLOBAL stands, before anything is imported.
+func TestSnapshotRefusesCode(t *testing.T) {
+	_, _, err := trace.NewReader(strings.NewReader("\x80\x02cos\nsystem\n(X\x02\x00\x00\x00idtR."), "evil.pickle", nil)
+	var pe *trace.ParseError
+	if !errors.Is(err, trace.ErrPickle) || !errors.Is(err, unpickle.ErrRefused) || !errors.As(err, &pe) || pe.File != "evil.pickle" {
+		t.Fatalf("error %v, want a *trace.ParseError matching ErrPickle and unpickle.ErrRefused", err)
+	}
+	want := "evil.pickle: unreadable pickle (decoding stopped after byte 3): unpickle: refused: the pickle constructs objects or calls code: GLOBAL at byte 2: it would import a name"
+	if err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
+// A read that fails below the decoder (not a gzip layer's ParseError) is
+// an unreadable pickle naming the bytes read and the cause.
+func TestSnapshotReadError(t *testing.T) {
+	good, err := os.ReadFile("testdata/snapshot.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eio := errors.New("input/output error")
+	r := io.MultiReader(bytes.NewReader(good[:100]), iotest.ErrReader(eio))
+	_, err = NewReader(r, "disk.pickle", nil)
+	var pe *trace.ParseError
+	if !errors.Is(err, trace.ErrPickle) || !errors.Is(err, eio) || !errors.As(err, &pe) {
+		t.Fatalf("error %v, want ErrPickle and the read's error", err)
+	}
+	if want := "disk.pickle: unreadable pickle (reading stopped after byte 100): input/output error"; err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
+// BenchmarkSnapshot decodes 100,000 entries, PyTorch's default
+// max_entries, each with two frames: its own list of two frames (own
+// frames), or one list shared by every entry, as PyTorch writes the
+// entries of one traceback (shared frames).
 func BenchmarkSnapshot(b *testing.B) {
-	// 100,000 entries, PyTorch's default max_entries, with frames.
-	frames := []any{
-		map[any]any{"filename": "train.py", "line": int64(42), "name": "forward"},
-		map[any]any{"filename": "torch/nn/modules/linear.py", "line": int64(125), "name": "forward"},
-	}
-	var list []any
-	for i := range int64(50000) {
-		addr := int64(0x7f0000000000) + i%64*4096
-		list = append(list,
-			map[any]any{"action": "alloc", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2 * i, "frames": frames},
-			map[any]any{"action": "free_completed", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2*i + 1, "frames": frames})
-	}
-	data := encodePickle(b, map[any]any{"device_traces": []any{list}, "segments": []any{}}, 4)
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r, _, err := trace.NewReader(bytes.NewReader(data), "bench", nil)
-		if err != nil {
-			b.Fatal(err)
+	for _, shared := range []bool{false, true} {
+		name := "own frames"
+		if shared {
+			name = "shared frames"
 		}
-		if n := r.(*Reader).Len(); n != 100000 {
-			b.Fatalf("%d events", n)
-		}
+		b.Run(name, func(b *testing.B) {
+			frames := func() any {
+				return []any{
+					map[any]any{"filename": "train.py", "line": int64(42), "name": "forward"},
+					map[any]any{"filename": "torch/nn/modules/linear.py", "line": int64(125), "name": "forward"},
+				}
+			}
+			var one any = &unpickle.List{Items: frames().([]any)}
+			var list []any
+			for i := range int64(50000) {
+				addr := int64(0x7f0000000000) + i%64*4096
+				f1, f2 := one, one
+				if !shared {
+					f1, f2 = frames(), frames()
+				}
+				list = append(list,
+					map[any]any{"action": "alloc", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2 * i, "frames": f1},
+					map[any]any{"action": "free_completed", "addr": addr, "size": int64(4096), "stream": int64(0), "time_us": 2*i + 1, "frames": f2})
+			}
+			data := encodePickle(b, map[any]any{"device_traces": []any{list}, "segments": []any{}}, 4)
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, _, err := trace.NewReader(bytes.NewReader(data), "bench", nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sr := r.(*Reader)
+				if n := sr.Len(); n != 100000 {
+					b.Fatalf("%d events", n)
+				}
+				if sr.stacks.stack(0) == nil || sr.stacks.stack(99998) == nil {
+					b.Fatal("an allocation without its stack")
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// buildLibrary builds libstreamalloc.so into a temporary folder with the
+// go command that runs the test, and returns the folder (with
+// streamalloc.h copied in). A build failure fails the test; a machine
+// without gcc or without the go command skips it.
+func buildLibrary(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc: cgo cannot build the C ABI here")
+	}
+	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gocmd); err != nil {
+		// A test binary carried to a machine without Go (the GPU
+		// machine of scripts/gpu-run.sh): scripts/interop-gpu.sh proves
+		// the library there, built where Go is.
+		t.Skip("no go command to build the library: " + err.Error())
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(gocmd, "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libstreamalloc.so"), ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+	}
+	h, err := os.ReadFile("streamalloc.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "streamalloc.h"), h, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// compile builds a C program of testdata against the library in dir.
+func compile(t *testing.T, dir, src string) string {
+	t.Helper()
+	exe := filepath.Join(dir, strings.TrimSuffix(src, ".c"))
+	cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", exe, filepath.Join("testdata", src),
+		"-I", dir, "-L", dir, "-lstreamalloc", "-lpthread", "-Wl,-rpath,"+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", src, err, out)
+	}
+	return exe
+}
+
+// TestCProgram runs testdata/capi_test.c, a host program linked against
+// libstreamalloc.so, on the simulated GPU: raw stream handles, the stats
+// struct, bad frees, out of memory, CuPy's interface, threads.
+func TestCProgram(t *testing.T) {
+	dir := buildLibrary(t)
+	exe := compile(t, dir, "capi_test.c")
+	compile(t, dir, "capi_bench.c") // the benchmark builds too
+	cmd := exec.Command(exe)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") })
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "capi test ok") {
+		t.Fatalf("capi_test: %v\n%s", err, out)
+	}
+	t.Run("TorchControl", func(t *testing.T) {
+		// The C control of scripts/torch-bench.py builds as a shared
+		// library, and, linked into a test program in mode sa, forwards
+		// to the library and counts what it served.
+		lib := filepath.Join(dir, "libtorch_control.so")
+		cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o", lib,
+			filepath.Join("testdata", "torch_control.c"), "-ldl")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc torch_control.c: %v\n%s", err, out)
+		}
+		exe := filepath.Join(dir, "torch_control_test")
+		cmd = exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", exe,
+			filepath.Join("testdata", "torch_control_test.c"), filepath.Join("testdata", "torch_control.c"), "-ldl", "-lpthread")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc torch_control_test.c: %v\n%s", err, out)
+		}
+		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"bad", "cuda"}} {
+			cmd := exec.Command(exe, c.arg)
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+				"TORCH_CONTROL="+c.mode, "TORCH_CONTROL_LIB="+filepath.Join(dir, "libstreamalloc.so"),
+				"STREAMALLOC_CONF=pool,backend=sim")
+			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "torch_control test ok") {
+				t.Fatalf("torch_control_test %s: %v\n%s", c.arg, err, out)
+			}
+		}
+	})
+	t.Run("PythonShim", func(t *testing.T) {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Skip("no python3")
+		}
+		cmd := exec.Command(py, filepath.Join("..", "python", "test_streamalloc_torch.py"))
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+			"STREAMALLOC_LIB="+filepath.Join(dir, "libstreamalloc.so"))
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "shim test ok") {
+			t.Fatalf("python shim: %v\n%s", err, out)
+		}
+	})
+	t.Run("HeaderMatchesExports", func(t *testing.T) {
+		gen, err := os.ReadFile(filepath.Join(dir, "libstreamalloc.h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := os.ReadFile("streamalloc.h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := prototypes(string(gen)), prototypes(string(pub))
+		if len(want) == 0 || !slices.Equal(got, want) {
+			t.Fatalf("streamalloc.h declares\n\t%s\nthe exports are\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+	})
+}
+
+var protoRE = regexp.MustCompile(`(?m)^(?:extern )?([a-z_0-9 ]+\*?) ?(sa_[a-z_]+)\(([^)]*)\);`)
+
+// prototypes lists the sa_ functions a header declares, normalized
+// (sorted; no const, extern, or parameter names), so that the hand-written
+// header and the one cgo generates can be compared.
+func prototypes(h string) []string {
+	var ps []string
+	for _, m := range protoRE.FindAllStringSubmatch(h, -1) {
+		var params []string
+		for _, p := range strings.Split(m[3], ",") {
+			p = strings.TrimSpace(strings.ReplaceAll(p, "const ", ""))
+			p = strings.ReplaceAll(p, " *", "* ")
+			if i := strings.LastIndexAny(p, " *"); i >= 0 && p != "void" {
+				p = strings.TrimSpace(p[:i+1])
+			}
+			params = append(params, p)
+		}
+		ret := strings.ReplaceAll(strings.TrimSpace(m[1]), " *", "*")
+		ps = append(ps, ret+" "+m[2]+"("+strings.Join(params, ", ")+")")
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// TestExportsAllocateNothing: the exported pairs, called as C calls them
+// (the Go functions behind the exports, with the conversions and the
+// deferred recovery), allocate no Go memory once the stream and the
+// pool's chunk exist, on the simulator, on the legacy stream and a raw
+// stream of another library (the per-thread stream is pluggable's test). A Go allocation per call would
+// make the garbage collector run inside the host process, where the
+// host's threads that call in would assist it or wait for it.
+func TestExportsAllocateNothing(t *testing.T) {
+	if err := a.Configure("pool,backend=sim"); err != nil {
+		t.Fatal(err)
+	}
+	raw := sa_sim_stream_create(0) // a stream of another library
+	if raw == nil {
+		t.Fatalf("sa_sim_stream_create: %s", a.LastError())
+	}
+	for _, c := range []struct {
+		name string
+		pair func() bool
+	}{
+		{"torch 1 MiB, legacy stream", func() bool {
+			p := sa_torch_alloc(1<<20, 0, nil)
+			sa_torch_free(p, 1<<20, 0, nil)
+			return p != nil
+		}},
+		{"torch 64 MiB, raw stream", func() bool {
+			p := sa_torch_alloc(64<<20, 0, raw)
+			sa_torch_free(p, 64<<20, 0, raw)
+			return p != nil
+		}},
+		{"cupy 1 MiB", func() bool {
+			p := sa_cupy_malloc(nil, 1<<20, 0)
+			sa_cupy_free(nil, p, 0)
+			return p != nil
+		}},
+	} {
+		if !c.pair() {
+			t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
+		}
+		n := testing.AllocsPerRun(1000, func() {
+			if !c.pair() {
+				t.Fatalf("%s: allocation failed: %s", c.name, a.LastError())
+			}
+		})
+		if n != 0 {
+			t.Errorf("%s: %v Go allocations per pair, want 0", c.name, n)
+		}
+	}
+	if st, err := a.Stats(0); err != nil || st.BadFrees != 0 || st.Errors != 0 || st.LiveAllocs != 0 {
+		t.Errorf("stats %+v, %v: want no failures and nothing live", st, err)
+	}
+	if rc := sa_sim_stream_destroy(0, raw); rc != 0 {
+		t.Errorf("sa_sim_stream_destroy: %d, %s", rc, a.LastError())
+	}
+}

@@ -1,0 +1,104 @@
+/* capi_bench.c: the cost of an allocate/free pair through the C ABI, as a
+ * host calls it (C into Go and back, twice), on whatever backend
+ * STREAMALLOC_CONF names (the GPU by default). scripts/capi-bench.sh
+ * builds and runs it.
+ *
+ * usage: capi_bench [pairs] [threads]
+ * Prints one line per case: the case, pairs, nanoseconds per pair. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "streamalloc.h"
+
+static double now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static long pairs = 1000000;
+
+/* pairs alloc/free pairs of size bytes on stream s; ns per pair, or -1. */
+static double run(size_t size, void *s, long n) {
+	double t0 = now_ns();
+	for (long i = 0; i < n; i++) {
+		void *p = sa_torch_alloc(size, 0, s);
+		if (p == NULL) {
+			return -1;
+		}
+		sa_torch_free(p, size, 0, s);
+	}
+	return (now_ns() - t0) / (double)n;
+}
+
+static void *worker(void *arg) {
+	double *ns = arg;
+	run(1 << 20, (void *)2, 1000); /* warm this thread (its first callbacks) */
+	*ns = run(1 << 20, (void *)2, pairs);
+	return NULL;
+}
+
+int main(int argc, char **argv) {
+	if (argc > 1) {
+		pairs = atol(argv[1]);
+	}
+	int threads = argc > 2 ? atoi(argv[2]) : 4;
+	if (pairs <= 0 || threads <= 0 || threads > 64) {
+		fprintf(stderr, "usage: capi_bench [pairs] [threads]\n");
+		return 2;
+	}
+	char msg[256];
+	double t0 = now_ns();
+	void *p = sa_torch_alloc(1 << 20, 0, NULL);
+	double first = now_ns() - t0;
+	if (p == NULL) {
+		sa_last_error(msg, sizeof msg);
+		fprintf(stderr, "first allocation failed: %s\n", msg);
+		return 1;
+	}
+	sa_torch_free(p, 1 << 20, 0, NULL);
+	printf("first-call(open-device)\t1\t%.0f\n", first);
+	run(1 << 20, NULL, 10000);
+	size_t sizes[] = {512, 1 << 20, 64 << 20};
+	const char *names[] = {"pair-512B", "pair-1MiB", "pair-64MiB"};
+	for (int i = 0; i < 3; i++) {
+		double ns = run(sizes[i], NULL, pairs);
+		if (ns < 0) {
+			sa_last_error(msg, sizeof msg);
+			fprintf(stderr, "%s failed: %s\n", names[i], msg);
+			return 1;
+		}
+		printf("%s\t%ld\t%.1f\n", names[i], pairs, ns);
+	}
+	/* The CuPy interface: no stream, a size table. */
+	t0 = now_ns();
+	for (long i = 0; i < pairs; i++) {
+		void *c = sa_cupy_malloc(NULL, 1 << 20, 0);
+		if (c == NULL) {
+			return 1;
+		}
+		sa_cupy_free(NULL, c, 0);
+	}
+	printf("cupy-pair-1MiB\t%ld\t%.1f\n", pairs, (now_ns() - t0) / (double)pairs);
+	pthread_t th[64];
+	double ns[64];
+	for (int i = 0; i < threads; i++) {
+		pthread_create(&th[i], NULL, worker, &ns[i]);
+	}
+	double sum = 0;
+	for (int i = 0; i < threads; i++) {
+		pthread_join(th[i], NULL);
+		sum += ns[i];
+	}
+	printf("pair-1MiB-%d-threads-per-thread-stream\t%ld\t%.1f\n", threads, pairs, sum / threads);
+	sa_stats_t st;
+	if (sa_stats(0, &st) == 0) {
+		printf("stats\tallocs=%llu frees=%llu reserved=%llu peak_reserved=%llu bad_frees=%llu errors=%llu\n",
+		       (unsigned long long)st.allocs, (unsigned long long)st.frees,
+		       (unsigned long long)st.reserved_bytes, (unsigned long long)st.peak_reserved_bytes,
+		       (unsigned long long)st.bad_free_count, (unsigned long long)st.error_count);
+	}
+	return 0;
+}

@@ -1,0 +1,406 @@
+// Virtual: a resource of physical memory mapped on demand into one
+// reserved virtual address range (the driver's cuMemAddressReserve,
+// cuMemCreate and cuMemMap, through gpu.VirtualMemory).
+//
+// Virtual reserves a large range once (VirtualOptions.ReserveSize) and
+// serves each request by creating a physical allocation of the request
+// rounded up to the granularity and mapping it at the lowest free address
+// of the range: the first hole a free left that fits, else the end of what
+// is in use, so that successive growths are adjacent and the range grows
+// at its end. A free is stream-ordered: Deallocate records an event on the
+// freeing stream and returns; the mapping is unmapped and its physical
+// memory given back once that event has completed, which later calls find
+// by querying the event, never by blocking the host (only Close waits).
+// When the freed range is the tail of the range, the end moves back, so
+// the range shrinks as it grew.
+//
+// Virtual is meant as the upstream of a suballocator: a Pool over it
+// holds exactly the physical memory of its chunks, rounded to the
+// granularity (2 MiB on current GPUs), and gives it back to the device the
+// moment its idle chunks' last work completes, while the addresses of the
+// range are reused. Stats tells apart the three quantities: bytes live
+// (handed out, at their requested size), bytes mapped (physical memory
+// held: live and pending frees, rounded up) and bytes of virtual address
+// space reserved.
+//
+// Invariants (under mu): the pieces [off, off+n) of the range that are
+// live or pending are disjoint, all below end; holes lists, sorted and
+// merged, the unmapped pieces below end, and the last one never ends at
+// end; mapped is the sum of the live and pending pieces' n. A failed step
+// of Allocate undoes the steps before it; a failed unmap leaves the free
+// pending (and its event with it) for the next reap.
+
+package mr
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// VirtualOptions configure a Virtual resource.
+type VirtualOptions struct {
+	// ReserveSize is the size of the virtual range, rounded up to the
+	// granularity. Zero: twice the device's memory.
+	ReserveSize uint64
+}
+
+// VirtualStats are a Virtual resource's counters.
+type VirtualStats struct {
+	// Reserved is the virtual address space reserved (no memory).
+	Reserved uint64
+	// Mapped is the physical memory held: live allocations and frees not
+	// yet known complete, each rounded up to the granularity.
+	Mapped, PeakMapped uint64
+	// Live is the bytes handed out and not freed, as requested.
+	Live, PeakLive uint64
+	// Pending is the part of Mapped whose free waits for its event.
+	Pending uint64
+	// Granularity is the size physical memory is created and mapped in.
+	Granularity uint64
+}
+
+// Virtual is a resource of physical memory mapped into one reserved range.
+// It is safe for concurrent use.
+type Virtual struct {
+	dev    gpu.Device
+	vm     gpu.VirtualMemory
+	g      uint64
+	base   gpu.DevicePtr
+	size   uint64
+	events eventCache
+
+	live  ptrTable[gpu.DevicePtr, gpu.Stream]
+	usage usageMeter
+
+	mu      sync.Mutex
+	closed  bool
+	end     uint64  // offset past the highest live or pending piece
+	holes   []vspan // unmapped pieces below end
+	pending []vfree // freed pieces waiting for their event
+	stats   VirtualStats
+}
+
+type vspan struct{ off, n uint64 }
+
+type vfree struct {
+	vspan
+	ev gpu.Event
+}
+
+const virtualName = "vmm"
+
+// NewVirtual reserves the range of a Virtual resource on dev; dev must
+// implement gpu.VirtualMemory (ErrNotSupported otherwise).
+func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("%s: nil device: %w", virtualName, gpu.ErrInvalidValue)
+	}
+	vm, err := gpu.VirtualMemoryOf(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", virtualName, err)
+	}
+	g, err := vm.Granularity(false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: granularity: %w", virtualName, err)
+	}
+	size := opts.ReserveSize
+	if size == 0 {
+		size = 2 * dev.Properties().TotalMemory
+	}
+	size = (size + g - 1) / g * g
+	base, err := vm.ReserveAddress(size, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
+	}
+	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev)}
+	v.stats.Reserved = size
+	v.stats.Granularity = g
+	return v, nil
+}
+
+// Device is the device the memory lives on.
+func (v *Virtual) Device() gpu.Device { return v.dev }
+
+// Allocate maps size bytes, rounded up to the granularity, of new physical
+// memory at the lowest free address of the range. The memory is usable on
+// every stream. It refuses a capturing stream (mapping is not stream
+// work), like Direct.
+func (v *Virtual) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if zero, err := checkAlloc(virtualName, v.dev, size, s); zero || err != nil {
+		return 0, err
+	}
+	if gpu.Capturing(s) {
+		return 0, fmt.Errorf("%s: allocate on stream %d: %w", virtualName, s.ID(), ErrStreamCapturing)
+	}
+	n := (uint64(size) + v.g - 1) / v.g * v.g
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return 0, fmt.Errorf("%s: allocate: %w", virtualName, ErrClosed)
+	}
+	reapErr := v.reapLocked()
+	if p, ok, err := v.reuseLocked(n, s); ok || err != nil {
+		if err != nil {
+			return 0, fmt.Errorf("%s: allocate %d bytes: %w", virtualName, size, err)
+		}
+		v.live.insert(p, size, s, nil)
+		v.usage.addUsed(size)
+		v.stats.Live += uint64(size)
+		v.stats.PeakLive = max(v.stats.PeakLive, v.stats.Live)
+		return p, nil
+	}
+	off, ok := v.placeLocked(n)
+	if !ok {
+		return 0, v.oomLocked(size, s, "the virtual range is exhausted", errors.Join(reapErr, gpu.ErrOutOfMemory))
+	}
+	p := v.base + gpu.DevicePtr(off)
+	if err := v.mapLocked(p, n); err != nil {
+		v.unplaceLocked(off, n)
+		if errors.Is(err, gpu.ErrOutOfMemory) {
+			return 0, v.oomLocked(size, s, "the device is out of memory", errors.Join(reapErr, err))
+		}
+		return 0, fmt.Errorf("%s: allocate %d bytes: %w", virtualName, size, err)
+	}
+	v.live.insert(p, size, s, nil)
+	v.usage.addUsed(size)
+	v.usage.addReserved(int(n))
+	v.stats.Mapped += n
+	v.stats.PeakMapped = max(v.stats.PeakMapped, v.stats.Mapped)
+	v.stats.Live += uint64(size)
+	v.stats.PeakLive = max(v.stats.PeakLive, v.stats.Live)
+	return p, nil
+}
+
+// reuseLocked hands out a pending free of exactly n bytes, still mapped,
+// after making s wait for its event: stream-ordered reuse, no host wait.
+func (v *Virtual) reuseLocked(n uint64, s gpu.Stream) (gpu.DevicePtr, bool, error) {
+	for i, f := range v.pending {
+		if f.n != n {
+			continue
+		}
+		if err := s.WaitEvent(f.ev); err != nil {
+			return 0, false, fmt.Errorf("order stream %d after a free: %w", s.ID(), err)
+		}
+		v.events.Put(f.ev)
+		v.pending = slices.Delete(v.pending, i, i+1)
+		v.stats.Pending -= n
+		return v.base + gpu.DevicePtr(f.off), true, nil
+	}
+	return 0, false, nil
+}
+
+// mapLocked creates n bytes of physical memory and maps them, accessible,
+// at p; on error nothing is left created or mapped.
+func (v *Virtual) mapLocked(p gpu.DevicePtr, n uint64) error {
+	h, err := v.vm.CreatePhysical(n)
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	if err := v.vm.Map(p, n, h, 0); err != nil {
+		return errors.Join(fmt.Errorf("map: %w", err), v.vm.ReleasePhysical(h))
+	}
+	if err := v.vm.SetAccess(p, n); err != nil {
+		return errors.Join(fmt.Errorf("set access: %w", err), v.vm.Unmap(p, n), v.vm.ReleasePhysical(h))
+	}
+	// Released now, the memory goes with the mapping.
+	if err := v.vm.ReleasePhysical(h); err != nil {
+		return errors.Join(fmt.Errorf("release handle: %w", err), v.vm.Unmap(p, n))
+	}
+	return nil
+}
+
+func (v *Virtual) oomLocked(size int, s gpu.Stream, reason string, err error) error {
+	return &OutOfMemoryError{Resource: virtualName, Requested: size, Stream: s.ID(),
+		Reserved: v.stats.Mapped, Used: v.stats.Live, Limit: v.size, Reason: reason, Err: err}
+}
+
+// placeLocked finds n bytes of unused range: the first hole that fits,
+// else at the end.
+func (v *Virtual) placeLocked(n uint64) (uint64, bool) {
+	for i, h := range v.holes {
+		if h.n >= n {
+			if h.n == n {
+				v.holes = slices.Delete(v.holes, i, i+1)
+			} else {
+				v.holes[i] = vspan{h.off + n, h.n - n}
+			}
+			return h.off, true
+		}
+	}
+	if v.size-v.end < n {
+		return 0, false
+	}
+	off := v.end
+	v.end += n
+	return off, true
+}
+
+// unplaceLocked makes [off, off+n) unused: a hole, or, at the end, a
+// shorter range in use (taking the hole below with it).
+func (v *Virtual) unplaceLocked(off, n uint64) {
+	i, _ := slices.BinarySearchFunc(v.holes, off, func(h vspan, o uint64) int { return cmp.Compare(h.off, o) })
+	v.holes = slices.Insert(v.holes, i, vspan{off, n})
+	if i+1 < len(v.holes) && v.holes[i].off+v.holes[i].n == v.holes[i+1].off {
+		v.holes[i].n += v.holes[i+1].n
+		v.holes = slices.Delete(v.holes, i+1, i+2)
+	}
+	if i > 0 && v.holes[i-1].off+v.holes[i-1].n == v.holes[i].off {
+		v.holes[i-1].n += v.holes[i].n
+		v.holes = slices.Delete(v.holes, i, i+1)
+	}
+	if last := len(v.holes) - 1; last >= 0 && v.holes[last].off+v.holes[last].n == v.end {
+		v.end = v.holes[last].off
+		v.holes = v.holes[:last]
+	}
+}
+
+// Deallocate frees p in stream order on s: it records an event on s and
+// returns; the memory is unmapped once the event has completed.
+func (v *Virtual) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if null, err := checkFree(virtualName, v.dev, p, size, s); null || err != nil {
+		return err
+	}
+	if gpu.Capturing(s) {
+		return fmt.Errorf("%s: deallocate on stream %d: %w", virtualName, s.ID(), ErrStreamCapturing)
+	}
+	alloc, err := v.live.take(p, size, nil)
+	if err != nil {
+		return fmt.Errorf("%s: deallocate: %w", virtualName, err)
+	}
+	ev, err := v.events.Get()
+	if err != nil {
+		v.live.restore(p, size, alloc)
+		return fmt.Errorf("%s: deallocate %#x: event: %w", virtualName, uint64(p), err)
+	}
+	if err := ev.Record(s); err != nil {
+		v.events.Put(ev)
+		v.live.restore(p, size, alloc)
+		return fmt.Errorf("%s: deallocate %#x: record on stream %d: %w", virtualName, uint64(p), s.ID(), err)
+	}
+	n := (uint64(size) + v.g - 1) / v.g * v.g
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pending = append(v.pending, vfree{vspan{uint64(p - v.base), n}, ev})
+	v.stats.Pending += n
+	v.stats.Live -= uint64(size)
+	v.usage.subUsed(size)
+	// The reap is a query per pending free; an error leaves the frees
+	// pending and is not this free's failure.
+	_ = v.reapLocked()
+	return nil
+}
+
+// reapLocked unmaps every pending free whose event has completed, without
+// blocking; with wait, it waits for each event first.
+func (v *Virtual) reapLocked() error { return v.reapWaitLocked(false) }
+
+func (v *Virtual) reapWaitLocked(wait bool) error {
+	var errs []error
+	kept := v.pending[:0]
+	for _, f := range v.pending {
+		var err error
+		if wait {
+			err = f.ev.Synchronize()
+		} else {
+			err = f.ev.Query()
+		}
+		if err == nil {
+			err = v.vm.Unmap(v.base+gpu.DevicePtr(f.off), f.n)
+			if err == nil {
+				v.events.Put(f.ev)
+				v.unplaceLocked(f.off, f.n)
+				v.stats.Pending -= f.n
+				v.stats.Mapped -= f.n
+				v.usage.subReserved(int(f.n))
+				continue
+			}
+			errs = append(errs, fmt.Errorf("%s: unmap [%#x, +%d): %w", virtualName, uint64(v.base)+f.off, f.n, err))
+		} else if !errors.Is(err, gpu.ErrNotReady) {
+			errs = append(errs, fmt.Errorf("%s: free of [%#x, +%d): %w", virtualName, uint64(v.base)+f.off, f.n, err))
+		}
+		kept = append(kept, f)
+	}
+	clear(v.pending[len(kept):])
+	v.pending = kept
+	return errors.Join(errs...)
+}
+
+// Release unmaps every freed range whose stream has finished with it,
+// without blocking: a free whose work is still running stays mapped (and
+// counted) until a later call finds it complete.
+func (v *Virtual) Release() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.reapLocked()
+}
+
+// ReleaseContext is Release that first waits, under ctx, for the work
+// before every pending free, so that all freed memory is unmapped when it
+// returns nil. A wait that ends with ctx unmaps what completed and
+// returns ctx's error.
+func (v *Virtual) ReleaseContext(ctx context.Context) error {
+	v.mu.Lock()
+	evs := make([]gpu.Event, len(v.pending))
+	for i, f := range v.pending {
+		evs[i] = f.ev
+	}
+	v.mu.Unlock()
+	// An event handed out again by reuse meanwhile may be waited on
+	// needlessly, never wrongly: the wait only delays.
+	var waitErr error
+	for _, e := range evs {
+		if waitErr = WaitEvent(ctx, e); waitErr != nil {
+			break
+		}
+	}
+	return errors.Join(waitErr, v.Release())
+}
+
+// Usage reports the physical memory mapped as Reserved and the live bytes
+// as Used.
+func (v *Virtual) Usage() Usage { return v.usage.snapshot() }
+
+// ResetPeaks lowers the peaks of Usage and Stats to the current values.
+func (v *Virtual) ResetPeaks() {
+	v.usage.resetPeaks()
+	v.mu.Lock()
+	v.stats.PeakMapped = v.stats.Mapped
+	v.stats.PeakLive = v.stats.Live
+	v.mu.Unlock()
+}
+
+// Stats returns the resource's counters.
+func (v *Virtual) Stats() VirtualStats {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.stats
+}
+
+// Close waits for the pending frees, unmaps them and frees the range. It
+// fails (ErrInvalidValue) while allocations are still live, and then
+// keeps the range (and the resource usable for their frees).
+func (v *Virtual) Close() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return nil
+	}
+	if err := v.reapWaitLocked(true); err != nil {
+		return fmt.Errorf("%s: close: %w", virtualName, err)
+	}
+	if n, bytes := v.live.count(); n > 0 {
+		return fmt.Errorf("%s: close: %d allocations (%d bytes) still live: %w", virtualName, n, bytes, gpu.ErrInvalidValue)
+	}
+	if err := v.vm.FreeAddress(v.base, v.size); err != nil {
+		return fmt.Errorf("%s: close: free the range: %w", virtualName, err)
+	}
+	v.closed = true
+	v.stats.Reserved = 0
+	return v.events.Close()
+}

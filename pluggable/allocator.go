@@ -1,0 +1,501 @@
+// Package pluggable is streamalloc as the device allocator of a host
+// program that calls it through a C ABI: PyTorch's CUDAPluggableAllocator,
+// CuPy's CFunctionAllocator, or any C code (package capi exports it). It
+// holds everything the C ABI does, so that all of it is tested on the
+// simulator: the configuration, one resource per device made on first
+// use, raw stream handles adopted, statistics, counting of failures, the
+// memory history and the profile.
+//
+// # Contract with the host
+//
+// Alloc returns 0 (NULL) for anything it cannot serve, as PyTorch
+// requires, and never panics: out of memory is counted (Stats.OOMs), any
+// other failure (a bad device, a stream of another context) counted as an
+// error, and the message kept for LastError. Free never fails the host
+// either: a pointer this allocator did not hand out, a double free or a
+// wrong size is refused by the resource before the driver sees it, counted
+// (Stats.BadFrees) and reported (LastError, and the first few on standard
+// error). A Go panic below is recovered in the method that the C ABI
+// calls, counted as an error, and the call answers as it would on an
+// error; no panic can cross into C, where it would abort the host.
+//
+// # Streams
+//
+// The host's stream (a cudaStream_t) is adopted on every call
+// (gpu.Adopter): a lock-free map lookup once seen. PyTorch frees on the
+// stream it allocated on (CUDAPluggableAllocator passes the allocation's
+// stream to free), so its frees are same-stream frees that the next
+// allocation on that stream reuses at once; a free on another stream is
+// ordered by an event, as everywhere in streamalloc. CuPy's allocator
+// interface has no stream: its allocations and frees use the legacy
+// default stream, which the driver orders against every blocking stream
+// (CuPy's streams are blocking unless made non_blocking).
+//
+// # Invariants
+//
+// One resource per device, made on first use, never replaced; the
+// configuration is fixed from then on (Configure fails with ErrStarted).
+// Live bytes and counts change only for allocations the resource granted
+// and frees it accepted, so they never drift on errors.
+package pluggable
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/cudagpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/mr"
+)
+
+// ConfigEnv is the environment variable read at first use when Configure
+// was not called.
+const ConfigEnv = "STREAMALLOC_CONF"
+
+// MaxDevices bounds the device ordinals the allocator serves.
+const MaxDevices = 64
+
+// Errors of the allocator.
+var (
+	// ErrStarted: Configure after the first allocation.
+	ErrStarted = errors.New("pluggable: already in use; configure before the first allocation")
+	// ErrBadDevice: a device ordinal the backend does not have.
+	ErrBadDevice = errors.New("pluggable: no such device")
+	// ErrNotTracking: WriteProfile without the track option.
+	ErrNotTracking = errors.New("pluggable: the profile needs the track option")
+	// ErrPanic: a panic below the allocator, recovered.
+	ErrPanic = errors.New("pluggable: recovered panic")
+)
+
+// reportedBadFrees is how many bad frees are written to standard error;
+// all are counted.
+const reportedBadFrees = 8
+
+// Allocator is one process's allocator over one backend. The zero value
+// is not usable; use New, or Default, the one the C ABI serves.
+type Allocator struct {
+	mu      sync.Mutex // configuration and the opening of devices
+	cfg     Config
+	set     bool // cfg came from Configure
+	started atomic.Bool
+	backend gpu.Backend
+	ndev    int
+	logFile *os.File
+	openErr error
+
+	devs [MaxDevices]atomic.Pointer[device]
+
+	errors, panics atomic.Uint64
+	lastErr        atomic.Pointer[string]
+	reported       atomic.Int32
+	stderr         io.Writer
+
+	// wrap, if set, wraps each device's resource (tests use it to make
+	// the resource panic).
+	wrap func(mr.Resource) mr.Resource
+}
+
+// device is the state of one device in use.
+type device struct {
+	dev  gpu.Device
+	res  mr.Resource // the top of the stack the host calls
+	base mr.Resource // the pool or async resource under the adaptors
+	// device is the resource that holds device memory (Direct or Async at
+	// the bottom, seen through counted for a pool): its Usage is what
+	// Stats reports as reserved.
+	device  mr.UsageReporter
+	counted *mr.Stats // a pool's calls to its upstream; nil for async
+	peaks   []any     // what ResetPeaks resets
+	// bottom is a pool's upstream when it caches memory itself (a driver
+	// pool), which Release trims after the pool gave its chunks back.
+	bottom  mr.Releaser
+	track   *mr.Tracking
+	log     *mr.Logging
+	closers []func() error
+
+	live, peakLive atomic.Int64
+	allocs, frees  atomic.Uint64
+	ooms, badFrees atomic.Uint64
+	liveAllocs     atomic.Int64
+	noSize         sizeTable // sizes of allocations freed without one (CuPy)
+	legacyMu       sync.Mutex
+	legacy         gpu.Stream // adopted legacy stream, for CuPy
+}
+
+// Default is the allocator of the process, the one the C ABI calls.
+var Default = New()
+
+// New returns an allocator that reads its configuration from
+// STREAMALLOC_CONF at first use unless Configure is called before.
+func New() *Allocator { return &Allocator{stderr: os.Stderr} }
+
+// Configure sets the configuration (ParseConfig's grammar). It fails with
+// an error matching ErrStarted once a device is in use, and with one
+// matching ErrConfig for a bad string (the configuration is then as
+// before).
+func (a *Allocator) Configure(conf string) error {
+	c, err := ParseConfig(conf)
+	if err != nil {
+		a.setLastErr(err)
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started.Load() {
+		err := fmt.Errorf("%w (configuration %q)", ErrStarted, conf)
+		a.setLastErr(err)
+		return err
+	}
+	a.cfg, a.set = c, true
+	return nil
+}
+
+// Config returns the configuration in effect (or that will be, at first
+// use).
+func (a *Allocator) Config() (Config, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.configLocked()
+}
+
+func (a *Allocator) configLocked() (Config, error) {
+	if a.set {
+		return a.cfg, nil
+	}
+	return ParseConfig(os.Getenv(ConfigEnv))
+}
+
+// start opens the backend on first use; a.mu is held.
+func (a *Allocator) startLocked() error {
+	if a.started.Load() {
+		return a.openErr
+	}
+	a.started.Store(true)
+	a.openErr = a.openLocked()
+	return a.openErr
+}
+
+func (a *Allocator) openLocked() error {
+	c, err := a.configLocked()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ConfigEnv, err)
+	}
+	a.cfg = c
+	switch c.Backend {
+	case "sim":
+		a.backend = sim.New(sim.Config{Capacity: c.SimCapacity})
+	default:
+		if a.backend, err = cudagpu.Open(); err != nil {
+			return err
+		}
+	}
+	if a.ndev, err = a.backend.DeviceCount(); err != nil {
+		return err
+	}
+	if c.Log != "" {
+		if a.logFile, err = os.Create(c.Log); err != nil {
+			return fmt.Errorf("pluggable: history: %w", err)
+		}
+	}
+	return nil
+}
+
+// device returns the state of device ordinal, opening it on first use.
+func (a *Allocator) device(ordinal int) (*device, error) {
+	if ordinal < 0 || ordinal >= MaxDevices {
+		return nil, fmt.Errorf("%w: device %d", ErrBadDevice, ordinal)
+	}
+	if d := a.devs[ordinal].Load(); d != nil {
+		return d, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d := a.devs[ordinal].Load(); d != nil {
+		return d, nil
+	}
+	if err := a.startLocked(); err != nil {
+		return nil, err
+	}
+	if ordinal >= a.ndev {
+		return nil, fmt.Errorf("%w: device %d of %d", ErrBadDevice, ordinal, a.ndev)
+	}
+	d, err := a.openDevice(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("pluggable: device %d: %w", ordinal, err)
+	}
+	a.devs[ordinal].Store(d)
+	return d, nil
+}
+
+// openDevice builds the resource stack of one device from the
+// configuration: the kind, then Tracking and Logging if asked for.
+func (a *Allocator) openDevice(ordinal int) (*device, error) {
+	gd, err := a.backend.Device(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	c := a.cfg
+	d := &device{dev: gd}
+	switch c.Kind {
+	case "async":
+		opts := mr.AsyncOptions{ReleaseThreshold: c.ReleaseThreshold}
+		switch c.AsyncPool {
+		case "own":
+			opts.OwnPool = true
+		case "current":
+			opts.CurrentPool = true
+		}
+		r, err := mr.NewAsync(gd, opts)
+		if err != nil {
+			return nil, err
+		}
+		d.base, d.device, d.closers = r, r, append(d.closers, r.Close)
+		d.peaks = []any{r}
+	default:
+		var up mr.Resource = mr.NewDirect(gd)
+		if c.Upstream == "async" {
+			r, err := mr.NewAsync(gd, mr.AsyncOptions{OwnPool: true, ReleaseThreshold: maxOption})
+			if err != nil {
+				return nil, err
+			}
+			up, d.bottom, d.closers = r, r, append(d.closers, r.Close)
+		}
+		d.counted = mr.NewStats(up, mr.StatsOptions{})
+		p, err := mr.NewPool(d.counted, mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
+			MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig})
+		if err != nil {
+			return nil, err
+		}
+		d.base, d.device, d.closers = p, d.counted, append([]func() error{p.Close}, d.closers...)
+		d.peaks = []any{p, d.counted, up}
+	}
+	d.res = d.base
+	if c.Track {
+		d.track = mr.NewTracking(d.res, mr.TrackingOptions{})
+		d.res = d.track
+	}
+	if a.logFile != nil {
+		d.log = mr.NewLogging(d.res, a.logFile, mr.LoggingOptions{Thread: uint64(ordinal)})
+		d.res = d.log
+	}
+	if a.wrap != nil {
+		d.res = a.wrap(d.res)
+	}
+	return d, nil
+}
+
+// setLastErr keeps err's message for LastError and counts it.
+func (a *Allocator) setLastErr(err error) {
+	msg := err.Error()
+	a.lastErr.Store(&msg)
+}
+
+// fail counts an error of a call and keeps its message.
+func (a *Allocator) fail(err error) {
+	a.errors.Add(1)
+	a.setLastErr(err)
+}
+
+// recovered turns a recovered panic into a counted error.
+func (a *Allocator) recovered(op string, r any) {
+	a.panics.Add(1)
+	a.fail(fmt.Errorf("%w in %s: %v", ErrPanic, op, r))
+}
+
+// LastError is the message of the last failure (a configuration, an
+// allocation, a free), or "".
+func (a *Allocator) LastError() string {
+	if p := a.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Alloc returns size bytes on device for work enqueued on stream (a raw
+// cudaStream_t: 0 is the legacy default stream), or 0 if it cannot: out of
+// memory (counted in Stats.OOMs) or another error (counted in the
+// allocator's errors, with LastError). A size of 0 returns 0 and counts
+// nothing.
+func (a *Allocator) Alloc(size uint64, ordinal int, stream uintptr) (p uintptr) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.recovered("alloc", r)
+			p = 0
+		}
+	}()
+	if size == 0 {
+		return 0
+	}
+	d, err := a.device(ordinal)
+	if err != nil {
+		a.fail(fmt.Errorf("pluggable: alloc %d bytes: %w", size, err))
+		return 0
+	}
+	s, err := d.dev.AdoptStream(stream)
+	if err != nil {
+		a.fail(fmt.Errorf("pluggable: alloc %d bytes on device %d: %w", size, ordinal, err))
+		return 0
+	}
+	return a.alloc(d, size, s)
+}
+
+func (a *Allocator) alloc(d *device, size uint64, s gpu.Stream) uintptr {
+	if size > maxOption {
+		d.ooms.Add(1)
+		a.setLastErr(fmt.Errorf("pluggable: alloc %d bytes: %w", size, mr.ErrOutOfMemory))
+		return 0
+	}
+	ptr, err := d.res.Allocate(int(size), s)
+	if err != nil {
+		if errors.Is(err, mr.ErrOutOfMemory) {
+			d.ooms.Add(1)
+			a.setLastErr(err)
+		} else {
+			a.fail(err)
+		}
+		return 0
+	}
+	d.allocs.Add(1)
+	d.liveAllocs.Add(1)
+	live := d.live.Add(int64(size))
+	for {
+		peak := d.peakLive.Load()
+		if live <= peak || d.peakLive.CompareAndSwap(peak, live) {
+			break
+		}
+	}
+	return uintptr(ptr)
+}
+
+// Free frees ptr, of size bytes, allocated on device, in stream order on
+// stream. A free the resource refuses (unknown pointer, double free, wrong
+// size, bad stream) changes nothing, is counted in Stats.BadFrees and
+// returned; Free(0, 0, ...) does nothing.
+func (a *Allocator) Free(ptr uintptr, size uint64, ordinal int, stream uintptr) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.recovered("free", r)
+			err = fmt.Errorf("%w in free: %v", ErrPanic, r)
+		}
+	}()
+	if ptr == 0 && size == 0 {
+		return nil
+	}
+	d, err := a.device(ordinal)
+	if err != nil {
+		return a.badFree(nil, fmt.Errorf("pluggable: free %#x: %w", ptr, err))
+	}
+	s, err := d.dev.AdoptStream(stream)
+	if err != nil {
+		return a.badFree(d, fmt.Errorf("pluggable: free %#x on device %d: %w", ptr, ordinal, err))
+	}
+	return a.free(d, ptr, size, s)
+}
+
+func (a *Allocator) free(d *device, ptr uintptr, size uint64, s gpu.Stream) error {
+	if size > maxOption {
+		return a.badFree(d, fmt.Errorf("pluggable: free %#x of %d bytes: %w", ptr, size, mr.ErrSizeMismatch))
+	}
+	if err := d.res.Deallocate(gpu.DevicePtr(ptr), int(size), s); err != nil {
+		return a.badFree(d, err)
+	}
+	d.frees.Add(1)
+	d.liveAllocs.Add(-1)
+	d.live.Add(-int64(size))
+	return nil
+}
+
+// badFree counts and reports a refused free.
+func (a *Allocator) badFree(d *device, err error) error {
+	if d != nil {
+		d.badFrees.Add(1)
+	} else {
+		a.errors.Add(1)
+	}
+	a.setLastErr(err)
+	if a.reported.Add(1) <= reportedBadFrees {
+		fmt.Fprintf(a.stderr, "streamalloc: bad free (counted, nothing freed): %v\n", err)
+	}
+	return err
+}
+
+// AllocNoStream is Alloc for hosts whose interface has no stream and frees
+// without a size (CuPy): it allocates on the legacy default stream and
+// remembers the size for FreeNoSize.
+func (a *Allocator) AllocNoStream(size uint64, ordinal int) (p uintptr) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.recovered("alloc", r)
+			p = 0
+		}
+	}()
+	if size == 0 {
+		return 0
+	}
+	d, s, err := a.legacyStream(ordinal)
+	if err != nil {
+		a.fail(fmt.Errorf("pluggable: alloc %d bytes: %w", size, err))
+		return 0
+	}
+	p = a.alloc(d, size, s)
+	if p != 0 {
+		d.noSize.put(p, size)
+	}
+	return p
+}
+
+// FreeNoSize frees an allocation of AllocNoStream, on the legacy default
+// stream; a pointer it did not hand out is a bad free.
+func (a *Allocator) FreeNoSize(ptr uintptr, ordinal int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.recovered("free", r)
+			err = fmt.Errorf("%w in free: %v", ErrPanic, r)
+		}
+	}()
+	if ptr == 0 {
+		return nil
+	}
+	d, s, err := a.legacyStream(ordinal)
+	if err != nil {
+		return a.badFree(d, fmt.Errorf("pluggable: free %#x: %w", ptr, err))
+	}
+	size, ok := d.noSize.take(ptr)
+	if !ok {
+		return a.badFree(d, fmt.Errorf("pluggable: free %#x: %w", ptr, mr.ErrUnknownPointer))
+	}
+	if err := a.free(d, ptr, size, s); err != nil {
+		d.noSize.put(ptr, size) // still live
+		return err
+	}
+	return nil
+}
+
+func (a *Allocator) legacyStream(ordinal int) (*device, gpu.Stream, error) {
+	d, err := a.device(ordinal)
+	if err != nil {
+		return nil, nil, err
+	}
+	d.legacyMu.Lock()
+	defer d.legacyMu.Unlock()
+	if d.legacy == nil {
+		if d.legacy, err = d.dev.AdoptStream(gpu.StreamLegacy); err != nil {
+			return d, nil, err
+		}
+	}
+	return d, d.legacy, nil
+}
+
+// Recover, deferred by an entry point of the C ABI, turns a panic in that
+// entry point into a counted error (the call then returns its zero
+// values), so that no panic crosses into C.
+func (a *Allocator) Recover(entry string) {
+	if r := recover(); r != nil {
+		a.recovered(entry, r)
+	}
+}

@@ -1,0 +1,241 @@
+// The configuration string: what STREAMALLOC_CONF and sa_configure take.
+//
+// Grammar: items separated by commas; the first item may be a resource
+// kind ("pool" or "async"); every other item is key=value, or a bare key
+// for a boolean. Sizes are bytes, with an optional binary suffix (k/K/KiB,
+// m/M/MiB, g/G/GiB, t/T/TiB). Whitespace around items is ignored. Examples:
+//
+//	pool
+//	pool,release_threshold=2GiB,chunk_size=32MiB
+//	async,pool=current
+//	pool,backend=sim,sim_capacity=256MiB,log=/tmp/alloc.csv,track
+//	pool,split_big=false
+//
+// Invariant: ParseConfig(c.String()) == c for every Config that
+// ParseConfig returned.
+
+package pluggable
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrConfig is matched by every error of a configuration string.
+var ErrConfig = errors.New("pluggable: bad configuration")
+
+// Config is a parsed configuration string.
+type Config struct {
+	// Kind is the resource of each device: "pool" (mr.Pool, the default)
+	// or "async" (mr.Async, the driver's pool).
+	Kind string
+	// Backend is "cuda" (the default) or "sim" (a simulated GPU, for
+	// tests of the C ABI without a GPU).
+	Backend string
+	// SimCapacity is each simulated device's memory (sim only; 0: the
+	// simulator's default, 80 GiB).
+	SimCapacity uint64
+	// Upstream is where a pool takes its chunks: "direct" (cuMemAlloc,
+	// the default: the reserved bytes are exactly the device memory
+	// taken) or "async" (a driver pool of its own that keeps what it
+	// reserved).
+	Upstream string
+	// ChunkSize, InitialSize, MaxSize and ReleaseThreshold are the pool's
+	// options (mr.PoolOptions; 0: the defaults). For "async",
+	// ReleaseThreshold is the driver pool's release threshold.
+	ChunkSize, InitialSize, MaxSize, ReleaseThreshold uint64
+	// AsyncPool is the driver pool "async" allocates from: "default"
+	// (the default), "current" (cuDeviceGetMemPool) or "own".
+	AsyncPool string
+	// Log, if not empty, is a file that receives an RMM CSV line for
+	// every allocation and free (the memory history; Flush writes what is
+	// buffered).
+	Log string
+	// Track keeps the call stack of every live allocation, for
+	// WriteProfile.
+	Track bool
+	// SplitBig is the pool's mr.PoolOptions.SplitBig: big requests split
+	// larger free blocks rather than grow the pool. On by default for
+	// pool (split_big=false turns it off), always off for async: the
+	// frameworks' training steps repeat with tensors of changing sizes,
+	// where the pool without it gives chunks back and grows new ones
+	// dozens of times a step (BENCHMARKS.md).
+	SplitBig bool
+}
+
+// DefaultConfig is what an empty string means.
+var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", AsyncPool: "default", SplitBig: true}
+
+// ParseConfig parses a configuration string; "" is DefaultConfig. Every
+// error matches ErrConfig and names the item.
+func ParseConfig(s string) (Config, error) {
+	c := DefaultConfig
+	c.SplitBig = false // set below: the default of the kind, unless given
+	var splitGiven bool
+	items := strings.Split(s, ",")
+	for i, item := range items {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			if len(items) == 1 {
+				break
+			}
+			return Config{}, fmt.Errorf("%w: empty item %d in %q", ErrConfig, i+1, s)
+		}
+		key, val, hasVal := strings.Cut(item, "=")
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		if i == 0 && !hasVal && (key == "pool" || key == "async") {
+			c.Kind = key
+			continue
+		}
+		if err := c.set(key, val, hasVal); err != nil {
+			return Config{}, fmt.Errorf("%w: %q: %v", ErrConfig, item, err)
+		}
+		splitGiven = splitGiven || key == "split_big"
+	}
+	if !splitGiven {
+		c.SplitBig = c.Kind == "pool"
+	}
+	if c.Kind == "async" && c.ChunkSize+c.InitialSize+c.MaxSize != 0 {
+		return Config{}, fmt.Errorf("%w: chunk_size, initial_size and max_size are options of pool, not async", ErrConfig)
+	}
+	if c.Kind == "async" && c.SplitBig {
+		return Config{}, fmt.Errorf("%w: split_big is an option of pool, not async", ErrConfig)
+	}
+	if c.Kind == "pool" && c.AsyncPool != "default" {
+		return Config{}, fmt.Errorf("%w: pool= is an option of async (pool takes upstream=)", ErrConfig)
+	}
+	if c.Backend != "sim" && c.SimCapacity != 0 {
+		return Config{}, fmt.Errorf("%w: sim_capacity needs backend=sim", ErrConfig)
+	}
+	return c, nil
+}
+
+// maxOption bounds sizes, so that every one fits an int.
+const maxOption = 1 << 62
+
+func (c *Config) set(key, val string, hasVal bool) error {
+	choice := func(dst *string, allowed ...string) error {
+		for _, a := range allowed {
+			if val == a {
+				*dst = val
+				return nil
+			}
+		}
+		return fmt.Errorf("want one of %s", strings.Join(allowed, ", "))
+	}
+	size := func(dst *uint64) error {
+		n, err := ParseSize(val)
+		if err != nil {
+			return err
+		}
+		*dst = n
+		return nil
+	}
+	flag := func(dst *bool) error {
+		if !hasVal {
+			*dst = true
+			return nil
+		}
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return errors.New("want a boolean")
+		}
+		*dst = b
+		return nil
+	}
+	if !hasVal && key != "track" && key != "split_big" {
+		return errors.New("want key=value")
+	}
+	switch key {
+	case "backend":
+		return choice(&c.Backend, "cuda", "sim")
+	case "sim_capacity":
+		return size(&c.SimCapacity)
+	case "upstream":
+		return choice(&c.Upstream, "direct", "async")
+	case "chunk_size":
+		return size(&c.ChunkSize)
+	case "initial_size":
+		return size(&c.InitialSize)
+	case "max_size":
+		return size(&c.MaxSize)
+	case "release_threshold":
+		return size(&c.ReleaseThreshold)
+	case "pool":
+		return choice(&c.AsyncPool, "default", "current", "own")
+	case "log":
+		if val == "" {
+			return errors.New("empty path")
+		}
+		c.Log = val
+		return nil
+	case "track":
+		return flag(&c.Track)
+	case "split_big":
+		return flag(&c.SplitBig)
+	}
+	return errors.New("unknown key")
+}
+
+// ParseSize parses a byte count with an optional binary suffix (k, K,
+// KiB, m, M, MiB, g, G, GiB, t, T, TiB). Errors match ErrConfig.
+func ParseSize(s string) (uint64, error) {
+	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	unit := s[len(num):]
+	shift := 0
+	switch unit {
+	case "":
+	case "k", "K", "KiB":
+		shift = 10
+	case "m", "M", "MiB":
+		shift = 20
+	case "g", "G", "GiB":
+		shift = 30
+	case "t", "T", "TiB":
+		shift = 40
+	default:
+		return 0, fmt.Errorf("%w: size %q: unknown unit %q", ErrConfig, s, unit)
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || num == "" {
+		return 0, fmt.Errorf("%w: size %q: not a number", ErrConfig, s)
+	}
+	if n > maxOption>>shift {
+		return 0, fmt.Errorf("%w: size %q: too large", ErrConfig, s)
+	}
+	return n << shift, nil
+}
+
+// String is the configuration in the grammar of ParseConfig, with only
+// the items that differ from DefaultConfig after the kind.
+func (c Config) String() string {
+	parts := []string{c.Kind}
+	add := func(key, val, def string) {
+		if val != def {
+			parts = append(parts, key+"="+val)
+		}
+	}
+	sz := func(key string, v uint64) {
+		if v != 0 {
+			parts = append(parts, key+"="+strconv.FormatUint(v, 10))
+		}
+	}
+	add("backend", c.Backend, DefaultConfig.Backend)
+	sz("sim_capacity", c.SimCapacity)
+	add("upstream", c.Upstream, DefaultConfig.Upstream)
+	sz("chunk_size", c.ChunkSize)
+	sz("initial_size", c.InitialSize)
+	sz("max_size", c.MaxSize)
+	sz("release_threshold", c.ReleaseThreshold)
+	add("pool", c.AsyncPool, DefaultConfig.AsyncPool)
+	add("log", c.Log, "")
+	if c.Track {
+		parts = append(parts, "track")
+	}
+	if c.Kind == "pool" && !c.SplitBig {
+		parts = append(parts, "split_big=false")
+	}
+	return strings.Join(parts, ",")
+}

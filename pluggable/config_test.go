@@ -1,0 +1,101 @@
+package pluggable
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	d := DefaultConfig
+	with := func(f func(*Config)) Config { c := d; f(&c); return c }
+	for _, c := range []struct {
+		in   string
+		want Config
+	}{
+		{"", d},
+		{"pool", d},
+		{" pool , release_threshold = 2GiB ", with(func(c *Config) { c.ReleaseThreshold = 2 << 30 })},
+		{"pool,chunk_size=32M,initial_size=1g,max_size=1T,upstream=async", with(func(c *Config) {
+			c.ChunkSize, c.InitialSize, c.MaxSize, c.Upstream = 32<<20, 1<<30, 1<<40, "async"
+		})},
+		{"async,pool=current,release_threshold=0", with(func(c *Config) { c.Kind, c.AsyncPool, c.SplitBig = "async", "current", false })},
+		{"async,pool=own", with(func(c *Config) { c.Kind, c.AsyncPool, c.SplitBig = "async", "own", false })},
+		{"backend=sim,sim_capacity=256MiB", with(func(c *Config) { c.Backend, c.SimCapacity = "sim", 256<<20 })},
+		{"pool,log=/tmp/a=b.csv,track", with(func(c *Config) { c.Log, c.Track = "/tmp/a=b.csv", true })},
+		{"track=false", d},
+		{"release_threshold=12345", with(func(c *Config) { c.ReleaseThreshold = 12345 })},
+		{"release_threshold=3k", with(func(c *Config) { c.ReleaseThreshold = 3 << 10 })},
+		{"pool,split_big", d},
+		{"split_big=true,track", with(func(c *Config) { c.Track = true })},
+		{"pool,split_big=0", with(func(c *Config) { c.SplitBig = false })},
+		{"pool,split_big=false,upstream=async", with(func(c *Config) { c.SplitBig, c.Upstream = false, "async" })},
+		{"async", with(func(c *Config) { c.Kind, c.SplitBig = "async", false })},
+		{"async,split_big=false", with(func(c *Config) { c.Kind, c.SplitBig = "async", false })},
+	} {
+		got, err := ParseConfig(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("ParseConfig(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	for _, in := range []string{
+		"pool,",                          // empty item
+		",pool",                          // empty item
+		"arena",                          // unknown kind (a bare key)
+		"pool,async",                     // a kind not first
+		"colour=blue",                    // unknown key
+		"backend=rocm",                   // bad choice
+		"upstream=managed",               // bad choice
+		"release_threshold=",             // no number
+		"release_threshold=-1",           // negative
+		"release_threshold=1.5G",         // not an integer
+		"release_threshold=3EiB",         // unknown unit
+		"release_threshold=99999999999T", // too large
+		"chunk_size",                     // no value
+		"log=",                           // empty path
+		"track=maybe",                    // not a boolean
+		"split_big=2",                    // not a boolean
+		"async,split_big",                // pool option on async
+		"async,chunk_size=8M",            // pool option on async
+		"pool,pool=own",                  // async option on pool
+		"sim_capacity=1G",                // without backend=sim
+	} {
+		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{"0": 0, "1": 1, "2k": 2 << 10, "2K": 2 << 10, "2KiB": 2 << 10,
+		"5m": 5 << 20, "5MiB": 5 << 20, "7G": 7 << 30, "1TiB": 1 << 40} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+// FuzzParseConfig: ParseConfig never panics, every error matches
+// ErrConfig, and what it accepts prints to a string that parses back to
+// the same configuration.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0",
+		"backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseConfig(s)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("ParseConfig(%q): error %v does not match ErrConfig", s, err)
+			}
+			return
+		}
+		back, err := ParseConfig(c.String())
+		if err != nil || back != c {
+			t.Fatalf("ParseConfig(%q) = %+v, printed %q, parsed back %+v, %v", s, c, c.String(), back, err)
+		}
+	})
+}

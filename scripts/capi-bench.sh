@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# capi-bench.sh runs the C benchmark of the C ABI (an allocate/free pair
+# from C, through Go and back) on the simulator and, when one is present,
+# on the GPU. Build first with scripts/build-capi.sh.
+#
+# Usage: scripts/capi-bench.sh [dir] [pairs] [threads]  (default build/capi 1000000 4)
+# Environment: CONFS, the configurations run on the GPU, each in turn
+#   (STREAMALLOC_CONF; default "pool").
+set -euo pipefail
+
+dir=${1:-build/capi}
+pairs=${2:-1000000}
+threads=${3:-4}
+echo "== simulator"
+STREAMALLOC_CONF=pool,backend=sim "$dir/capi_bench" "$pairs" "$threads"
+if [ -e /dev/nvidiactl ] || command -v nvidia-smi >/dev/null 2>&1; then
+	for conf in ${CONFS:-pool}; do
+		echo "== GPU, $conf"
+		STREAMALLOC_CONF=$conf "$dir/capi_bench" "$pairs" "$threads"
+	done
+fi

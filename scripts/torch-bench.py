@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""torch-bench.py: real PyTorch and CuPy workloads under three allocators.
+
+One (workload, allocator) pair per process, because an allocator is chosen
+before the first CUDA allocation and cannot be changed after;
+scripts/torch-bench.sh runs every pair and prints the table.
+
+Workloads (models are randomly initialized from their configurations;
+nothing is downloaded):
+  gpt2      GPT-2 small (12 layers, 768 wide) training, AdamW, bf16 autocast,
+            batch 8, sequence lengths cycling 256 512 1024 384 768 128
+  resnet50  torchvision ResNet-50 training, SGD, fp16 autocast with a
+            GradScaler, batch 64 at 224x224
+  generate  GPT-2 small greedy generation with a growing KV cache (32-token
+            prompt, 32 new tokens), batch sizes cycling 1 8 32 4 16
+  cupy      CuPy arrays of cycling sizes: elementwise, rfft, matmul, reductions
+Allocators: native (PyTorch's caching allocator), expandable (the same with
+expandable_segments:True), native-async (PyTorch's own cudaMallocAsync
+backend), streamalloc (libstreamalloc.so through CUDAPluggableAllocator or
+CFunctionAllocator), cupy-pool (CuPy's MemoryPool), and control
+(libtorch_control.so, capi/testdata/torch_control.c: a pluggable allocator in C
+alone over cuMemAllocAsync, which times every call; --conf is its mode: async,
+async+go (one call into Go per call), or sa:CONF (forwarding to streamalloc
+configured with CONF)).
+
+Deterministic settings: fixed seeds, data drawn on the GPU from a seeded
+generator, torch.use_deterministic_algorithms(True, warn_only=True),
+cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8.
+
+usage: torch-bench.py run WORKLOAD ALLOCATOR --out RESULTS.jsonl [--lib PATH]
+                          [--control-lib PATH] [--conf CONF] [--warmup N] [--steps N]
+       torch-bench.py table RESULTS.jsonl
+"""
+
+import argparse
+import ctypes
+import hashlib
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class _CtlStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "allocs", "frees", "failures", "alloc_ns", "free_ns", "reserved_high", "used_high")] + [("mode", ctypes.c_int)]
+
+
+class Control:
+    """The C control allocator (capi/testdata/torch_control.c)."""
+
+    def __init__(self, path, conf, lib):
+        mode, _, sa_conf = conf.partition(":")
+        os.environ["TORCH_CONTROL"] = mode
+        self.sa = None
+        if mode in ("async+go", "sa"):
+            os.environ["TORCH_CONTROL_LIB"] = lib
+            sys.path.insert(0, os.path.join(HERE, "..", "python"))
+            import streamalloc_torch
+            self.sa = streamalloc_torch
+            if mode == "sa":
+                # Configure the library; the control forwards to it.
+                streamalloc_torch.use_streamalloc(conf=sa_conf or "pool", torch=False, path=lib)
+        self.path = path
+        self.lib = ctypes.CDLL(path)
+        self.lib.ctl_stats.argtypes = [ctypes.POINTER(_CtlStats)]
+        self.lib.ctl_stats.restype = ctypes.c_int
+        self.mode = mode
+
+    def install(self):
+        import torch
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(self.path, "ctl_alloc", "ctl_free")
+        torch.cuda.memory.change_current_allocator(alloc)
+
+    def stats(self):
+        st = _CtlStats()
+        if self.lib.ctl_stats(ctypes.byref(st)) != 0:
+            raise RuntimeError("torch_control: ctl_stats failed (see the messages above)")
+        return {name: getattr(st, name) for name, _ in _CtlStats._fields_}
+
+
+def setup_allocator(allocator, lib, conf, cupy=False, control_lib=None):
+    """Chooses the allocator; must run before torch or cupy touch CUDA."""
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    if allocator == "expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    elif allocator == "native-async":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    else:
+        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if allocator == "streamalloc":
+        sys.path.insert(0, os.path.join(HERE, "..", "python"))
+        import streamalloc_torch
+        streamalloc_torch.use_streamalloc(conf=conf, torch=not cupy, cupy=cupy, path=lib)
+        return streamalloc_torch
+    if allocator == "control":
+        ctl = Control(control_lib, conf, lib)
+        ctl.install()
+        return ctl
+    return None
+
+
+def deterministic(torch):
+    torch.manual_seed(0)
+    torch.cuda.manual_seed_all(0)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def gpt2_config():
+    from transformers import GPT2Config
+    return GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+
+
+def workload_gpt2(torch):
+    from transformers import GPT2LMHeadModel
+    model = GPT2LMHeadModel(gpt2_config()).cuda()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    seqs = [256, 512, 1024, 384, 768, 128]
+    batch = 8
+
+    def step(i):
+        x = torch.randint(0, 50257, (batch, seqs[i % len(seqs)]), device="cuda", generator=gen)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step, len(seqs)
+
+
+def workload_resnet50(torch):
+    import torch.nn.functional as F
+    import torchvision
+    model = torchvision.models.resnet50(weights=None).cuda()
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda")
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    batch = 64
+
+    def step(i):
+        x = torch.randn(batch, 3, 224, 224, device="cuda", generator=gen)
+        y = torch.randint(0, 1000, (batch,), device="cuda", generator=gen)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step, 1
+
+
+def workload_generate(torch):
+    from transformers import GPT2LMHeadModel
+    model = GPT2LMHeadModel(gpt2_config()).cuda().eval()
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    batches = [1, 8, 32, 4, 16]
+    prompt, new = 32, 32
+
+    @torch.no_grad()
+    def step(i):
+        ids = torch.randint(0, 50257, (batches[i % len(batches)], prompt), device="cuda", generator=gen)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(input_ids=ids, use_cache=True)
+            past = out.past_key_values
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            toks = [nxt]
+            for _ in range(new - 1):
+                out = model(input_ids=nxt, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+                toks.append(nxt)
+        # The "loss" of generation: a checksum of the tokens generated.
+        return float(torch.cat(toks, 1).sum().item())
+    return step, len(batches)
+
+
+def run_torch(args):
+    alloc = setup_allocator(args.allocator, args.lib, args.conf, control_lib=args.control_lib)
+    ctl = alloc if isinstance(alloc, Control) else None
+    sa = ctl.sa if ctl is not None else alloc
+    if ctl is not None and ctl.mode != "sa":
+        sa = None  # async+go loads the library only to cross into Go
+    import torch
+    deterministic(torch)
+    step, cycle = {"gpt2": workload_gpt2, "resnet50": workload_resnet50,
+                   "generate": workload_generate}[args.workload](torch)
+    def device_calls():
+        # cudaMalloc/cudaFree (or a pool's growths and give-backs) so far.
+        if sa is not None:
+            s = sa.stats(0)
+            return s["device_allocs"], s["device_frees"]
+        if ctl is not None:
+            return -1, -1
+        st = torch.cuda.memory_stats(0)
+        return st.get("num_device_alloc", -1), st.get("num_device_free", -1)
+
+    losses, times = [], []
+    for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            before = device_calls()
+            ctl_before = ctl.stats() if ctl is not None else None
+        t0 = time.perf_counter()
+        loss = step(i)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        losses.append(loss)
+        if i >= args.warmup:
+            times.append(dt)
+    after = device_calls()
+    if sa is not None and "log=" in args.conf:
+        sa.flush_history()
+    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "device_allocs": after[0], "device_frees": after[1],
+              "device_allocs_timed": after[0] - before[0], "device_frees_timed": after[1] - before[1]}
+    if sa is not None:
+        s = sa.stats(0)
+        result.update(peak_reserved=s["peak_reserved_bytes"], peak_allocated=s["peak_live_bytes"],
+                      allocs=s["allocs"], oom=s["oom_count"], bad_frees=s["bad_free_count"],
+                      errors=s["error_count"])
+    elif ctl is not None:
+        c = ctl.stats()
+        result.update(peak_reserved=c["reserved_high"], peak_allocated=c["used_high"], allocs=c["allocs"],
+                      errors=c["failures"], allocated_is_driver_used=True)
+    else:
+        st = torch.cuda.memory_stats(0)
+        result.update(peak_reserved=torch.cuda.max_memory_reserved(0),
+                      peak_allocated=st.get("requested_bytes.all.peak", 0) or torch.cuda.max_memory_allocated(0),
+                      peak_allocated_blocks=torch.cuda.max_memory_allocated(0),
+                      allocs=st.get("allocation.all.allocated", 0))
+    if ctl is not None:
+        # Calls during the timed steps, and the time spent in them, as
+        # seen from the host's side of the call.
+        c = ctl.stats()
+        n_a, n_f = c["allocs"] - ctl_before["allocs"], c["frees"] - ctl_before["frees"]
+        result.update(timed_allocs=n_a, timed_frees=n_f,
+                      alloc_ns_mean=(c["alloc_ns"] - ctl_before["alloc_ns"]) / max(n_a, 1),
+                      free_ns_mean=(c["free_ns"] - ctl_before["free_ns"]) / max(n_f, 1),
+                      call_ms_per_step=(c["alloc_ns"] + c["free_ns"] - ctl_before["alloc_ns"] - ctl_before["free_ns"])
+                      / 1e6 / max(args.steps, 1))
+    return finish(args, result, losses, times, cycle)
+
+
+def run_cupy(args):
+    sa = setup_allocator(args.allocator, args.lib, args.conf, cupy=True)
+    import cupy as cp
+    pool = cp.get_default_memory_pool() if sa is None else None
+    peak = {"reserved": 0, "used": 0}
+
+    def sample():
+        # CuPy's pool has no high-water marks: sample after every step
+        # of the workload (an estimate from below).
+        if pool is not None:
+            peak["reserved"] = max(peak["reserved"], pool.total_bytes())
+            peak["used"] = max(peak["used"], pool.used_bytes())
+
+    rs = cp.random.RandomState(0)
+    sizes = [1 << 20, 4 << 20, 16 << 20, 3 << 20, 9 << 20]
+
+    def step(i):
+        n = sizes[i % len(sizes)]
+        a = rs.standard_normal(n, dtype=cp.float32)
+        sample()
+        b = a * 2 + 1
+        sample()
+        c = cp.fft.rfft(b)
+        sample()
+        m = int(math.isqrt(n // 4)) * 2
+        x = a[: m * m].reshape(m, m)
+        y = x @ x.T
+        sample()
+        total = float(cp.abs(c).sum() + y.sum())
+        sample()
+        del a, b, c, x, y
+        return total
+
+    losses, times = [], []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        losses.append(step(i))
+        cp.cuda.Device(0).synchronize()
+        dt = time.perf_counter() - t0
+        if i >= args.warmup:
+            times.append(dt)
+    result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cupy": cp.__version__}
+    if sa is not None:
+        s = sa.stats(0)
+        result.update(peak_reserved=s["peak_reserved_bytes"], peak_allocated=s["peak_live_bytes"],
+                      allocs=s["allocs"], oom=s["oom_count"], bad_frees=s["bad_free_count"],
+                      errors=s["error_count"])
+    else:
+        result.update(peak_reserved=peak["reserved"], peak_allocated=peak["used"], sampled=True)
+    return finish(args, result, losses, times, len(sizes))
+
+
+def finish(args, result, losses, times, cycle):
+    env = " ".join("%s=%s" % (k, os.environ[k]) for k in ("GOMAXPROCS", "GOGC", "GODEBUG") if k in os.environ)
+    result.update(workload=args.workload, allocator=args.allocator, env=env,
+                  conf=args.conf if args.allocator in ("streamalloc", "control") else "",
+                  warmup=args.warmup, steps=args.steps, cycle=cycle,
+                  step_ms_median=1e3 * statistics.median(times), step_ms_min=1e3 * min(times),
+                  step_ms_max=1e3 * max(times), times_ms=[round(1e3 * t, 3) for t in times],
+                  final_loss=repr(losses[-1]),
+                  losses_sha=hashlib.sha256(repr(losses).encode()).hexdigest()[:16], losses=losses)
+    with open(args.out, "a") as f:
+        f.write(json.dumps(result) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("losses", "times_ms")}))
+    return 0
+
+
+def mib(n):
+    return "%.0f" % (n / 2**20)
+
+
+def table(path):
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    order = ["native", "expandable", "native-async", "cupy-pool", "control", "streamalloc"]
+    print("| workload | allocator | step ms (median) | vs native | peak reserved MiB | peak allocated MiB"
+          " | reserved / allocated | device allocs+frees in timed steps | losses vs native |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for w in ["gpt2", "resnet50", "generate", "cupy"]:
+        rs = sorted((r for r in rows if r["workload"] == w),
+                    key=lambda r: (order.index(r["allocator"]), r.get("conf", ""), r.get("env", "")))
+        base = next((r for r in rs if r["allocator"] in ("native", "cupy-pool")), None)
+        for r in rs:
+            vs = "%.3f" % (r["step_ms_median"] / base["step_ms_median"]) if base else "-"
+            ratio = r["peak_reserved"] / r["peak_allocated"] if r["peak_allocated"] else float("nan")
+            if base is None or r is base:
+                same = "(reference)"
+            elif r["losses"] == base["losses"]:
+                same = "identical (%d steps)" % len(r["losses"])
+            else:
+                d = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(r["losses"], base["losses"]))
+                same = "differ: max rel. %.2e, final %s vs %s" % (d, r["final_loss"], base["final_loss"])
+            note = " (sampled)" if r.get("sampled") else ""
+            env = " ".join(e for e in r.get("env", "").split() if e != "GODEBUG=gctrace=1")
+            name = r["allocator"] + (" `%s`" % r["conf"] if r.get("conf") else "") + (" (%s)" % env if env else "")
+            calls = "%s+%s" % (r.get("device_allocs_timed", "-"), r.get("device_frees_timed", "-"))
+            print("| %s | %s | %.2f | %s | %s%s | %s%s | %.3f | %s | %s |" % (
+                w, name, r["step_ms_median"], vs, mib(r["peak_reserved"]), note,
+                mib(r["peak_allocated"]), note, ratio, calls, same))
+    timed = [r for r in rows if "alloc_ns_mean" in r]
+    if timed:
+        print("\nCalls timed by the control, from the host's side, during the timed steps:\n")
+        print("| workload | control mode | allocs a step | ns per alloc | ns per free | ms in calls a step | step ms |")
+        print("|---|---|---|---|---|---|---|")
+        for r in timed:
+            print("| %s | `%s` | %.0f | %.0f | %.0f | %.2f | %.2f |" % (
+                r["workload"], r["conf"], r["timed_allocs"] / max(r["steps"], 1), r["alloc_ns_mean"],
+                r["free_ns_mean"], r["call_ms_per_step"], r["step_ms_median"]))
+    dev = {r.get("device") for r in rows}
+    print("\ndevice: %s; steps: %s" % (", ".join(sorted(d for d in dev if d)),
+                                       ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("workload", choices=["gpt2", "resnet50", "generate", "cupy"])
+    r.add_argument("allocator", choices=["native", "expandable", "native-async", "streamalloc", "cupy-pool", "control"])
+    r.add_argument("--out", required=True)
+    r.add_argument("--lib", default=None)
+    r.add_argument("--control-lib", default=os.path.join(HERE, "..", "build", "capi", "libtorch_control.so"))
+    r.add_argument("--conf", default="pool")
+    r.add_argument("--warmup", type=int, default=6)
+    r.add_argument("--steps", type=int, default=24)
+    t = sub.add_parser("table")
+    t.add_argument("results")
+    args = p.parse_args()
+    if args.cmd == "table":
+        table(args.results)
+        return 0
+    if args.workload == "cupy":
+        return run_cupy(args)
+    return run_torch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# torch-bench.sh runs workloads of torch-bench.py under allocators, each in
+# its own process, on a machine with a GPU, PyTorch, torchvision,
+# transformers and CuPy, and prints the markdown table of BENCHMARKS.md.
+# Build the library and the C control first (scripts/build-capi.sh); the
+# machine needs no Go.
+#
+# Usage: scripts/torch-bench.sh [outdir] [lib]
+#   (default outdir torch-bench-out, lib build/capi/libstreamalloc.so; the
+#   control, libtorch_control.so, is taken from lib's folder)
+# Environment: WARMUP, STEPS (default 6 and 24 per workload; generation
+#   and CuPy use 5 and 20), WORKLOADS (default "gpt2 resnet50 generate
+#   cupy"), CONFS (streamalloc's configurations, each a run, default "pool"),
+#   RUN_TIMEOUT (seconds per process, default 240), GCTRACE=1 (run
+#   streamalloc and the control with GODEBUG=gctrace=1; each log then counts
+#   the Go collections), DEADLINE (seconds: runs that would start later than
+#   this after the script began are skipped, and named), and RUNS, which
+#   replaces the loops above by a list
+#   of runs separated by ';', each "WORKLOAD ALLOCATOR [CONF [VAR=VALUE ...]]",
+#   for example
+#     RUNS='gpt2 native; gpt2 control async+go; gpt2 streamalloc pool GOMAXPROCS=4'
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-torch-bench-out}
+lib=$(realpath "${2:-$here/../build/capi/libstreamalloc.so}")
+control=$(dirname "$lib")/libtorch_control.so
+mkdir -p "$out"
+results="$out/results.jsonl"
+: >"$results"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$out/machine.txt"
+python3 -c 'import torch, torchvision, transformers, cupy; print("torch", torch.__version__, "torchvision", torchvision.__version__, "transformers", transformers.__version__, "cupy", cupy.__version__)' 2>&1 | tee -a "$out/machine.txt"
+status=0
+began=$(date +%s)
+
+# run WORKLOAD ALLOCATOR CONF [VAR=VALUE ...]: one process.
+run() {
+	local w=$1 a=$2 conf=${3:-pool}
+	shift 3 || shift $#
+	local warm=${WARMUP:-6} steps=${STEPS:-24}
+	case $w in generate | cupy) warm=${WARMUP:-5} steps=${STEPS:-20} ;; esac
+	local envs=("$@")
+	if [ "${GCTRACE:-}" = 1 ] && { [ "$a" = streamalloc ] || [ "$a" = control ]; }; then
+		envs+=(GODEBUG=gctrace=1)
+	fi
+	local tag="$w-$a-${conf//[^a-z0-9=+]/_}"
+	[ ${#envs[@]} -gt 0 ] && tag="$tag-$(echo "${envs[*]}" | tr -c 'A-Za-z0-9=\n' _)"
+	local log="$out/$tag.log" start
+	start=$(date +%s)
+	if [ -n "${DEADLINE:-}" ] && [ $((start - began)) -ge "$DEADLINE" ]; then
+		echo "$w $a $conf ${envs[*]-}: SKIPPED (DEADLINE $DEADLINE s reached)"
+		return
+	fi
+	if env ${envs[@]+"${envs[@]}"} timeout "${RUN_TIMEOUT:-240}" python3 "$here/torch-bench.py" run "$w" "$a" \
+		--out "$results" --lib "$lib" --control-lib "$control" --conf "$conf" --warmup "$warm" --steps "$steps" \
+		>"$log" 2>&1; then
+		echo "$w $a $conf ${envs[*]-}: ok in $(($(date +%s) - start)) s; Go collections: $(grep -c '^gc [0-9]* @' "$log")"
+	else
+		echo "$w $a $conf ${envs[*]-}: FAILED in $(($(date +%s) - start)) s; last lines of $log:"
+		tail -15 "$log"
+		status=1
+	fi
+}
+
+if [ -n "${RUNS:-}" ]; then
+	IFS=';' read -ra specs <<<"$RUNS"
+	for spec in "${specs[@]}"; do
+		read -ra words <<<"$spec"
+		[ ${#words[@]} -ge 2 ] || continue
+		run "${words[@]}"
+	done
+else
+	for w in ${WORKLOADS:-gpt2 resnet50 generate cupy}; do
+		allocs="native expandable streamalloc"
+		[ "$w" = cupy ] && allocs="cupy-pool streamalloc"
+		for a in $allocs; do
+			confs=pool
+			[ "$a" = streamalloc ] && confs=${CONFS:-pool}
+			for conf in $confs; do
+				run "$w" "$a" "$conf"
+			done
+		done
+	done
+fi
+python3 "$here/torch-bench.py" table "$results" | tee "$out/table.md"
+exit $status
