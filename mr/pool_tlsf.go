@@ -163,7 +163,11 @@ func (t *tlsf) findFit(size int, ok func(*poolBlock) bool) *poolBlock {
 	fl, sl := tlsfClass(size)
 	var best *poolBlock
 	found := 0 // candidates met in the request's class
-	for b := t.heads[fl][sl]; b != nil && (found < tlsfScan || fl == tlsfFL-1); b = b.lnext {
+	var head *poolBlock
+	if row := t.heads[fl]; row != nil { // rows are allocated on use
+		head = row[sl]
+	}
+	for b := head; b != nil && (found < tlsfScan || fl == tlsfFL-1); b = b.lnext {
 		if b.size < size || !ok(b) {
 			continue
 		}

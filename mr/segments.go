@@ -59,13 +59,13 @@ var (
 // AppendSegments appends the pool's chunks, each with the ID of its home
 // stream.
 func (p *Pool) AppendSegments(dst []Segment) []Segment {
-	for _, e := range p.chunks.all() {
+	p.chunks.visit(func(e *span[*poolChunk]) {
 		var home uint64
 		if h := e.v.home.Load(); h != nil {
 			home = h.id
 		}
 		dst = append(dst, Segment{Base: e.base, Size: e.size, Stream: home})
-	}
+	})
 	return dst
 }
 
@@ -73,22 +73,22 @@ func (p *Pool) AppendSegments(dst []Segment) []Segment {
 // stream whose arena owns it (0 while it waits in the global arena).
 // Large allocations are not segments.
 func (r *Arena) AppendSegments(dst []Segment) []Segment {
-	for _, e := range r.index.all() {
+	r.index.visit(func(e *span[*superblock]) {
 		var owner uint64
 		if a := e.v.owner.Load(); a != nil {
 			owner = a.s.ID()
 		}
 		dst = append(dst, Segment{Base: e.base, Size: e.size, Stream: owner})
-	}
+	})
 	return dst
 }
 
 // AppendSegments appends the resource's chunks; their blocks go to any
 // stream, so Stream is 0.
 func (r *FixedSize) AppendSegments(dst []Segment) []Segment {
-	for _, e := range r.chunks.all() {
+	r.chunks.visit(func(e *span[*fsChunk]) {
 		dst = append(dst, Segment{Base: e.base, Size: e.size})
-	}
+	})
 	return dst
 }
 

@@ -144,6 +144,30 @@ func (x *spanIndex[T]) len() int {
 	return 0
 }
 
+// visit calls fn with every published span in order of base, allocating
+// nothing: a merge of the runs, each step taking the smallest head.
+func (x *spanIndex[T]) visit(fn func(e *span[T])) {
+	r := x.cur.Load()
+	if r == nil {
+		return
+	}
+	var pos [64]int // runs are at most about log2(spans): far fewer
+	runs := r.runs[:min(len(r.runs), len(pos))]
+	for {
+		best := -1
+		for i, run := range runs {
+			if pos[i] < len(run) && (best < 0 || run[pos[i]].base < runs[best][pos[best]].base) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return
+		}
+		fn(&runs[best][pos[best]])
+		pos[best]++
+	}
+}
+
 // all returns the published spans sorted by base, in a new slice.
 func (x *spanIndex[T]) all() []span[T] {
 	r := x.cur.Load()

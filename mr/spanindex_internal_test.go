@@ -59,4 +59,14 @@ func TestSpanIndex(t *testing.T) {
 			t.Fatalf("all is not sorted at %d", i)
 		}
 	}
+	i := 0
+	x.visit(func(e *span[int]) {
+		if i >= len(all) || e.base != all[i].base || e.v != all[i].v {
+			t.Fatalf("visit's span %d differs from all's", i)
+		}
+		i++
+	})
+	if i != len(all) {
+		t.Errorf("visit saw %d spans of %d", i, len(all))
+	}
 }
