@@ -136,23 +136,32 @@ func (t *tlsf) find(size int) *poolBlock {
 		}
 	}
 	// Every block of a class above the request's fits.
+	if fl, sl, ok := t.nextClass(fl, sl); ok {
+		return t.heads[fl][sl]
+	}
+	return nil
+}
+
+// nextClass returns the first non-empty class above class (fl, sl), in
+// increasing order of size, from the bitmaps; ok is false if there is none.
+func (t *tlsf) nextClass(fl, sl int) (int, int, bool) {
 	sl++
 	if sl == tlsfSL {
 		fl, sl = fl+1, 0
 	}
 	if fl >= tlsfFL {
-		return nil
+		return 0, 0, false
 	}
 	slm := t.slMap[fl] & (^uint32(0) << sl)
 	if slm == 0 {
 		flm := t.flMap & (^uint64(0) << (fl + 1))
 		if flm == 0 {
-			return nil
+			return 0, 0, false
 		}
 		fl = bits.TrailingZeros64(flm)
 		slm = t.slMap[fl]
 	}
-	return t.heads[fl][bits.TrailingZeros32(slm)]
+	return fl, bits.TrailingZeros32(slm), true
 }
 
 // findFit returns a filed block of at least size bytes that ok accepts:
@@ -180,23 +189,10 @@ func (t *tlsf) findFit(size int, ok func(*poolBlock) bool) *poolBlock {
 		return best
 	}
 	for {
-		sl++
-		if sl == tlsfSL {
-			fl, sl = fl+1, 0
-		}
-		if fl >= tlsfFL {
+		var more bool
+		if fl, sl, more = t.nextClass(fl, sl); !more {
 			return nil
 		}
-		slm := t.slMap[fl] & (^uint32(0) << sl)
-		if slm == 0 {
-			flm := t.flMap & (^uint64(0) << (fl + 1))
-			if flm == 0 {
-				return nil
-			}
-			fl = bits.TrailingZeros64(flm)
-			slm = t.slMap[fl]
-		}
-		sl = bits.TrailingZeros32(slm)
 		for b := t.heads[fl][sl]; b != nil; b = b.lnext {
 			if ok(b) {
 				return b
