@@ -220,7 +220,7 @@ func poolModel(t *testing.T, steps int, next func(int) int) {
 		d.mu.Lock()
 		var used uint64
 		for _, l := range lives {
-			used += roundUp(l.size, align)
+			used += roundUp(max(l.size, 1), poolAlign)
 		}
 		if p.used != used {
 			t.Fatalf("step %d: used %d, want %d", step, p.used, used)
@@ -240,22 +240,27 @@ func poolModel(t *testing.T, steps int, next func(int) int) {
 			listed[x] = true
 		}
 		nfree := 0
-		for _, c := range p.chunks {
-			reserved += c.seg.size
-			if c.seg.size%bigAlign != 0 {
-				t.Fatalf("chunk of %d bytes", c.seg.size)
+		for _, h := range p.heaps {
+			reserved += uint64(h.mapped) * vmGranule
+			if h.end%vmGranule != 0 || h.end > h.seg.size {
+				t.Fatalf("heap range of %d bytes", h.end)
 			}
-			end := c.seg.base
-			for b := c.first; b != nil; b = b.next {
-				if b.addr != end || (b.next != nil && b.free && b.next.free && !b.settled() && !b.next.settled() && sameStreams(b.deps, b.next.deps)) {
-					t.Fatalf("step %d: chunk blocks not contiguous or not coalesced", step)
+			end := h.seg.base
+			var last *block
+			for b := h.first; b != nil; b = b.next {
+				if b.addr != end || b.heap != h || (b.next != nil && b.free && b.next.free && !b.settled() && !b.next.settled() && sameStreams(b.deps, b.next.deps)) {
+					t.Fatalf("step %d: heap blocks not contiguous or not coalesced", step)
 				}
 				if _, ok := p.apart[b]; b.next != nil && b.free && b.next.free && !ok {
 					t.Fatalf("step %d: free neighbours kept apart, the first not noted for settleLocked", step)
 				}
 				end += b.size
+				last = b
 				if !b.free {
 					inChunks += b.size
+					if h.unmappedIn(b.addr-h.seg.base, b.addr-h.seg.base+b.size) != 0 {
+						t.Fatalf("step %d: live block over unmapped pages", step)
+					}
 				} else {
 					nfree++
 					if !listed[b] {
@@ -263,8 +268,8 @@ func poolModel(t *testing.T, steps int, next func(int) int) {
 					}
 				}
 			}
-			if end != c.seg.base+c.seg.size {
-				t.Fatalf("blocks do not cover their chunk")
+			if end != h.seg.base+h.end || last != h.last {
+				t.Fatalf("blocks do not cover their heap")
 			}
 		}
 		if nfree != len(listed) {

@@ -104,7 +104,7 @@ func (d *Device) reapLocked() {
 	d.asyncFrees = kept
 	for _, p := range d.pools {
 		if p.destroyed {
-			p.releaseLocked(0)
+			p.releaseLocked(0, false)
 		}
 	}
 	d.dropDestroyedPoolsLocked()

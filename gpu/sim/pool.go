@@ -58,9 +58,6 @@ import (
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
-// poolGranule is what a pool grows by: requests are rounded up to it.
-const poolGranule = 32 << 20
-
 type memPool struct {
 	dev       *Device
 	isDefault bool
@@ -71,7 +68,7 @@ type memPool struct {
 	followEvents, opportunistic, internalDep bool
 	threshold                                uint64
 	reserved, reservedHigh, used, usedHigh   uint64
-	chunks                                   []*chunk
+	heaps                                    []*heap
 	free                                     *block // list of free blocks (fprev, fnext)
 	// apart holds every free block whose next neighbour is free too (kept
 	// apart because their frees could not coalesce yet), and perhaps
@@ -81,18 +78,13 @@ type memPool struct {
 	apart map[*block]struct{}
 }
 
-type chunk struct {
-	seg   *segment
-	first *block
-}
-
 type block struct {
 	pool       *memPool
-	chunk      *chunk
+	heap       *heap
 	addr, size uint64
 	free       bool
 	deps       []*op  // free operations to be ordered after (free blocks)
-	prev, next *block // neighbours in the chunk, by address
+	prev, next *block // neighbours in the heap, by address
 	fprev      *block // free blocks: neighbours in the pool's free list
 	fnext      *block
 }
@@ -249,7 +241,7 @@ func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acqu
 
 // allocLocked finds or makes a block of at least size bytes for s.
 func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, waits, acquires []*op, err error) {
-	need := roundUp(size, align)
+	need := roundUp(max(size, 1), poolAlign)
 	p.settleLocked()
 	s.nextDepsLocked()
 	host := p.dev.b.host.Load().vc
@@ -272,10 +264,18 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 			}
 		}
 	}
+	if best != nil {
+		// A free block over pages given back maps them again.
+		if err := p.mapLocked(call, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need); err != nil {
+			best = nil
+		}
+	}
 	if best == nil {
-		if c, err := p.growLocked(call, need); err == nil {
-			best, bestAcq = c.first, nil
+		if g, acq, err := p.growLocked(call, s, host, need); err == nil {
+			best, bestAcq = g, acq
 		} else if bestWait == nil {
+			return nil, nil, nil, err
+		} else if err := p.mapLocked(call, bestWait.heap, bestWait.addr-bestWait.heap.seg.base, bestWait.addr-bestWait.heap.seg.base+need); err != nil {
 			return nil, nil, nil, err
 		} else {
 			best, bestAcq, waits = bestWait, bestWaitAcq, bestWaits
@@ -285,36 +285,92 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	return best, waits, bestAcq, nil
 }
 
-// growLocked reserves a chunk for a request of need bytes.
-func (p *memPool) growLocked(call string, need uint64) (*chunk, error) {
-	size := roundUp(need, poolGranule)
-	seg, err := p.dev.mapLocked(call, size, size)
-	if err != nil && size > roundUp(need, bigAlign) {
-		// Not measured on the card: near the device's capacity the
-		// model grows by the request rounded to 2 MiB, the mapping
-		// granularity, rather than fail for want of a whole granule.
-		size = roundUp(need, bigAlign)
-		seg, err = p.dev.mapLocked(call, size, size)
+// growLocked extends the pool for a request of need bytes on s and
+// returns the free block that serves it: the pool's last block, extended,
+// if it is free and s may use it without an inserted wait (with the
+// frees it must acquire), else a new block after it. The range grows to
+// the next granule boundary past the request; a heap that cannot hold
+// that is followed by a new one.
+func (p *memPool) growLocked(call string, s *stream, host vclock, need uint64) (*block, []*op, error) {
+	if len(p.heaps) > 0 {
+		h := p.heaps[len(p.heaps)-1]
+		start, tail := h.end, (*block)(nil)
+		var acq []*op
+		if l := h.last; l != nil && l.free {
+			if ok, w, a := p.usable(l, s, host); ok && len(w) == 0 {
+				start, tail, acq = l.addr-h.seg.base, l, a
+			}
+		}
+		if b, err := p.extendLocked(call, h, start, need, tail); err == nil {
+			return b, acq, nil
+		} else if start+need <= h.seg.size {
+			return nil, nil, err // out of device memory, not of addresses
+		}
+	}
+	h, err := p.newHeapLocked(call, need)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := p.extendLocked(call, h, 0, need, nil)
+	if err != nil {
+		p.heaps = p.heaps[:len(p.heaps)-1]
+		p.dropHeapLocked(h)
+		return nil, nil, err
+	}
+	return b, nil, nil
+}
+
+// extendLocked maps h up to the granule boundary past start+need
+// (offsets in h) and returns the free block at start: tail extended, or
+// a new last block. Near the device's capacity, where a whole granule
+// does not fit, the range ends at the 2 MiB page past the request
+// instead (not measured on the card: the model would otherwise fail a
+// request the device can hold).
+func (p *memPool) extendLocked(call string, h *heap, start, need uint64, tail *block) (*block, error) {
+	end := roundUp(start+need, poolGranule)
+	if end > h.seg.size {
+		return nil, driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested: the pool's range is full", need)
+	}
+	err := p.mapLocked(call, h, start, end)
+	if err != nil && roundUp(start+need, vmGranule) < end {
+		end = roundUp(start+need, vmGranule)
+		err = p.mapLocked(call, h, start, end)
 	}
 	if err != nil {
 		return nil, err
 	}
-	c := &chunk{seg: seg}
-	c.first = &block{pool: p, chunk: c, addr: seg.base, size: size, free: true}
-	p.listFree(c.first)
-	p.chunks = append(p.chunks, c)
-	p.reserved += size
-	p.reservedHigh = max(p.reservedHigh, p.reserved)
-	return c, nil
+	if end <= h.end {
+		return tail, nil // the pages were mapped, the block was there
+	}
+	grown := end - h.end
+	h.end = end
+	if tail != nil {
+		tail.size += grown
+		return tail, nil
+	}
+	b := &block{pool: p, heap: h, addr: h.seg.base + end - grown, size: grown, free: true, prev: h.last}
+	if h.last != nil {
+		h.last.next = b
+	} else {
+		h.first = b
+	}
+	h.last = b
+	p.listFree(b)
+	if b.prev != nil {
+		p.noteApart(b.prev)
+	}
+	return b, nil
 }
 
 // carveLocked allocates the first need bytes of free block b.
 func (p *memPool) carveLocked(b *block, need uint64) {
 	if b.size > need {
-		rest := &block{pool: p, chunk: b.chunk, addr: b.addr + need, size: b.size - need, free: true,
+		rest := &block{pool: p, heap: b.heap, addr: b.addr + need, size: b.size - need, free: true,
 			deps: append([]*op(nil), b.deps...), prev: b, next: b.next}
 		if b.next != nil {
 			b.next.prev = rest
+		} else {
+			b.heap.last = rest
 		}
 		b.next = rest
 		b.size = need
@@ -381,6 +437,8 @@ func (b *block) absorb(n *block) {
 	b.next = n.next
 	if n.next != nil {
 		n.next.prev = b
+	} else {
+		b.heap.last = b
 	}
 }
 
@@ -463,34 +521,89 @@ next:
 	return out
 }
 
-// idle reports whether chunk c is one free block whose frees completed
-// (after settleLocked, a chunk of free blocks whose frees completed is
-// one block).
-func (c *chunk) idle() bool {
-	b := c.first
-	return b.free && b.next == nil && b.settled()
+// seenComplete reports whether every free b depends on is due and the
+// host has seen at least one of them complete (it synchronized with it).
+// A block freed by nothing (never used) counts as seen.
+func (b *block) seenComplete(host vclock) bool {
+	seen := len(b.deps) == 0
+	for _, f := range b.deps {
+		if !f.due() {
+			return false
+		}
+		seen = seen || host.get(f.s.id) >= f.seq
+	}
+	return seen
 }
 
-// releaseLocked gives idle chunks back to the device until at most keep
-// bytes stay reserved.
-func (p *memPool) releaseLocked(keep uint64) {
+// releaseLocked gives idle granules back to the device, the highest
+// addresses first. A granule is idle when one free block covers it (up
+// to the end of the heap's range) whose frees have completed, and, at a
+// synchronization (atSync), the host has seen one of them complete. At a
+// synchronization it releases while more than keep bytes stay reserved;
+// TrimTo releases a granule only if at least keep bytes stay reserved
+// after it.
+func (p *memPool) releaseLocked(keep uint64, atSync bool) {
 	p.settleLocked()
-	for i := len(p.chunks) - 1; i >= 0 && p.reserved > keep; i-- {
-		c := p.chunks[i]
-		if !c.idle() {
+	host := p.dev.b.host.Load().vc
+	type cand struct {
+		h    *heap
+		g    uint64
+		addr uint64
+	}
+	var cands []cand
+	for x := p.free; x != nil; x = x.fnext {
+		if atSync && !x.seenComplete(host) || !atSync && !x.settled() {
 			continue
 		}
-		p.unlistFree(c.first)
-		p.dev.unmapLocked(c.seg, c.seg.size)
-		p.reserved -= c.seg.size
-		p.chunks = append(p.chunks[:i], p.chunks[i+1:]...)
+		h := x.heap
+		lo, hi := x.addr-h.seg.base, x.addr-h.seg.base+x.size
+		for g := roundUp(lo, poolGranule) / poolGranule; g*poolGranule < hi && min((g+1)*poolGranule, h.end) <= hi; g++ {
+			if h.granuleMapped(g) {
+				cands = append(cands, cand{h, g, h.seg.base + g*poolGranule})
+			}
+		}
 	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.addr, a.addr) })
+	for _, c := range cands {
+		if atSync && p.reserved <= keep {
+			break
+		}
+		if !atSync {
+			n := uint64(poolGranule/vmGranule-c.h.unmappedIn(c.g*poolGranule, (c.g+1)*poolGranule)) * vmGranule
+			if p.reserved < keep+n {
+				continue
+			}
+		}
+		p.unmapGranuleLocked(c.h, c.g)
+	}
+	if p.destroyed {
+		p.dropIdleHeapsLocked()
+	}
+}
+
+// dropIdleHeapsLocked gives back the addresses of heaps with nothing
+// mapped.
+func (p *memPool) dropIdleHeapsLocked() {
+	kept := p.heaps[:0]
+	for _, h := range p.heaps {
+		if h.mapped > 0 {
+			kept = append(kept, h)
+			continue
+		}
+		for b := h.first; b != nil; b = b.next {
+			p.unlistFree(b)
+			delete(p.apart, b)
+		}
+		p.dropHeapLocked(h)
+	}
+	clear(p.heaps[len(kept):])
+	p.heaps = kept
 }
 
 func (d *Device) dropDestroyedPoolsLocked() {
 	kept := d.pools[:0]
 	for _, p := range d.pools {
-		if !p.destroyed || len(p.chunks) > 0 {
+		if !p.destroyed || len(p.heaps) > 0 {
 			kept = append(kept, p)
 		}
 	}
@@ -499,14 +612,14 @@ func (d *Device) dropDestroyedPoolsLocked() {
 }
 
 // afterSync is what a synchronization point does to pools: release what
-// is reserved above each pool's threshold.
+// is reserved above each pool's threshold and seen idle.
 func (d *Device) afterSync() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reapLocked()
 	for _, p := range d.pools {
 		if p.reserved > p.threshold {
-			p.releaseLocked(p.threshold)
+			p.releaseLocked(p.threshold, true)
 		}
 	}
 }
@@ -631,7 +744,7 @@ func (p *memPool) TrimTo(minBytesToKeep uint64) error {
 		return err
 	}
 	defer p.dev.mu.Unlock()
-	p.releaseLocked(minBytesToKeep)
+	p.releaseLocked(minBytesToKeep, false)
 	return nil
 }
 

@@ -188,7 +188,11 @@ func (d *Device) rangeLocked(call string, bad gpu.Code, p gpu.DevicePtr, size ui
 	if s == nil || s.vm == nil || uint64(p)+size < uint64(p) || uint64(p)+size > s.base+s.size {
 		return nil, 0, driverErrf(call, bad, "[%#x, +%d) is not inside one reservation", uint64(p), size)
 	}
-	return d.vmLocked().resv[s.base], int((uint64(p) - s.base) / vmGranule), nil
+	r := d.vmLocked().resv[s.base]
+	if r == nil { // a driver pool's range (poolheap.go), not the program's
+		return nil, 0, driverErrf(call, bad, "[%#x, +%d) is not inside one reservation", uint64(p), size)
+	}
+	return r, int((uint64(p) - s.base) / vmGranule), nil
 }
 
 // Map maps size bytes of h from offset at p. A range, offset or size the

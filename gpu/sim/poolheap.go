@@ -1,0 +1,139 @@
+// The address range of a driver pool: one reserved range that the pool's
+// blocks tile from its start, backed by device memory granule by granule.
+//
+// The card's pool is one contiguous range of addresses: a growth maps
+// memory right after what the pool already holds, so a block may start in
+// one growth and end in the next (pool.go gives the measurements). A heap
+// models that: a reservation-like segment (memory.go, vmm.go) whose 2 MiB
+// pages are mapped as the pool grows, whose blocks tile [base, base+end)
+// in address order, and whose 32 MiB granules are given back one by one
+// (only when no live block and no pending free touches them), so memory
+// can be released from the middle of the range, as the driver does.
+// Touching an unmapped page of a heap is an illegal address, as on the
+// card.
+//
+// A heap's span (its addresses) is fixed when it is made; a pool that
+// outgrows it starts a new heap, not contiguous with the last, so two
+// blocks of different heaps never merge. The span is the device's
+// capacity, capped at heapMaxSpan, so the address space holds many pools.
+//
+// Invariants (under Device.mu): the blocks of a heap tile [base, base+end)
+// without gaps, first to last by address; end is a multiple of
+// poolGranule; a page is mapped iff seg.vm's entry for it is non-nil, and
+// every page under a live block is mapped; the pool's reserved bytes are
+// its heaps' mapped pages times vmGranule, and the device's committed
+// bytes include them.
+
+package sim
+
+import (
+	"sync/atomic"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+const (
+	// poolGranule is what a pool grows by, and the unit in which it gives
+	// memory back: requests are rounded up to it.
+	poolGranule = 32 << 20
+	// poolAlign is the spacing of a pool's blocks: requests are rounded
+	// up to it (the card spaces 1-byte to 512-byte blocks 512 bytes
+	// apart and 513-byte ones 1024).
+	poolAlign = 512
+	// heapMaxSpan caps a heap's addresses.
+	heapMaxSpan = 16 << 30
+)
+
+// heap is one reserved range of a pool.
+type heap struct {
+	seg         *segment
+	pages       []atomic.Pointer[page] // backing of each 2 MiB page, committed on touch
+	mapped      int                    // pages mapped
+	end         uint64                 // blocks tile [seg.base, seg.base+end)
+	first, last *block
+}
+
+// newHeapLocked reserves the addresses of a heap that can hold at least
+// need bytes.
+func (p *memPool) newHeapLocked(call string, need uint64) (*heap, error) {
+	d := p.dev
+	span := min(roundUp(d.capacity, poolGranule), heapMaxSpan)
+	span = max(span, roundUp(need, poolGranule))
+	base, ok := d.va.alloc(span, poolGranule)
+	if !ok && span > roundUp(need, poolGranule) {
+		span = roundUp(need, poolGranule)
+		base, ok = d.va.alloc(span, poolGranule)
+	}
+	if !ok {
+		return nil, driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested: address space exhausted", need)
+	}
+	seg := &segment{base: base, size: span, vm: make([]atomic.Pointer[vmPage], span/vmGranule)}
+	d.segs.add(seg)
+	h := &heap{seg: seg, pages: make([]atomic.Pointer[page], span/vmGranule)}
+	p.heaps = append(p.heaps, h)
+	return h, nil
+}
+
+// dropHeapLocked gives a heap's addresses back; nothing may be mapped.
+func (p *memPool) dropHeapLocked(h *heap) {
+	p.dev.segs.remove(h.seg)
+	p.dev.va.release(h.seg.base, h.seg.size)
+}
+
+// unmappedIn counts the unmapped pages of [lo, hi), offsets in h.
+func (h *heap) unmappedIn(lo, hi uint64) int {
+	n := 0
+	for i := lo / vmGranule; i < (hi+vmGranule-1)/vmGranule; i++ {
+		if h.seg.vm[i].Load() == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// mapLocked maps every unmapped page of [lo, hi), offsets in h, charging
+// the device; if the device cannot hold them all, it maps none.
+func (p *memPool) mapLocked(call string, h *heap, lo, hi uint64) error {
+	d := p.dev
+	n := uint64(h.unmappedIn(lo, hi))
+	if n == 0 {
+		return nil
+	}
+	if d.committed+n*vmGranule > d.capacity {
+		return driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested, %d of %d free", n*vmGranule, d.capacity-d.committed, d.capacity)
+	}
+	for i := lo / vmGranule; i < (hi+vmGranule-1)/vmGranule; i++ {
+		if h.seg.vm[i].Load() == nil {
+			h.seg.publish(int(i), &vmPage{slot: &h.pages[i]})
+		}
+	}
+	d.committed += n * vmGranule
+	h.mapped += int(n)
+	p.reserved += n * vmGranule
+	p.reservedHigh = max(p.reservedHigh, p.reserved)
+	return nil
+}
+
+// unmapGranuleLocked unmaps the pages of granule g of h and drops their
+// bytes, returning how many bytes it gave back.
+func (p *memPool) unmapGranuleLocked(h *heap, g uint64) uint64 {
+	var n uint64
+	raceDisable()
+	for i := g * poolGranule / vmGranule; i < (g+1)*poolGranule/vmGranule; i++ {
+		if h.seg.vm[i].Load() != nil {
+			h.seg.vm[i].Store(nil)
+			h.pages[i].Store(nil)
+			n++
+		}
+	}
+	raceEnable()
+	h.mapped -= int(n)
+	p.dev.committed -= n * vmGranule
+	p.reserved -= n * vmGranule
+	return n * vmGranule
+}
+
+// granuleMapped reports whether any page of granule g of h is mapped.
+func (h *heap) granuleMapped(g uint64) bool {
+	return h.unmappedIn(g*poolGranule, (g+1)*poolGranule) < poolGranule/vmGranule
+}
