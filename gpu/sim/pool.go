@@ -67,6 +67,7 @@ type memPool struct {
 	destroyed                                bool
 	followEvents, opportunistic, internalDep bool
 	threshold                                uint64
+	frees                                    uint64 // frees so far: block.freed
 	reserved, reservedHigh, used, usedHigh   uint64
 	heaps                                    []*heap
 	free                                     *block // list of free blocks (fprev, fnext)
@@ -84,6 +85,10 @@ type block struct {
 	addr, size uint64
 	free       bool
 	deps       []*op  // free operations to be ordered after (free blocks)
+	// pending marks a free block whose frees the pool has not yet
+	// processed (flushLocked): only its own stream reuses it, first.
+	pending bool
+	freed   uint64 // when it was freed (the pool's count of frees)
 	prev, next *block // neighbours in the heap, by address
 	fprev      *block // free blocks: neighbours in the pool's free list
 	fnext      *block
@@ -239,16 +244,35 @@ func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acqu
 	return true, waits, acquires
 }
 
-// allocLocked finds or makes a block of at least size bytes for s.
+// allocLocked finds or makes a block of at least size bytes for s: the
+// best fitting block freed on s and not yet processed (the oldest free
+// among equal sizes); else, with every completed free processed, the
+// best fitting block s may use, preferring those that need no inserted
+// wait, the free end of the range last; else a growth; else a block
+// behind an inserted wait.
 func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, waits, acquires []*op, err error) {
 	need := roundUp(max(size, 1), poolAlign)
 	p.settleLocked()
 	s.nextDepsLocked()
 	host := p.dev.b.host.Load().vc
-	var best, bestWait *block
+	var best *block
+	for x := p.free; x != nil; x = x.fnext {
+		if x.pending && x.size >= need && onlyOn(x.deps, s) &&
+			(best == nil || x.size < best.size || x.size == best.size && (x.freed < best.freed || x.freed == best.freed && x.addr < best.addr)) {
+			best = x
+		}
+	}
+	if best != nil && p.mapLocked(call, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need) == nil {
+		p.carveLocked(best, need)
+		return best, nil, nil, nil
+	}
+	p.flushLocked()
+	best = nil
+	tail := p.tail()
+	var bestWait *block
 	var bestAcq, bestWaits, bestWaitAcq []*op
 	for x := p.free; x != nil; x = x.fnext {
-		if x.size < need {
+		if x.size < need || x == tail {
 			continue
 		}
 		ok, w, a := p.usable(x, s, host)
@@ -262,6 +286,11 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 			if bestWait == nil || x.size < bestWait.size || (x.size == bestWait.size && x.addr < bestWait.addr) {
 				bestWait, bestWaits, bestWaitAcq = x, w, a
 			}
+		}
+	}
+	if best == nil && tail != nil && tail.size >= need {
+		if ok, w, a := p.usable(tail, s, host); ok && len(w) == 0 {
+			best, bestAcq = tail, a
 		}
 	}
 	if best != nil {
@@ -285,6 +314,45 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	return best, waits, bestAcq, nil
 }
 
+// onlyOn reports whether every free of deps is on s (and there is one).
+func onlyOn(deps []*op, s *stream) bool {
+	for _, f := range deps {
+		if f.s != s {
+			return false
+		}
+	}
+	return len(deps) > 0
+}
+
+// tail is the free block at the end of the pool's last range, if its
+// frees were processed: what growth extends, used only when no other
+// block fits.
+func (p *memPool) tail() *block {
+	if len(p.heaps) == 0 {
+		return nil
+	}
+	if l := p.heaps[len(p.heaps)-1].last; l != nil && l.free && !l.pending {
+		return l
+	}
+	return nil
+}
+
+// flushLocked processes the frees that have completed: their blocks stop
+// being pending and coalesce with free neighbours whose frees were
+// processed too.
+func (p *memPool) flushLocked() {
+	for x := p.free; x != nil; x = x.fnext {
+		if x.pending && x.settled() {
+			x.pending = false
+			p.noteApart(x)
+			if x.prev != nil {
+				p.noteApart(x.prev)
+			}
+		}
+	}
+	p.settleLocked()
+}
+
 // growLocked extends the pool for a request of need bytes on s and
 // returns the free block that serves it: the pool's last block, extended,
 // if it is free and s may use it without an inserted wait (with the
@@ -296,7 +364,7 @@ func (p *memPool) growLocked(call string, s *stream, host vclock, need uint64) (
 		h := p.heaps[len(p.heaps)-1]
 		start, tail := h.end, (*block)(nil)
 		var acq []*op
-		if l := h.last; l != nil && l.free {
+		if l := h.last; l != nil && l.free && !l.pending {
 			if ok, w, a := p.usable(l, s, host); ok && len(w) == 0 {
 				start, tail, acq = l.addr-h.seg.base, l, a
 			}
@@ -366,7 +434,7 @@ func (p *memPool) extendLocked(call string, h *heap, start, need uint64, tail *b
 func (p *memPool) carveLocked(b *block, need uint64) {
 	if b.size > need {
 		rest := &block{pool: p, heap: b.heap, addr: b.addr + need, size: b.size - need, free: true,
-			deps: append([]*op(nil), b.deps...), prev: b, next: b.next}
+			deps: append([]*op(nil), b.deps...), pending: b.pending, freed: b.freed, prev: b, next: b.next}
 		if b.next != nil {
 			b.next.prev = rest
 		} else {
@@ -378,7 +446,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		p.noteApart(rest)
 	}
 	p.unlistFree(b)
-	b.free, b.deps = false, nil
+	b.free, b.deps, b.pending = false, nil, false
 	p.used += b.size
 	p.usedHigh = max(p.usedHigh, p.used)
 }
@@ -389,6 +457,9 @@ func (p *memPool) freeBlockLocked(b *block, f *op) {
 	p.used -= b.size
 	b.free = true
 	b.deps = nil
+	p.frees++
+	b.freed = p.frees
+	b.pending = f != nil
 	if f != nil {
 		b.deps = []*op{f}
 	}
@@ -419,14 +490,14 @@ func (p *memPool) noteApart(b *block) {
 }
 
 // coalescible reports whether free neighbours a and b may become one
-// block: if the frees of both have completed, or those of both are still
-// running on the same streams (the merged block waits for the later free
-// of each stream, which a stream that may use one may use the other
-// after). A block whose free is running is never merged with one whose
-// frees completed: that would make the latter wait too.
+// block: if the pool has processed the frees of both, or those of
+// neither and they are on the same streams (the merged block waits for
+// the later free of each stream, which a stream that may use one may use
+// the other after). A pending block is never merged with a processed
+// one: the card reuses a block its stream freed before the blocks around
+// it, and only that stream may.
 func coalescible(a, b *block) bool {
-	as, bs := a.settled(), b.settled()
-	return as && bs || !as && !bs && sameStreams(a.deps, b.deps)
+	return !a.pending && !b.pending || a.pending && b.pending && sameStreams(a.deps, b.deps)
 }
 
 // absorb makes b's next neighbour n, free and not listed, part of b.
@@ -434,6 +505,7 @@ func (b *block) absorb(n *block) {
 	delete(b.pool.apart, n)
 	b.size += n.size
 	b.deps = mergeDeps(b.deps, n.deps)
+	b.freed = max(b.freed, n.freed)
 	b.next = n.next
 	if n.next != nil {
 		n.next.prev = b
@@ -536,35 +608,18 @@ func (b *block) seenComplete(host vclock) bool {
 }
 
 // releaseLocked gives idle granules back to the device, the highest
-// addresses first. A granule is idle when one free block covers it (up
-// to the end of the heap's range) whose frees have completed, and, at a
-// synchronization (atSync), the host has seen one of them complete. At a
-// synchronization it releases while more than keep bytes stay reserved;
-// TrimTo releases a granule only if at least keep bytes stay reserved
-// after it.
+// addresses first (idleGranules; at a synchronization, atSync, only those
+// the host has seen a free of complete). At a synchronization it releases
+// while more than keep bytes stay reserved; TrimTo releases a granule
+// only if at least keep bytes stay reserved after it.
 func (p *memPool) releaseLocked(keep uint64, atSync bool) {
-	p.settleLocked()
-	host := p.dev.b.host.Load().vc
-	type cand struct {
-		h    *heap
-		g    uint64
-		addr uint64
+	p.flushLocked()
+	var host *vclock
+	if atSync {
+		vc := p.dev.b.host.Load().vc
+		host = &vc
 	}
-	var cands []cand
-	for x := p.free; x != nil; x = x.fnext {
-		if atSync && !x.seenComplete(host) || !atSync && !x.settled() {
-			continue
-		}
-		h := x.heap
-		lo, hi := x.addr-h.seg.base, x.addr-h.seg.base+x.size
-		for g := roundUp(lo, poolGranule) / poolGranule; g*poolGranule < hi && min((g+1)*poolGranule, h.end) <= hi; g++ {
-			if h.granuleMapped(g) {
-				cands = append(cands, cand{h, g, h.seg.base + g*poolGranule})
-			}
-		}
-	}
-	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.addr, a.addr) })
-	for _, c := range cands {
+	for _, c := range p.idleGranules(host) {
 		if atSync && p.reserved <= keep {
 			break
 		}

@@ -27,6 +27,8 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -91,14 +93,19 @@ func (h *heap) unmappedIn(lo, hi uint64) int {
 	return n
 }
 
-// mapLocked maps every unmapped page of [lo, hi), offsets in h, charging
-// the device; if the device cannot hold them all, it maps none.
+// mapLocked maps every unmapped page of the granules that [lo, hi)
+// (offsets in h) touches, up to the end of h's range. It first gives back
+// as many idle granules elsewhere in the pool as it maps (reclaimLocked),
+// so a growth moves memory the pool holds idle rather than take more. If
+// the device cannot hold the pages, it maps none.
 func (p *memPool) mapLocked(call string, h *heap, lo, hi uint64) error {
 	d := p.dev
+	lo, hi = lo/poolGranule*poolGranule, min(roundUp(hi, poolGranule), max(h.end, roundUp(hi, vmGranule)))
 	n := uint64(h.unmappedIn(lo, hi))
 	if n == 0 {
 		return nil
 	}
+	p.reclaimLocked(h, lo, hi, n*vmGranule)
 	if d.committed+n*vmGranule > d.capacity {
 		return driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested, %d of %d free", n*vmGranule, d.capacity-d.committed, d.capacity)
 	}
@@ -112,6 +119,52 @@ func (p *memPool) mapLocked(call string, h *heap, lo, hi uint64) error {
 	p.reserved += n * vmGranule
 	p.reservedHigh = max(p.reservedHigh, p.reserved)
 	return nil
+}
+
+// reclaimLocked gives back idle granules of the pool (idleGranules),
+// the highest first, except those of [lo, hi) in h, until want bytes were
+// given back or none is left.
+func (p *memPool) reclaimLocked(h *heap, lo, hi, want uint64) {
+	var got uint64
+	for _, c := range p.idleGranules(nil) {
+		if got >= want {
+			return
+		}
+		if c.h == h && c.g*poolGranule < hi && (c.g+1)*poolGranule > lo {
+			continue
+		}
+		got += p.unmapGranuleLocked(c.h, c.g)
+	}
+}
+
+// granuleRef names granule g of heap h.
+type granuleRef struct {
+	h *heap
+	g uint64
+}
+
+// idleGranules lists the mapped granules that one free block covers (up
+// to the end of its heap's range) whose frees the pool processed and
+// which have completed, and, if host is not nil, of which the host has
+// seen one complete; the highest addresses first.
+func (p *memPool) idleGranules(host *vclock) []granuleRef {
+	var out []granuleRef
+	for x := p.free; x != nil; x = x.fnext {
+		if x.pending || !x.settled() || host != nil && !x.seenComplete(*host) {
+			continue
+		}
+		h := x.heap
+		lo, hi := x.addr-h.seg.base, x.addr-h.seg.base+x.size
+		for g := roundUp(lo, poolGranule) / poolGranule; g*poolGranule < hi && min((g+1)*poolGranule, h.end) <= hi; g++ {
+			if h.granuleMapped(g) {
+				out = append(out, granuleRef{h, g})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b granuleRef) int {
+		return cmp.Compare(b.h.seg.base+b.g*poolGranule, a.h.seg.base+a.g*poolGranule)
+	})
+	return out
 }
 
 // unmapGranuleLocked unmaps the pages of granule g of h and drops their
