@@ -32,6 +32,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("device", "auto", "backend: auto, sim or cuda")
-	root.AddCommand(newInfoCmd(), newReplayCmd(), newBenchCmd(), newSoakCmd())
+	root.AddCommand(newInfoCmd(), newReplayCmd(), newTuneCmd(), newBenchCmd(), newSoakCmd())
 	return root
 }

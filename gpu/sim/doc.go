@@ -7,11 +7,11 @@
 //
 // A Backend holds Config.Devices devices of Config.Capacity bytes each.
 // Device memory is real host memory: sets, copies and kernels move real
-// bytes, and tests can check them. Each allocation (a cuMemAlloc region or
-// a chunk reserved by a pool, in whole 32 MiB units) is a segment of a
+// bytes, and tests can check them. Each allocation (a cuMemAlloc region,
+// or a pool's range, mapped in 32 MiB granules) is a segment of a
 // per-device address space; a segment's bytes are committed only when
 // first touched, as one Go slice for segments up to 64 MiB and as 2 MiB
-// pages above that.
+// pages above that (a pool's range and a reservation: 2 MiB pages).
 // Addresses are 256-aligned (2 MiB-aligned from 2 MiB up) and never zero.
 // Capacity counts cuMemAlloc, managed allocations and pool reservations;
 // going over it is ErrOutOfMemory, as on the card.

@@ -4,7 +4,7 @@
 // Capacity accounting: a cuMemAlloc or managed allocation charges its size
 // rounded up to 256 bytes below 1 MiB (the card packs small allocations
 // into shared 2 MiB pages) and to 2 MiB from 1 MiB up; a pool charges its
-// reserved chunks. MemGetInfo reports capacity minus the charges.
+// mapped granules. MemGetInfo reports capacity minus the charges.
 //
 // cuMemFree synchronizes the device before unmapping (as the driver does),
 // so no stream can still be using the memory. cuMemFreeAsync of cuMemAlloc
@@ -90,7 +90,7 @@ func (d *Device) unmapLocked(seg *segment, charge uint64) {
 }
 
 // reapLocked unmaps cuMemAlloc memory whose async free has completed, and
-// releases chunks of destroyed pools that became idle.
+// releases the idle granules of destroyed pools.
 func (d *Device) reapLocked() {
 	kept := d.asyncFrees[:0]
 	for _, a := range d.asyncFrees {

@@ -5,9 +5,9 @@
 // not have), handed out first-fit from a list of free ranges. A segment is
 // one mapped range: a cuMemAlloc or managed allocation (exactly its
 // requested size, so one byte past the end is an illegal address) or a
-// chunk reserved by a pool (whole 32 MiB units, or 2 MiB near capacity;
-// pool blocks are carved from it, and, as on the card, touching a freed
-// block of a still-reserved chunk is not an error).
+// pool's range (poolheap.go: mapped in 32 MiB granules, or 2 MiB near
+// capacity; pool blocks are carved from it, and, as on the card, touching
+// a freed block of a still-mapped granule is not an error).
 //
 // A segment's bytes are committed on first touch: segments up to
 // maxSinglePage bytes get one slice, larger ones 2 MiB pages, so touching

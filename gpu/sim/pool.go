@@ -1,32 +1,50 @@
 // The driver's stream-ordered memory pools (cuMemAllocAsync and friends).
 //
-// A pool reserves chunks of device memory in whole 32 MiB units (one chunk
-// per growth, rounded up from the request) and carves blocks from them,
-// 256-byte aligned, best fit. A freed block remembers the free operations
-// it depends on (at most one per stream, the latest). Neighbouring free
-// blocks coalesce when all their frees are due, or when their frees are
-// all still pending on the same streams (at the free, or later in
-// settleLocked); a block whose free is pending stays apart from free
-// neighbours whose frees are due, so it does not make them wait for that
-// free too.
+// The model below reproduces, rule by rule, what an H100 (driver 580,
+// CUDA 13) does; each rule names the measurement behind it. The probes are
+// scripts/poolprobe (the same program runs on the card and here, and the
+// two outputs are identical), the traces replay/testdata (the peak reserved
+// bytes on the card and here are BENCHMARKS.md's fidelity table,
+// TestPoolFidelity pins them); logs in docs/bench/h100-2026-11-24-fidelity.
 //
-// A free is due when it has completed or nothing that takes time comes
-// before it on its stream (op.due): the card completes such a free
-// microseconds after it is enqueued, and treating it as complete keeps
-// the model's decisions independent of when the simulator's goroutines
-// get to run it, so that a replay without kernels gives the same figures
-// on every run. "Completed" below means due.
+// Layout. A pool is one contiguous range of addresses (a heap,
+// poolheap.go) that its blocks tile from the start, best fit, each request
+// rounded up to 512 bytes (probe "small": 1- to 512-byte blocks lie 512
+// bytes apart, 513-byte ones 1024). Memory is mapped under the range in
+// 32 MiB granules: a growth maps from the end of the range to the granule
+// boundary past the request, starting the request on the free block at the
+// end if there is one, so a block may span two growths (probe "seq": 20
+// MiB allocations land at 0, 20, 40, 60 MiB with 32, 64, 64, 96 MiB
+// reserved; probe "grow": a 33 MiB request reserves 64 MiB and a second
+// one lands right after it, 96 MiB in all).
 //
-// Both rules are the driver's, measured on an H100 (driver 580): a request
-// of up to 32 MiB grows a pool by 32 MiB and one of 33 MiB by 64 MiB;
-// thirty-two 1 MiB allocations fit in one growth; a 1 MiB block freed on a
-// stream still busy leaves the rest of its 32 MiB usable at once by
-// another stream's allocations, at the next addresses; and eight 4 MiB
-// blocks freed in scrambled order on a busy stream serve a 32 MiB request
-// on that stream from their own chunk. (Not modelled: the driver maps
-// growths contiguously, so one allocation may span the end of one growth
-// and the next, and it spaces blocks under 512 bytes 512 bytes apart.)
-// A block may go to an allocation on stream S when every dependency F is
+// Order of reuse. A freed block is pending until the pool processes its
+// free: the next allocation on the stream that freed it takes the best
+// fitting pending block of that stream, the oldest free among equal sizes
+// (trace torch-pipeline-2stream-b, events 74-78: of two 6 MiB blocks freed
+// one after the other the older serves the next 6 MiB request, the newer
+// the 12 KiB requests after it, though an older 6 MiB hole fits them
+// better). Pending blocks coalesce only with pending neighbours of the same
+// streams. Only when no pending block fits does the pool process every
+// free that has completed (flushLocked; a free is due when it has
+// completed or nothing that takes time comes before it on its stream,
+// op.due, so a replay without kernels gives the same figures on every
+// run), coalesce, and take the best fitting free block the stream may use,
+// the free block at the end of the range last (event 112: a 12 KiB
+// request takes a 6000 KiB hole rather than the 3912 KiB at the end).
+//
+// Growth moves memory. When the range grows or a block over released
+// pages is reused, the pool first unmaps as many idle granules (inside one
+// processed free block whose frees completed, highest addresses first) as
+// it maps, so its reserved bytes grow only by the difference (trace
+// torch-train-gpt-b, event 285: a 110 MiB request extends the range by
+// 96 MiB while reserved stays at 1376 MiB, the three granules of a 105 MiB
+// block freed two events earlier having moved). With these rules the
+// simulated peak reserved is the card's, to the byte, on the pipeline and
+// serving traces, and 2.6% above it on the training trace.
+//
+// A block may go to an allocation on stream S when every dependency F (the
+// latest free of each stream that freed part of it) is
 //
 //   - on S itself (stream order: reuse at once), or
 //   - already known to the host to be complete (Synchronize/Query), or
@@ -38,15 +56,26 @@
 //     allocation then waits for F on the stream (an inserted dependency).
 //
 // Blocks that need no inserted wait are preferred; then the pool grows;
-// inserted waits are the last resort before out-of-memory.
+// inserted waits are the last resort before out-of-memory (probe "reuse",
+// each policy alone and together, the freeing stream busy and idle, with
+// and without an event wait: same block, same reserved bytes as the card).
 //
-// Reserved memory above the release threshold goes back to the device at
-// synchronization points (stream, event and device Synchronize), as on the
-// card; TrimTo releases down to a target. Only whole idle chunks (one free
-// block whose frees have completed) are released.
+// Release. Reserved memory above the release threshold goes back at
+// synchronization points (stream, event and device Synchronize), granule
+// by granule, highest first, while more than the threshold stays reserved;
+// only granules whose frees the host has seen complete go: synchronizing
+// a stream that did not free them releases nothing (probe "release": 120
+// MiB freed with 8 MiB live in a 128 MiB range leave 32 MiB after a
+// synchronize of the freeing stream, of an event on it or of the device,
+// at threshold 0 and at 40 MiB; 128 MiB after a synchronize of another
+// stream, a query or an allocation). TrimTo(keep) releases a granule only
+// if at least keep bytes stay reserved after it, and can release the idle
+// granules of a block that is partly used (probe "trim": four 32 MiB
+// growths, three idle, trimmed to 40 MiB keep 64 MiB; a 128 MiB growth
+// holding 1 MiB keeps 32 MiB).
 //
-// Used memory counts blocks (requests rounded up to 256 bytes); reserved
-// counts chunks. All pool state is guarded by Device.mu.
+// Used memory counts blocks (requests rounded up to 512 bytes); reserved
+// counts mapped pages. All pool state is guarded by Device.mu.
 
 package sim
 
@@ -74,7 +103,7 @@ type memPool struct {
 	// apart holds every free block whose next neighbour is free too (kept
 	// apart because their frees could not coalesce yet), and perhaps
 	// blocks that no longer are: settleLocked visits these, not every
-	// block of every chunk, so an allocation costs O(free blocks), not
+	// block of every heap, so an allocation costs O(free blocks), not
 	// O(blocks) (a million live blocks made each one walk a million).
 	apart map[*block]struct{}
 }
@@ -84,11 +113,11 @@ type block struct {
 	heap       *heap
 	addr, size uint64
 	free       bool
-	deps       []*op  // free operations to be ordered after (free blocks)
+	deps       []*op // free operations to be ordered after (free blocks)
 	// pending marks a free block whose frees the pool has not yet
 	// processed (flushLocked): only its own stream reuses it, first.
-	pending bool
-	freed   uint64 // when it was freed (the pool's count of frees)
+	pending    bool
+	freed      uint64 // when it was freed (the pool's count of frees)
 	prev, next *block // neighbours in the heap, by address
 	fprev      *block // free blocks: neighbours in the pool's free list
 	fnext      *block
@@ -546,7 +575,7 @@ func sameStreams(a, b []*op) bool {
 // free was pending and may be merged now: their frees have all completed
 // since, or an earlier merge left them waiting on the same streams. It
 // visits the blocks in apart, in address order (coalescing is confined to
-// a chunk, and within one the order is the addresses').
+// a heap, and within one the order is the addresses').
 func (p *memPool) settleLocked() {
 	if len(p.apart) == 0 {
 		return
