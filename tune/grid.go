@@ -97,7 +97,7 @@ var grids = map[string]func() []Setting{
 	},
 	"async": func() []Setting {
 		var out []Setting
-		for _, thr := range []uint64{0, 1 << 62} {
+		for _, thr := range []uint64{0, 1 << 40} { // 1 TiB: keep everything
 			for _, off := range []mr.ReusePolicy{0, mr.ReuseAllowOpportunistic, mr.ReuseAllowInternalDependencies,
 				mr.ReuseAllowOpportunistic | mr.ReuseAllowInternalDependencies} {
 				out = append(out, Setting{Resource: "async", Async: AsyncSetting{ReleaseThreshold: thr, DisableReuse: off}})

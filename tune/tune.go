@@ -240,8 +240,10 @@ func outcome(s Setting, rs []*replay.Result, errs []error) Outcome {
 }
 
 // LeastReserved returns the eligible outcome of least ReservedBytes whose
-// NsPerEvent is at most maxNs (0: no bound); ties go to the faster, then
-// to the earlier in outs. None is an error matching ErrNoSetting.
+// NsPerEvent is at most maxNs (0: no bound); ties go to the earlier in
+// outs (Grid lists each resource's defaults first), not to the faster:
+// host times differ from run to run by more than settings that reserve
+// the same bytes differ. None is an error matching ErrNoSetting.
 func LeastReserved(outs []Outcome, maxNs float64) (Outcome, error) {
 	best := -1
 	for i := range outs {
@@ -249,8 +251,7 @@ func LeastReserved(outs []Outcome, maxNs float64) (Outcome, error) {
 		if !o.eligible() || maxNs > 0 && o.NsPerEvent > maxNs {
 			continue
 		}
-		if best < 0 || o.ReservedBytes < outs[best].ReservedBytes ||
-			o.ReservedBytes == outs[best].ReservedBytes && o.NsPerEvent < outs[best].NsPerEvent {
+		if best < 0 || o.ReservedBytes < outs[best].ReservedBytes {
 			best = i
 		}
 	}

@@ -173,7 +173,7 @@ func TestSelect(t *testing.T) {
 		want    string
 		wantErr error
 	}{
-		{"least, no bound", true, 0, "e", nil},
+		{"least, no bound", true, 0, "b", nil},
 		{"least, ns bound", true, 500, "a", nil},
 		{"least, ns bound inclusive", true, 700, "e", nil},
 		{"least, bound too tight", true, 10, "", tune.ErrNoSetting},

@@ -84,6 +84,12 @@ func TestTuneJSON(t *testing.T) {
 		if len(pk.Checked) != 1 || pk.Checked[0] != pk.Traces[0].PeakReservedBytes {
 			t.Errorf("%v: checked %v, predicted %d (the simulator checks itself exactly)", pk.Setting, pk.Checked, pk.Traces[0].PeakReservedBytes)
 		}
+		if pk.Conf == "" {
+			if _, ok := pk.Setting.Conf(); ok || pk.NoConf == "" {
+				t.Errorf("%v: no conf string, and no reason (%q)", pk.Setting, pk.NoConf)
+			}
+			continue
+		}
 		c, err := pluggable.ParseConfig(pk.Conf)
 		if err != nil {
 			t.Fatalf("%q: %v", pk.Conf, err)

@@ -16,6 +16,7 @@
 //	reuse    cross-stream reuse under each reuse policy, with the freeing
 //	         stream busy and idle
 //	small    the spacing of small blocks
+//	move     whether a growth maps new memory or moves idle granules
 //
 // With -trace FILE... it replays each trace on a pool of its own, one
 // stream per trace stream, and prints after every event the address
@@ -40,6 +41,7 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/backend"
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/trace"
+	_ "github.com/streamalloc/streamalloc/trace/torchsnap" // PyTorch snapshots for trace.Open
 )
 
 const (
@@ -76,7 +78,7 @@ func main() {
 		fn   func() error
 	}{
 		{"grow", p.grow}, {"seq", p.seq}, {"fit", p.fit}, {"release", p.release},
-		{"trim", p.trim}, {"reuse", p.reuse}, {"small", p.small},
+		{"trim", p.trim}, {"reuse", p.reuse}, {"small", p.small}, {"move", p.move},
 	} {
 		if err := probe.fn(); err != nil {
 			fmt.Fprintf(os.Stderr, "poolprobe: %s: %v\n", probe.name, err)
@@ -466,6 +468,34 @@ func (p *prober) small() error {
 		}
 		if err := x.close(); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// move: a 100 MiB block freed, then a request no free block fits. Does
+// the pool grow by the whole request, or move the granules the freed
+// block left idle?
+func (p *prober) move() error {
+	for _, sync := range []bool{false, true} {
+		for _, big := range []int{200 * mib, 60 * mib} {
+			x := p.open(1)
+			x.set(gpu.PoolReleaseThreshold, 1<<40)
+			a := x.alloc(100*mib, 0)
+			b := x.alloc(20*mib, 0)
+			r0 := x.reserved()
+			x.free(a, 0)
+			if sync {
+				x.do(x.s[0].Synchronize())
+			}
+			c := x.alloc(big, 0)
+			p.printf("move sync=%v: 100M@%dK 20M@%dK r%dM; free the 100M; %dM@%dK r%dM",
+				sync, x.off(a), x.off(b), r0/mib, big/mib, x.off(c), x.reserved()/mib)
+			x.free(b, 0)
+			x.free(c, 0)
+			if err := x.close(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
