@@ -161,7 +161,7 @@ func TestSelect(t *testing.T) {
 		o("b", 80, 1.2, 900, 0, ""),
 		o("c", 50, 1.0, 100, 1, ""),    // refused an allocation
 		o("d", 40, 1.0, 50, 0, "boom"), // a replay failed
-		o("e", 80, 1.2, 700, 0, ""),    // ties b on memory, faster
+		o("e", 80, 1.2, 700, 0, ""),    // ties b on memory, faster: b comes first
 		o("f", 120, 1.1, 300, 0, ""),   // ties a on time, reserves more
 		o("g", 100, 1.5, 300, 0, ""),   // a's twin: a comes first
 		o("h", 200, 2.0, 90, 0, ""),
