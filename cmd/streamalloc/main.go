@@ -3,6 +3,7 @@
 //
 //	streamalloc info                       devices, driver, pool support
 //	streamalloc replay [flags] TRACE...    replay RMM CSV logs or PyTorch snapshots
+//	streamalloc tune [flags] TRACE...      pick a resource and its options from traces, on the simulator
 //	streamalloc bench [flags]              the resource benchmark suite
 //	streamalloc soak [flags]               the recommended stack under load, every byte checked
 //
