@@ -295,33 +295,19 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 		p.carveLocked(best, need)
 		return best, nil, nil, nil
 	}
-	p.flushLocked()
-	best = nil
-	tail := p.tail()
-	var bestWait *block
-	var bestAcq, bestWaits, bestWaitAcq []*op
-	for x := p.free; x != nil; x = x.fnext {
-		if x.size < need || x == tail {
-			continue
-		}
-		ok, w, a := p.usable(x, s, host)
-		switch {
-		case !ok:
-		case len(w) == 0:
-			if best == nil || x.size < best.size || (x.size == best.size && x.addr < best.addr) {
-				best, bestAcq = x, a
-			}
-		default:
-			if bestWait == nil || x.size < bestWait.size || (x.size == bestWait.size && x.addr < bestWait.addr) {
-				bestWait, bestWaits, bestWaitAcq = x, w, a
-			}
-		}
+	// A request of more than a granule processes the completed frees
+	// first; a smaller one only if no block but the free end of the range
+	// fits without.
+	var c candidates
+	if need <= poolGranule {
+		c = p.scanLocked(s, host, need, false)
 	}
-	if best == nil && tail != nil && tail.size >= need {
-		if ok, w, a := p.usable(tail, s, host); ok && len(w) == 0 {
-			best, bestAcq = tail, a
-		}
+	if c.best == nil {
+		p.flushLocked()
+		c = p.scanLocked(s, host, need, true)
 	}
+	best = c.best
+	bestAcq, bestWait, bestWaits, bestWaitAcq := c.acq, c.wait, c.waits, c.waitAcq
 	if best != nil {
 		// A free block over pages given back maps them again.
 		if err := p.mapLocked(call, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need); err != nil {
@@ -341,6 +327,45 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	}
 	p.carveLocked(best, need)
 	return best, waits, bestAcq, nil
+}
+
+// candidates are what scanLocked found: the best block a request may
+// take at once (with the frees it acquires), and the best one behind
+// inserted waits.
+type candidates struct {
+	best, wait          *block
+	acq, waits, waitAcq []*op
+}
+
+// scanLocked finds the best fitting free blocks of at least need bytes
+// that s may use; the free end of the range, withTail, only if no other
+// block fits.
+func (p *memPool) scanLocked(s *stream, host vclock, need uint64, withTail bool) candidates {
+	var c candidates
+	tail := p.tail()
+	for x := p.free; x != nil; x = x.fnext {
+		if x.size < need || x == tail {
+			continue
+		}
+		ok, w, a := p.usable(x, s, host)
+		switch {
+		case !ok:
+		case len(w) == 0:
+			if c.best == nil || x.size < c.best.size || (x.size == c.best.size && x.addr < c.best.addr) {
+				c.best, c.acq = x, a
+			}
+		default:
+			if c.wait == nil || x.size < c.wait.size || (x.size == c.wait.size && x.addr < c.wait.addr) {
+				c.wait, c.waits, c.waitAcq = x, w, a
+			}
+		}
+	}
+	if c.best == nil && withTail && tail != nil && tail.size >= need {
+		if ok, w, a := p.usable(tail, s, host); ok && len(w) == 0 {
+			c.best, c.acq = tail, a
+		}
+	}
+	return c
 }
 
 // onlyOn reports whether every free of deps is on s (and there is one).
