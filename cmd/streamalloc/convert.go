@@ -100,6 +100,11 @@ func convertTrace(in, out string, maxExpansion int) (n int64, err error) {
 			return n, fmt.Errorf("convert: %s: %w", out, err)
 		}
 	}
+	// CreateTemp makes the file readable by its owner alone; the output is
+	// an ordinary file.
+	if err := tmp.Chmod(0o644); err != nil {
+		return n, fmt.Errorf("convert: %s: %w", out, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return n, fmt.Errorf("convert: %s: %w", out, err)
 	}
