@@ -131,8 +131,10 @@ func rawMemGetAllocationGranularity(Context, Device, GranularityOption) (Result,
 	return ErrNotInitialized, 0
 }
 
-func rawMemPrefetchAsync(Context, DevicePtr, uint64, Location, Stream) Result { return ErrNotInitialized }
-func rawMemAdvise(Context, DevicePtr, uint64, Advice, Location) Result       { return ErrNotInitialized }
+func rawMemPrefetchAsync(Context, DevicePtr, uint64, Location, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemAdvise(Context, DevicePtr, uint64, Advice, Location) Result { return ErrNotInitialized }
 func rawMemPoolCreateAt(Context, AllocationType, Location) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
