@@ -10,14 +10,16 @@ import (
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
 // Copies through the driver's host pool on 8 goroutines, each with its
 // own stream, checked byte for byte; the pool keeps its memory (release
-// threshold) and the counts come back to zero.
+// threshold) and the counts come back to zero. It runs on testdev's
+// device: the GPU with STREAMALLOC_DEVICE=cuda.
 func TestDriverHostPoolCopies(t *testing.T) {
-	dev, _, _ := hostPoolDevice(t, sim.Config{})
+	dev := testdev.Device(t)
 	p, err := mr.NewDriverHostPool(dev, mr.DriverHostPoolOptions{ReleaseThreshold: math.MaxUint64})
 	if err != nil {
 		t.Fatal(err)
