@@ -120,5 +120,5 @@ func (c Context) MemFreeHostAsync(p unsafe.Pointer, s Stream) error {
 	if err := c.ok(); err != nil {
 		return err
 	}
-	return check("cuMemFreeHostAsync", rawMemFreeHostAsync(c, p, s))
+	return check("cuMemFreeAsync", rawMemFreeHostAsync(c, p, s))
 }

@@ -16,7 +16,9 @@
 //
 // Invariants, under Device.mu: every block is live (in live, by first
 // byte) or free (in free); reserved is the sum of the block sizes, used
-// the sum of the live requests' sizes; d.pinned includes reserved.
+// the sum of the live requests' sizes; d.pinned includes reserved; a
+// destroyed pool has no free blocks and leaves d.hostPools with its last
+// live block.
 
 package sim
 
@@ -187,6 +189,7 @@ func (d *Device) FreeHostAsync(b []byte, gs gpu.Stream) error {
 		p.used -= uint64(l.n)
 		if p.destroyed {
 			p.releaseBlockLocked(l.mem)
+			d.dropHostPoolLocked(p)
 		} else {
 			p.free = append(p.free, hostPoolBlock{mem: l.mem, done: o})
 		}
@@ -304,5 +307,20 @@ func (p *hostMemPool) Destroy() error {
 	defer p.dev.mu.Unlock()
 	p.trimLocked(0)
 	p.destroyed = true
+	p.dev.dropHostPoolLocked(p)
 	return nil
+}
+
+// dropHostPoolLocked forgets a destroyed pool once nothing of it is
+// allocated.
+func (d *Device) dropHostPoolLocked(p *hostMemPool) {
+	if !p.destroyed || len(p.live) > 0 {
+		return
+	}
+	for i, q := range d.hostPools {
+		if q == p {
+			d.hostPools = append(d.hostPools[:i], d.hostPools[i+1:]...)
+			return
+		}
+	}
 }
