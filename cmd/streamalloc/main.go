@@ -4,6 +4,7 @@
 //	streamalloc info                       devices, driver, pool support
 //	streamalloc replay [flags] TRACE...    replay RMM CSV logs or PyTorch snapshots
 //	streamalloc tune [flags] TRACE...      pick a resource and its options from traces, on the simulator
+//	streamalloc convert TRACE OUT          write a trace as an RMM CSV log
 //	streamalloc bench [flags]              the resource benchmark suite
 //	streamalloc soak [flags]               the recommended stack under load, every byte checked
 //
@@ -33,6 +34,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("device", "auto", "backend: auto, sim or cuda")
-	root.AddCommand(newInfoCmd(), newReplayCmd(), newTuneCmd(), newBenchCmd(), newSoakCmd())
+	root.AddCommand(newInfoCmd(), newReplayCmd(), newTuneCmd(), newConvertCmd(), newBenchCmd(), newSoakCmd())
 	return root
 }

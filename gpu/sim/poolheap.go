@@ -70,6 +70,9 @@ func (p *memPool) newHeapLocked(call string, need uint64) (*heap, error) {
 		return nil, driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested: address space exhausted", need)
 	}
 	seg := &segment{base: base, size: span, vm: make([]atomic.Pointer[vmPage], span/vmGranule)}
+	if p.managed {
+		seg.res = newResidency(span)
+	}
 	d.segs.add(seg)
 	h := &heap{seg: seg, pages: make([]atomic.Pointer[page], span/vmGranule)}
 	p.heaps = append(p.heaps, h)
