@@ -56,7 +56,7 @@ var simResources = []struct {
 // complete (gpu/sim, op.due); fidelity_test.go holds the card's figures
 // next to it.
 var simPeakReserved = map[string]map[string]uint64{
-	"testdata/torch-pipeline-2stream-b.csv.gz": {"direct": 940326920, "async": 1711276032, "pool": 975175680, "arena": 952107008, "binning": 1094090752},
+	"testdata/torch-pipeline-2stream-b.csv.gz": {"direct": 940326920, "async": 1644167168, "pool": 975175680, "arena": 952107008, "binning": 1094090752},
 	"testdata/torch-serve-varlen-b.csv.gz":     {"direct": 294640904, "async": 402653184, "pool": 304087040, "arena": 307036160, "binning": 558661632},
 	"testdata/torch-train-gpt-b.csv.gz":        {"direct": 1597126984, "async": 2650800128, "pool": 1730150400, "arena": 1637761024, "binning": 1778302976},
 }
