@@ -3,9 +3,10 @@
 // The model below reproduces, rule by rule, what an H100 (driver 580,
 // CUDA 13) does; each rule names the measurement behind it. The probes are
 // scripts/poolprobe (the same program runs on the card and here, and the
-// two outputs are identical), the traces replay/testdata (the peak reserved
-// bytes on the card and here are BENCHMARKS.md's fidelity table,
-// TestPoolFidelity pins them); logs in docs/bench/h100-2026-11-24-fidelity.
+// two outputs are identical), the traces replay/testdata and the PyTorch
+// snapshots testdata/traces (the peak reserved bytes on the card and here
+// are BENCHMARKS.md's fidelity table, replay.TestPoolFidelity pins them);
+// logs in docs/bench/h100-2026-11-24-fidelity.
 //
 // Layout. A pool is one contiguous range of addresses (a heap,
 // poolheap.go) that its blocks tile from the start, best fit, each request
@@ -25,13 +26,22 @@
 // one after the other the older serves the next 6 MiB request, the newer
 // the 12 KiB requests after it, though an older 6 MiB hole fits them
 // better). Pending blocks coalesce only with pending neighbours of the same
-// streams. Only when no pending block fits does the pool process every
-// free that has completed (flushLocked; a free is due when it has
-// completed or nothing that takes time comes before it on its stream,
-// op.due, so a replay without kernels gives the same figures on every
-// run), coalesce, and take the best fitting free block the stream may use,
-// the free block at the end of the range last (event 112: a 12 KiB
-// request takes a 6000 KiB hole rather than the 3912 KiB at the end).
+// streams. When no pending block fits, a request of at most a granule
+// takes the best fitting processed block the stream may use, and only if
+// there is none are the frees that have completed processed (flushLocked:
+// they coalesce) and the search made again, the free block at the end of
+// the range last (event 112: a 12 KiB request takes a 6000 KiB hole rather
+// than the 3912 KiB at the end; snapshot three-stream-h100, events 73-77: a
+// 512-byte block freed on a stream stays that stream's through a 1 MiB
+// request served from processed memory, and takes its next 4-byte request;
+// snapshot resnet50-amp-h100, events 666-677: the same for a 125 KiB
+// block). A larger request processes the completed frees first. That
+// threshold is not measured by a probe: with any value from 8 to 32 MiB all
+// nine traces of the fidelity table are within 5% of the card (processing
+// at every miss puts three snapshots 6-11% off, only before a growth two
+// RMM traces 6-9% off), and 32 MiB is the granule. A free is due when it
+// has completed or nothing that takes time comes before it on its stream
+// (op.due), so a replay without kernels gives the same figures every run.
 //
 // Growth moves memory. When the range grows or a block over released
 // pages is reused, the pool first unmaps as many idle granules (inside one
@@ -40,8 +50,8 @@
 // torch-train-gpt-b, event 285: a 110 MiB request extends the range by
 // 96 MiB while reserved stays at 1376 MiB, the three granules of a 105 MiB
 // block freed two events earlier having moved). With these rules the
-// simulated peak reserved is the card's, to the byte, on the pipeline and
-// serving traces, and 2.6% above it on the training trace.
+// simulated peak reserved is the card's, to the byte, on four of the nine
+// traces of the fidelity table, and within 4% of it on the others.
 //
 // A block may go to an allocation on stream S when every dependency F (the
 // latest free of each stream that freed part of it) is
