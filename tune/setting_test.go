@@ -65,3 +65,32 @@ func TestBuildErrors(t *testing.T) {
 		t.Errorf("Build(binning min -1): %v, want %v", err, mr.ErrInvalidSize)
 	}
 }
+
+func TestValidated(t *testing.T) {
+	for _, tc := range []struct {
+		s    tune.Setting
+		want bool
+	}{
+		{tune.Setting{Resource: "pool", Pool: tune.PoolSetting{ChunkSize: 2 << 20}}, true},
+		{tune.Setting{Resource: "binning"}, true},
+		{tune.Setting{Resource: "arena", Arena: tune.ArenaSetting{SuperblockSize: 1 << 20}}, true},
+		{tune.Setting{Resource: "async"}, true},
+		{tune.Setting{Resource: "async", Async: tune.AsyncSetting{ReleaseThreshold: 1 << 40}}, false},
+		{tune.Setting{Resource: "async", Async: tune.AsyncSetting{DisableReuse: mr.ReuseAllowOpportunistic}}, false},
+	} {
+		if got := tc.s.Validated(); got != tc.want {
+			t.Errorf("%v: Validated %v, want %v", tc.s, got, tc.want)
+		}
+	}
+	outs := []tune.Outcome{
+		{Setting: tune.Setting{Resource: "async", Async: tune.AsyncSetting{ReleaseThreshold: 1 << 40}}, ReservedBytes: 1, NsPerEvent: 1},
+		{Setting: tune.Setting{Resource: "pool"}, ReservedBytes: 5, NsPerEvent: 5, Validated: true},
+	}
+	v := tune.ValidatedOnly(outs)
+	if len(v) != 1 || v[0].Setting.Resource != "pool" {
+		t.Fatalf("ValidatedOnly: %+v", v)
+	}
+	if o, _ := tune.LeastReserved(outs, 0); o.Setting.Resource != "async" {
+		t.Errorf("LeastReserved over all: %v, want the unvalidated async (it selects among what it is given)", o.Setting)
+	}
+}

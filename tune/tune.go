@@ -124,6 +124,9 @@ type Outcome struct {
 	// Failures counts the allocations the resource refused, over every
 	// trace.
 	Failures int64 `json:"failures"`
+	// Validated is Setting.Validated: whether the simulator's figures for
+	// the setting were checked against the card.
+	Validated bool `json:"validated"`
 	// Err is why a replay of the setting failed; such an outcome is never
 	// selected.
 	Err string `json:"error,omitempty"`
@@ -216,7 +219,7 @@ func replayOne(ctx context.Context, t *Trace, s Setting, newDevice func() (gpu.D
 }
 
 func outcome(s Setting, rs []*replay.Result, errs []error) Outcome {
-	o := Outcome{Setting: s}
+	o := Outcome{Setting: s, Validated: s.Validated()}
 	var ns float64
 	var events int64
 	for i, r := range rs {
@@ -237,6 +240,18 @@ func outcome(s Setting, rs []*replay.Result, errs []error) Outcome {
 		o.NsPerEvent = ns / float64(events)
 	}
 	return o
+}
+
+// ValidatedOnly returns the outcomes of outs whose settings were checked
+// against the card (Outcome.Validated), in order.
+func ValidatedOnly(outs []Outcome) []Outcome {
+	var v []Outcome
+	for _, o := range outs {
+		if o.Validated {
+			v = append(v, o)
+		}
+	}
+	return v
 }
 
 // LeastReserved returns the eligible outcome of least ReservedBytes whose

@@ -107,6 +107,43 @@ func TestTuneJSON(t *testing.T) {
 	}
 }
 
+// The picks are validated settings unless --unvalidated: on a trace where
+// every async setting reserves the same, async alone picks its defaults
+// (the only validated one), and with --unvalidated the JSON marks what it
+// picked.
+func TestTuneValidated(t *testing.T) {
+	p := writeFile(t, "small.csv", smallTrace)
+	out, _, err := run(t, "tune", "--resource", "async", "--json", "--device", "sim", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep tuneReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, pk := range []tunePick{rep.LeastReserved, rep.Fastest} {
+		if pk.Setting != (tune.Setting{Resource: "async"}) || !pk.Validated {
+			t.Errorf("pick %v (validated %v), want async's defaults", pk.Setting, pk.Validated)
+		}
+	}
+	n := 0
+	for _, o := range rep.Outcomes {
+		if !o.Validated {
+			n++
+		}
+	}
+	if n != len(rep.Outcomes)-1 {
+		t.Errorf("%d of %d async outcomes unvalidated, want all but the defaults", n, len(rep.Outcomes))
+	}
+	out, _, err = run(t, "tune", "--resource", "async", "--unvalidated", "--max-fragmentation", "100", "--device", "sim", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "least reserved (host time at most any ns/event): async (defaults)\n") {
+		t.Errorf("ties go to the defaults, listed first:\n%s", out)
+	}
+}
+
 func TestTuneText(t *testing.T) {
 	p := writeFile(t, "small.csv", smallTrace)
 	out, _, err := run(t, "tune", "--resource", "arena", "--device", "sim", p)
