@@ -74,3 +74,29 @@ func TestProgressBarOnTerminal(t *testing.T) {
 		t.Errorf("standard output:\n%s", out.String())
 	}
 }
+
+// tune draws its bar on a terminal too, named by the grid's size, and
+// nothing of it reaches standard output.
+func TestTuneProgressBarOnTerminal(t *testing.T) {
+	ptm, tty := openPTY(t)
+	got := make(chan string)
+	go func() {
+		var b bytes.Buffer
+		io.Copy(&b, ptm)
+		got <- b.String()
+	}()
+	p := writeFile(t, "t.csv", smallTrace)
+	var out bytes.Buffer
+	err := runTune(context.Background(), &out, tty, "sim", tuneFlags{resources: "arena", workers: 1}, []string{p})
+	tty.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bar := <-got
+	if !strings.Contains(bar, "tune: 12 settings × 1 traces") {
+		t.Errorf("terminal output lacks the bar:\n%q", bar)
+	}
+	if strings.Contains(out.String(), "settings ×") || !strings.Contains(out.String(), "least reserved") {
+		t.Errorf("standard output:\n%s", out.String())
+	}
+}
