@@ -11,11 +11,13 @@
 // as on the card (its decisions depend only on the sequence of calls),
 // so its peak reserved is exact. The driver's pool (async) is the
 // simulator's model of it (gpu/sim/pool.go), whose distance from the card
-// on each trace BENCHMARKS.md's fidelity table gives. Host time per event
-// is the simulator's: it ranks the suballocators, whose own code is most
-// of it, but not the driver, whose calls the simulator does not time like
-// the card; and replays that run at once on a busy machine disturb each
-// other, so a time bound should leave a margin.
+// on each trace BENCHMARKS.md's fidelity table gives (within 5% on nine
+// traces), for the pool's default settings only: Setting.Validated says
+// which settings were checked, and ValidatedOnly keeps those. Host time
+// per event is the simulator's: it ranks the suballocators, whose own
+// code is most of it, but not the driver, whose calls the simulator does
+// not time like the card; and replays that run at once on a busy machine
+// disturb each other, so a time bound should leave a margin.
 //
 // # Invariants
 //
