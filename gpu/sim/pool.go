@@ -2,8 +2,9 @@
 //
 // The model below reproduces, rule by rule, what an H100 (driver 580,
 // CUDA 13) does; each rule names the measurement behind it. The probes are
-// scripts/poolprobe (the same program runs on the card and here, and the
-// two outputs are identical), the traces replay/testdata and the PyTorch
+// scripts/poolprobe (the same program runs on the card and here; the two
+// outputs are identical but for the five lines noted under "Growth moves
+// memory"), the traces replay/testdata and the PyTorch
 // snapshots testdata/traces (the peak reserved bytes on the card and here
 // are BENCHMARKS.md's fidelity table, replay.TestPoolFidelity pins them);
 // logs in docs/bench/h100-2026-11-24-fidelity.
@@ -45,11 +46,18 @@
 //
 // Growth moves memory. When the range grows or a block over released
 // pages is reused, the pool first unmaps as many idle granules (inside one
-// processed free block whose frees completed, highest addresses first) as
+// processed free block whose frees completed and which the allocating
+// stream may reuse under the pool's policies, highest addresses first) as
 // it maps, so its reserved bytes grow only by the difference (trace
 // torch-train-gpt-b, event 285: a 110 MiB request extends the range by
 // 96 MiB while reserved stays at 1376 MiB, the three granules of a 105 MiB
-// block freed two events earlier having moved). With these rules the
+// block freed two events earlier having moved). The reuse policies hold
+// for moved memory as for blocks; with opportunistic reuse off, another
+// stream's request next to a completed free is where the model and the
+// card differ (probe "reuse", policies none, internal and events with the
+// freeing stream idle: the card serves it from the untouched rest of the
+// granule, 32 MiB reserved; the model, which merged the free with that
+// rest, grows to 64 MiB). With these rules the
 // simulated peak reserved is the card's, to the byte, on four of the nine
 // traces of the fidelity table, and within 4% of it on the others.
 //
@@ -68,7 +76,8 @@
 // Blocks that need no inserted wait are preferred; then the pool grows;
 // inserted waits are the last resort before out-of-memory (probe "reuse",
 // each policy alone and together, the freeing stream busy and idle, with
-// and without an event wait: same block, same reserved bytes as the card).
+// and without an event wait: the same block as the card in every case,
+// the same reserved bytes in all but the five above).
 //
 // Release. Reserved memory above the release threshold goes back at
 // synchronization points (stream, event and device Synchronize), granule
@@ -298,6 +307,7 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	p.settleLocked()
 	s.nextDepsLocked()
 	host := p.dev.b.host.Load().vc
+	rq := &mapFor{s: s, host: host}
 	var best *block
 	for x := p.free; x != nil; x = x.fnext {
 		if x.pending && x.size >= need && onlyOn(x.deps, s) &&
@@ -305,9 +315,9 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 			best = x
 		}
 	}
-	if best != nil && p.mapLocked(call, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need) == nil {
+	if best != nil && p.mapLocked(call, rq, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need) == nil {
 		p.carveLocked(best, need)
-		return best, nil, nil, nil
+		return best, nil, rq.acq, nil
 	}
 	// A request of more than a granule processes the completed frees
 	// first; a smaller one only if no block but the free end of the range
@@ -324,23 +334,23 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	bestAcq, bestWait, bestWaits, bestWaitAcq := c.acq, c.wait, c.waits, c.waitAcq
 	if best != nil {
 		// A free block over pages given back maps them again.
-		if err := p.mapLocked(call, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need); err != nil {
+		if err := p.mapLocked(call, rq, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need); err != nil {
 			best = nil
 		}
 	}
 	if best == nil {
-		if g, acq, err := p.growLocked(call, s, host, need); err == nil {
+		if g, acq, err := p.growLocked(call, rq, need); err == nil {
 			best, bestAcq = g, acq
 		} else if bestWait == nil {
 			return nil, nil, nil, err
-		} else if err := p.mapLocked(call, bestWait.heap, bestWait.addr-bestWait.heap.seg.base, bestWait.addr-bestWait.heap.seg.base+need); err != nil {
+		} else if err := p.mapLocked(call, rq, bestWait.heap, bestWait.addr-bestWait.heap.seg.base, bestWait.addr-bestWait.heap.seg.base+need); err != nil {
 			return nil, nil, nil, err
 		} else {
 			best, bestAcq, waits = bestWait, bestWaitAcq, bestWaits
 		}
 	}
 	p.carveLocked(best, need)
-	return best, waits, bestAcq, nil
+	return best, waits, append(bestAcq, rq.acq...), nil
 }
 
 // candidates are what scanLocked found: the best block a request may
@@ -427,17 +437,17 @@ func (p *memPool) flushLocked() {
 // frees it must acquire), else a new block after it. The range grows to
 // the next granule boundary past the request; a heap that cannot hold
 // that is followed by a new one.
-func (p *memPool) growLocked(call string, s *stream, host vclock, need uint64) (*block, []*op, error) {
+func (p *memPool) growLocked(call string, rq *mapFor, need uint64) (*block, []*op, error) {
 	if len(p.heaps) > 0 {
 		h := p.heaps[len(p.heaps)-1]
 		start, tail := h.end, (*block)(nil)
 		var acq []*op
 		if l := h.last; l != nil && l.free && !l.pending {
-			if ok, w, a := p.usable(l, s, host); ok && len(w) == 0 {
+			if ok, w, a := p.usable(l, rq.s, rq.host); ok && len(w) == 0 {
 				start, tail, acq = l.addr-h.seg.base, l, a
 			}
 		}
-		if b, err := p.extendLocked(call, h, start, need, tail); err == nil {
+		if b, err := p.extendLocked(call, rq, h, start, need, tail); err == nil {
 			return b, acq, nil
 		} else if start+need <= h.seg.size {
 			return nil, nil, err // out of device memory, not of addresses
@@ -447,7 +457,7 @@ func (p *memPool) growLocked(call string, s *stream, host vclock, need uint64) (
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := p.extendLocked(call, h, 0, need, nil)
+	b, err := p.extendLocked(call, rq, h, 0, need, nil)
 	if err != nil {
 		p.heaps = p.heaps[:len(p.heaps)-1]
 		p.dropHeapLocked(h)
@@ -462,15 +472,15 @@ func (p *memPool) growLocked(call string, s *stream, host vclock, need uint64) (
 // does not fit, the range ends at the 2 MiB page past the request
 // instead (not measured on the card: the model would otherwise fail a
 // request the device can hold).
-func (p *memPool) extendLocked(call string, h *heap, start, need uint64, tail *block) (*block, error) {
+func (p *memPool) extendLocked(call string, rq *mapFor, h *heap, start, need uint64, tail *block) (*block, error) {
 	end := roundUp(start+need, poolGranule)
 	if end > h.seg.size {
 		return nil, driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested: the pool's range is full", need)
 	}
-	err := p.mapLocked(call, h, start, end)
+	err := p.mapLocked(call, rq, h, start, end)
 	if err != nil && roundUp(start+need, vmGranule) < end {
 		end = roundUp(start+need, vmGranule)
-		err = p.mapLocked(call, h, start, end)
+		err = p.mapLocked(call, rq, h, start, end)
 	}
 	if err != nil {
 		return nil, err

@@ -96,19 +96,28 @@ func (h *heap) unmappedIn(lo, hi uint64) int {
 	return n
 }
 
+// mapFor is the allocation a mapping serves: its stream, the host's
+// clock, and the frees the allocation must acquire because the memory
+// reclaimLocked moved for it was freed on other streams.
+type mapFor struct {
+	s    *stream
+	host vclock
+	acq  []*op
+}
+
 // mapLocked maps every unmapped page of the granules that [lo, hi)
 // (offsets in h) touches, up to the end of h's range. It first gives back
 // as many idle granules elsewhere in the pool as it maps (reclaimLocked),
 // so a growth moves memory the pool holds idle rather than take more. If
 // the device cannot hold the pages, it maps none.
-func (p *memPool) mapLocked(call string, h *heap, lo, hi uint64) error {
+func (p *memPool) mapLocked(call string, rq *mapFor, h *heap, lo, hi uint64) error {
 	d := p.dev
 	lo, hi = lo/poolGranule*poolGranule, min(roundUp(hi, poolGranule), max(h.end, roundUp(hi, vmGranule)))
 	n := uint64(h.unmappedIn(lo, hi))
 	if n == 0 {
 		return nil
 	}
-	p.reclaimLocked(h, lo, hi, n*vmGranule)
+	p.reclaimLocked(rq, h, lo, hi, n*vmGranule)
 	if d.committed+n*vmGranule > d.capacity {
 		return driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested, %d of %d free", n*vmGranule, d.capacity-d.committed, d.capacity)
 	}
@@ -126,8 +135,10 @@ func (p *memPool) mapLocked(call string, h *heap, lo, hi uint64) error {
 
 // reclaimLocked gives back idle granules of the pool (idleGranules),
 // the highest first, except those of [lo, hi) in h, until want bytes were
-// given back or none is left.
-func (p *memPool) reclaimLocked(h *heap, lo, hi, want uint64) {
+// given back or none is left. Only memory that rq's stream may reuse
+// without an inserted wait moves (the reuse policies hold for moved memory
+// as for blocks); the frees it must be ordered after go to rq.acq.
+func (p *memPool) reclaimLocked(rq *mapFor, h *heap, lo, hi, want uint64) {
 	var got uint64
 	for _, c := range p.idleGranules(nil) {
 		if got >= want {
@@ -136,14 +147,20 @@ func (p *memPool) reclaimLocked(h *heap, lo, hi, want uint64) {
 		if c.h == h && c.g*poolGranule < hi && (c.g+1)*poolGranule > lo {
 			continue
 		}
+		ok, w, a := p.usable(c.b, rq.s, rq.host)
+		if !ok || len(w) > 0 {
+			continue
+		}
+		rq.acq = append(rq.acq, a...)
 		got += p.unmapGranuleLocked(c.h, c.g)
 	}
 }
 
-// granuleRef names granule g of heap h.
+// granuleRef names granule g of heap h, inside free block b.
 type granuleRef struct {
 	h *heap
 	g uint64
+	b *block
 }
 
 // idleGranules lists the mapped granules that one free block covers (up
@@ -160,7 +177,7 @@ func (p *memPool) idleGranules(host *vclock) []granuleRef {
 		lo, hi := x.addr-h.seg.base, x.addr-h.seg.base+x.size
 		for g := roundUp(lo, poolGranule) / poolGranule; g*poolGranule < hi && min((g+1)*poolGranule, h.end) <= hi; g++ {
 			if h.granuleMapped(g) {
-				out = append(out, granuleRef{h, g})
+				out = append(out, granuleRef{h, g, x})
 			}
 		}
 	}
