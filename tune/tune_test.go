@@ -46,7 +46,11 @@ func newSim() (gpu.Device, error) { return sim.New(sim.Config{}).Device(0) }
 // default; binning, whose default bins are far from these workloads,
 // improves strictly. Every outcome is what a replay of its own reports.
 func TestTuneHeldTraces(t *testing.T) {
-	traces := load(t, heldTraces...)
+	paths := heldTraces
+	if raceEnabled {
+		paths = heldTraces[1:2] // the serving trace alone
+	}
+	traces := load(t, paths...)
 	grid, err := tune.Grid(tune.Resources)
 	if err != nil {
 		t.Fatal(err)

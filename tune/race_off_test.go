@@ -1,0 +1,5 @@
+//go:build !race
+
+package tune_test
+
+const raceEnabled = false
