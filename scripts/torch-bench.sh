@@ -52,8 +52,10 @@ run() {
 	if [ "${GCTRACE:-}" = 1 ] && { [ "$a" = streamalloc ] || [ "$a" = control ]; }; then
 		envs+=(GODEBUG=gctrace=1)
 	fi
-	local tag="$w-$a-${conf//[^a-z0-9=+]/_}"
-	[ ${#envs[@]} -gt 0 ] && tag="$tag-$(echo "${envs[*]}" | tr -c 'A-Za-z0-9=\n' _)"
+	# Log names keep letters, digits, '.', '_' and '-' alone, the names a
+	# file may have to come back from the GPU machine's output folder.
+	local tag="$w-$a-${conf//[^a-z0-9.-]/_}"
+	[ ${#envs[@]} -gt 0 ] && tag="$tag-$(echo "${envs[*]}" | tr -c 'A-Za-z0-9.\n-' _)"
 	local log="$out/$tag.log" start
 	start=$(date +%s)
 	if [ -n "${DEADLINE:-}" ] && [ $((start - began)) -ge "$DEADLINE" ]; then
