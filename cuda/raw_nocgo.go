@@ -73,7 +73,7 @@ func rawMemcpyDtoDAsync(Context, DevicePtr, DevicePtr, uint64, Stream) Result {
 	return ErrNotInitialized
 }
 func rawMemPoolCreate(Context, Device, HandleType) (Result, uint64) { return ErrNotInitialized, 0 }
-func rawMemPoolDestroy(Context, MemPool) Result         { return ErrNotInitialized }
+func rawMemPoolDestroy(Context, MemPool) Result                     { return ErrNotInitialized }
 func rawMemPoolGetAttribute(Context, MemPool, PoolAttribute) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
@@ -131,8 +131,8 @@ func rawMemGetAllocationGranularity(Context, Device, GranularityOption) (Result,
 	return ErrNotInitialized, 0
 }
 
-func rawDeviceCanAccessPeer(Device, Device) (Result, uint64)   { return ErrNotInitialized, 0 }
-func rawCtxEnablePeerAccess(Context, Context) Result           { return ErrNotInitialized }
+func rawDeviceCanAccessPeer(Device, Device) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawCtxEnablePeerAccess(Context, Context) Result         { return ErrNotInitialized }
 func rawMemcpyPeerAsync(Context, DevicePtr, Context, DevicePtr, Context, uint64, Stream) Result {
 	return ErrNotInitialized
 }
@@ -146,8 +146,8 @@ func rawMemPoolExportPointer(Context, DevicePtr, *[64]byte) Result     { return 
 func rawMemPoolImportPointer(Context, MemPool, *[64]byte) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
-func rawIpcGetEventHandle(Context, Event, *[64]byte) Result      { return ErrNotInitialized }
-func rawIpcOpenEventHandle(Context, *[64]byte) (Result, uint64)  { return ErrNotInitialized, 0 }
-func rawIpcGetMemHandle(Context, DevicePtr, *[64]byte) Result    { return ErrNotInitialized }
-func rawIpcOpenMemHandle(Context, *[64]byte) (Result, uint64)    { return ErrNotInitialized, 0 }
-func rawIpcCloseMemHandle(Context, DevicePtr) Result             { return ErrNotInitialized }
+func rawIpcGetEventHandle(Context, Event, *[64]byte) Result     { return ErrNotInitialized }
+func rawIpcOpenEventHandle(Context, *[64]byte) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawIpcGetMemHandle(Context, DevicePtr, *[64]byte) Result   { return ErrNotInitialized }
+func rawIpcOpenMemHandle(Context, *[64]byte) (Result, uint64)   { return ErrNotInitialized, 0 }
+func rawIpcCloseMemHandle(Context, DevicePtr) Result            { return ErrNotInitialized }
