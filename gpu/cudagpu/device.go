@@ -104,6 +104,9 @@ func (d *Device) MallocFromPoolAsync(n int, pool gpu.MemPool, s gpu.Stream) (gpu
 	if err != nil {
 		return 0, err
 	}
+	if cp.imported {
+		return 0, fmt.Errorf("cudagpu: MallocFromPoolAsync: an imported pool allocates nothing: %w", gpu.ErrNotSupported)
+	}
 	if err := allocSize("MallocFromPoolAsync", n); err != nil {
 		return 0, err
 	}
