@@ -105,6 +105,14 @@ type segment struct {
 	// physical page mapped and accessible there, nil where the granule
 	// is unmapped or not accessible. pages is then unused.
 	vm []atomic.Pointer[vmPage]
+	// peers, if not nil, has bit b set when device b may access the
+	// segment (peer.go): the pool's mask for its chunks, the device's
+	// for Malloc memory. Read with race synchronization disabled.
+	peers *atomic.Uint64
+	// view, for memory imported from another process (ipc.go): the
+	// exporter's segment whose bytes from viewOff this one shows.
+	view    *segment
+	viewOff uint64
 }
 
 type page struct{ b []byte }
@@ -272,6 +280,9 @@ func (x *segIndex) remove(s *segment) {
 //go:norace
 func (d *Device) lookup(p, n uint64) (*segment, uint64) {
 	s := d.segs.find(p)
+	if s == nil {
+		s = d.peerSegment(p)
+	}
 	if s == nil || p+n < p || p+n > s.base+s.size {
 		return nil, 0
 	}
@@ -287,6 +298,9 @@ func (d *Device) lookup(p, n uint64) (*segment, uint64) {
 //
 //go:norace
 func (s *segment) piece(off, n uint64) []byte {
+	if s.view != nil {
+		return s.view.piece(s.viewOff+off, n)
+	}
 	if s.vm != nil {
 		return s.vmPiece(off, n)
 	}

@@ -51,6 +51,7 @@ const (
 	OpModuleUnload                          // cuModuleUnload
 	OpModuleGetFunction                     // cuModuleGetFunction
 	OpLaunch                                // cuLaunchKernel
+	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
 	opCount
 )
 
@@ -88,6 +89,7 @@ var opNames = [...]string{
 	OpModuleUnload:            "cuModuleUnload",
 	OpModuleGetFunction:       "cuModuleGetFunction",
 	OpLaunch:                  "cuLaunchKernel",
+	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".
