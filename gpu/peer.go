@@ -13,11 +13,12 @@
 //     present and future);
 //   - managed memory is accessible everywhere.
 //
-// A kernel, set or copy enqueued on a device's stream that touches a
-// peer's memory without access fails like any illegal address: at enqueue
-// where the driver checks (ErrInvalidValue), or while it runs
-// (ErrIllegalAddress, a sticky error of the stream). CopyPeerAsync needs
-// no access: it copies between the devices whatever the access.
+// A kernel of a device that touches a peer's memory without access fails
+// like any illegal address, while it runs (ErrIllegalAddress; on the card
+// the fault poisons the context). Copies and sets need no access: with
+// unified addressing the driver routes them between the devices of the
+// host (through the host where there is no peer path), and CopyPeerAsync
+// names both devices explicitly.
 //
 // A request the topology does not allow (CanAccessPeer false: no P2P path
 // between the two devices, or the same device named as its own peer) is

@@ -6,12 +6,15 @@
 // pool's mask (cuMemPoolSetAccess covers every allocation, present and
 // future), Malloc memory shares its device's mask (a peer's
 // cuCtxEnablePeerAccess covers all of it), managed memory is everyone's.
-// A device's lookup that finds no segment of its own at an address asks the
-// device whose address range holds it (each device has a range of its own),
-// and takes the segment only if its own bit is in the mask: so a kernel,
-// set or copy on device B that touches A's memory fails, at enqueue or while
-// it runs, exactly as one touching unmapped memory does, until access is
-// granted; revoking access makes later touches fail again.
+// A kernel's lookup that finds no segment of its own device at an address
+// asks the device whose address range holds it (each device has a range of
+// its own), and takes the segment only if its own bit is in the mask: so a
+// kernel on device B that touches A's memory fails while it runs
+// (gpu.ErrIllegalAddress, a sticky error of the stream), exactly as one
+// touching unmapped memory does, until access is granted; revoking makes
+// later kernels fail again. Copies and sets are routed by the driver
+// between the devices of the host whatever the access (unified
+// addressing), so their lookups take any device's segment.
 //
 // Known differences: read-only access (AccessRead) lets a peer write too,
 // since the model does not tell reads from writes at a lookup; a peer copy
@@ -47,7 +50,7 @@ func bit(o int) uint64 {
 // segment of the device whose address range holds p, if d may access it.
 //
 //go:norace
-func (d *Device) peerSegment(p uint64) *segment {
+func (d *Device) peerSegment(p uint64, routed bool) *segment {
 	if p < vaBase || len(d.b.devices) < 2 {
 		return nil
 	}
@@ -56,7 +59,10 @@ func (d *Device) peerSegment(p uint64) *segment {
 		return nil
 	}
 	s := d.b.devices[o].segs.find(p)
-	if s == nil || s.peers == nil {
+	if s == nil || routed {
+		return s
+	}
+	if s.peers == nil {
 		return nil
 	}
 	raceDisable()
