@@ -161,3 +161,20 @@ func TestPeerOrderedByHost(t *testing.T) {
 		t.Fatalf("b read a's write with %v mismatches", got)
 	}
 }
+
+// twoProcesses returns the same simulated GPU as two processes see it: a
+// device of each of two Backends.
+func twoProcesses(t *testing.T) (exp, imp *sim.Device) {
+	t.Helper()
+	a, _ := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	b, _ := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	return a.(*sim.Device), b.(*sim.Device)
+}
+
+// TestIPCConformance runs the interprocess suites between two simulated
+// processes, and the one-process refusals.
+func TestIPCConformance(t *testing.T) {
+	exp, imp := twoProcesses(t)
+	gputest.RunIPC(t, exp, imp)
+	gputest.RunIPCBadInput(t, exp)
+}
