@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/streamalloc/streamalloc/buf"
 	"github.com/streamalloc/streamalloc/gpu"
@@ -188,9 +189,10 @@ type Link struct {
 	mu     sync.Mutex
 	next   uint64
 	loans  map[uint64]*Loan
-	lost   error // why the link ended, once it has
-	done   chan struct{}
-	closed bool
+	lost    error // why the link ended, once it has
+	done    chan struct{}
+	closed  bool // Close was called
+	closing bool // this side said goodbye first
 }
 
 // Serve sends the pool to the importer at the other end of conn and
@@ -250,6 +252,9 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (l *Link, err 
 		return nil, fmt.Errorf("ipc: serve: hello: %w", lostIfEOF(err))
 	}
 	back, err := readFrame(conn, kindHelloBack)
+	if err == nil && back.kind != kindHelloBack {
+		err = fmt.Errorf("ipc: a bye for a hello: %w", ErrProtocol)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ipc: serve: %w", err)
 	}
@@ -416,12 +421,17 @@ func (l *Link) LendBuffer(b *buf.Buffer) (*Loan, error) {
 	return ln, nil
 }
 
-// read takes the importer's give-backs until the connection ends.
+// read takes the importer's give-backs until the connection ends or the
+// importer says goodbye.
 func (l *Link) read() {
 	for {
 		f, err := readFrame(l.conn, kindGiveBack)
 		if err != nil {
 			l.lose(err)
+			return
+		}
+		if f.kind == kindBye {
+			l.bye()
 			return
 		}
 		l.mu.Lock()
@@ -456,13 +466,59 @@ func (l *Link) back(ln *Loan) {
 	close(ln.done)
 }
 
-// lose ends the link: every loan still out comes back with ErrPeerLost,
-// once the importer's process has finished exiting where it is known.
+// bye ends the link on the importer's goodbye. Every give-back came
+// before it; loans still out were never imported (the importer imports
+// nothing after its bye) and come back unused. The waits on the importer's
+// return event are executed (the device synchronized) before the answering
+// bye, after which the importer destroys that event: an event must outlive
+// every wait on it. If this side said goodbye first, the bye is the answer.
+func (l *Link) bye() {
+	l.mu.Lock()
+	answered := l.closing
+	loans := make([]*Loan, 0, len(l.loans))
+	for id, ln := range l.loans {
+		loans = append(loans, ln)
+		delete(l.loans, id)
+	}
+	if l.lost == nil {
+		l.lost = fmt.Errorf("ipc: the link was closed: %w", ErrClosed)
+	}
+	l.mu.Unlock()
+	for _, ln := range loans {
+		l.back(ln)
+	}
+	if !answered {
+		err := l.e.dev.Synchronize()
+		if err == nil {
+			err = l.write(frame{kind: kindBye})
+		}
+		if err != nil {
+			l.mu.Lock()
+			l.lost = fmt.Errorf("ipc: the importer's goodbye: %w", err)
+			l.mu.Unlock()
+		}
+	}
+	close(l.done)
+}
+
+// write sends one frame.
+func (l *Link) write(f frame) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if _, err := l.conn.Write(f.marshal()); err != nil {
+		return lostIfEOF(err)
+	}
+	return nil
+}
+
+// lose ends the link on a lost connection: every loan still out comes
+// back with ErrPeerLost, once the importer's process has finished exiting
+// where it is known.
 func (l *Link) lose(why error) {
 	l.mu.Lock()
 	if l.lost == nil {
 		l.lost = why
-		if !errors.Is(why, ErrPeerLost) && !l.closed {
+		if !errors.Is(why, ErrPeerLost) {
 			l.lost = fmt.Errorf("%w: %w", ErrPeerLost, why)
 		}
 	}
@@ -482,11 +538,12 @@ func (l *Link) lose(why error) {
 	close(l.done)
 }
 
-// Done is closed once the link has ended (connection lost or closed) and
-// every loan still out came back.
+// Done is closed once the link has ended (goodbye, or connection lost)
+// and every loan still out came back.
 func (l *Link) Done() <-chan struct{} { return l.done }
 
-// Err is why the link ended, nil while it runs.
+// Err is why the link ended (an error matching ErrClosed after a
+// goodbye, ErrPeerLost after a loss), nil while it runs.
 func (l *Link) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -500,9 +557,15 @@ func (l *Link) Outstanding() int {
 	return len(l.loans)
 }
 
-// Close closes the connection. It refuses (ErrLent) while loans are out
-// on a link that still runs: the importer maps them and only its give-back
-// or its exit makes them the exporter's again.
+// byeWait bounds how long either side's Close waits for the answer to
+// its goodbye.
+const byeWait = 10 * time.Second
+
+// Close says goodbye to the importer, waits for its answer (its waits on
+// the lend event are then executed), and releases the link's stream and
+// events. It refuses (ErrLent) while loans are out on a link that still
+// runs: the importer maps them, and only its give-back or its exit makes
+// them the exporter's again.
 func (l *Link) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -515,13 +578,27 @@ func (l *Link) Close() error {
 		return fmt.Errorf("ipc: close link: %d loans: %w", n, ErrLent)
 	}
 	l.closed = true
+	running := l.lost == nil
+	l.closing = true
 	l.mu.Unlock()
-	err := l.conn.Close()
+	var errs []error
+	if running {
+		if err := l.write(frame{kind: kindBye}); err != nil && !errors.Is(err, ErrPeerLost) {
+			errs = append(errs, err)
+		}
+		select {
+		case <-l.done:
+		case <-time.After(byeWait):
+			errs = append(errs, fmt.Errorf("ipc: close link: no answer to the goodbye in %v", byeWait))
+		}
+	}
+	errs = append(errs, l.conn.Close())
 	<-l.done
 	l.e.mu.Lock()
 	delete(l.e.links, l)
 	l.e.mu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	return errors.Join(err, l.lendStream.Synchronize(), l.lendStream.Destroy(), l.retEvent.Destroy(), l.lendEvent.Destroy())
+	errs = append(errs, l.lendStream.Synchronize(), l.lendStream.Destroy(), l.retEvent.Destroy(), l.lendEvent.Destroy())
+	return errors.Join(errs...)
 }

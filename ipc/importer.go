@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -40,7 +41,8 @@ type Importer struct {
 
 	mu      sync.Mutex
 	imports map[uint64]*Import
-	closed  bool
+	closed  bool // Close was called: Receive refuses
+	saidBye bool // this side said goodbye: lends are dropped
 }
 
 // Accept takes the exporter's hello on conn and imports its pool on dev;
@@ -130,17 +132,57 @@ func recvHello(conn *net.UnixConn) (frame, *os.File, error) {
 	return f, file, nil
 }
 
-// read passes lend frames to Receive until the connection ends.
+// read passes lend frames to Receive until the connection ends or a
+// goodbye. On the exporter's goodbye it answers once its waits on the
+// lend event have executed (the device synchronized), after which the
+// exporter destroys that event; on the answer to its own it just stops.
+// Lends after this side's goodbye are dropped: the exporter takes them
+// back unused at the goodbye.
 func (im *Importer) read() {
 	for {
 		f, err := readFrame(im.conn, kindLend)
 		if err != nil {
-			im.readErr = err
-			close(im.frames)
+			im.finish(err)
 			return
 		}
-		im.frames <- f
+		if f.kind == kindBye {
+			im.mu.Lock()
+			answered := im.saidBye
+			im.mu.Unlock()
+			err := fmt.Errorf("ipc: the exporter closed the link: %w", ErrPeerLost)
+			if !answered {
+				if serr := im.dev.Synchronize(); serr != nil {
+					err = errors.Join(err, serr)
+				} else if werr := im.write(frame{kind: kindBye}); werr != nil {
+					err = errors.Join(err, werr)
+				}
+			}
+			im.finish(err)
+			return
+		}
+		im.mu.Lock()
+		drop := im.saidBye
+		im.mu.Unlock()
+		if !drop {
+			im.frames <- f
+		}
 	}
+}
+
+// finish ends the frames with why.
+func (im *Importer) finish(why error) {
+	im.readErr = why
+	close(im.frames)
+}
+
+// write sends one frame.
+func (im *Importer) write(f frame) error {
+	im.wmu.Lock()
+	defer im.wmu.Unlock()
+	if _, err := im.conn.Write(f.marshal()); err != nil {
+		return lostIfEOF(err)
+	}
+	return nil
 }
 
 // Import is one loan, mapped in this process.
@@ -162,6 +204,12 @@ func (i *Import) Size() int          { return i.size }
 func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) {
 	if s == nil {
 		return nil, fmt.Errorf("ipc: receive: nil stream: %w", gpu.ErrInvalidHandle)
+	}
+	im.mu.Lock()
+	closed := im.closed
+	im.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("ipc: receive: %w", ErrClosed)
 	}
 	var f frame
 	select {
@@ -255,8 +303,11 @@ func (im *Importer) Outstanding() int {
 
 // Close releases every import still held, on the return stream after
 // all work on the device (it cannot know the streams that used them),
-// gives back unused the loans sent but not received, then closes the
-// connection and the imported pool and events.
+// synchronizes the device so that every wait on the exporter's lend event
+// has executed, says goodbye (loans sent but not received go back unused)
+// and waits for the exporter's answer, after which its waits on the
+// return event have executed; then it closes the connection and the
+// imported pool and events.
 func (im *Importer) Close() error {
 	im.mu.Lock()
 	if im.closed {
@@ -278,17 +329,30 @@ func (im *Importer) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	// No more loans: those already sent are given back unused, so the
-	// exporter takes them back at once, not when this process exits.
-	if err := im.conn.CloseRead(); err != nil {
+	errs = append(errs, im.dev.Synchronize())
+	im.mu.Lock()
+	im.saidBye = true
+	im.mu.Unlock()
+	if err := im.write(frame{kind: kindBye}); err == nil {
+		timeout := time.After(byeWait)
+	wait:
+		for {
+			select {
+			case _, ok := <-im.frames:
+				if !ok {
+					break wait
+				}
+			case <-timeout:
+				errs = append(errs, fmt.Errorf("ipc: close: no answer to the goodbye in %v", byeWait))
+				break wait
+			}
+		}
+	} else if !errors.Is(err, ErrPeerLost) {
 		errs = append(errs, err)
 	}
-	for f := range im.frames {
-		if err := im.giveBack(f.id, im.retStream); err != nil && !errors.Is(err, ErrPeerLost) {
-			errs = append(errs, err)
-		}
+	errs = append(errs, im.conn.Close())
+	for range im.frames {
 	}
-	errs = append(errs, im.retStream.Synchronize(), im.conn.Close())
 	errs = append(errs, im.retStream.Destroy(), im.retEvent.Destroy(), im.lendEvent.Destroy(), im.pool.Destroy(), im.events.Close())
 	return errors.Join(errs...)
 }

@@ -3,7 +3,7 @@
 //
 //	offset size field
 //	0      4    magic "SAIP"
-//	4      1    kind (hello, helloBack, lend, giveBack)
+//	4      1    kind (hello, helloBack, lend, giveBack, bye)
 //	5      3    zero
 //	8      4    handle type (hello)
 //	12     4    zero
@@ -35,6 +35,7 @@ const (
 	kindHelloBack kind = 2 // importer -> exporter
 	kindLend      kind = 3 // exporter -> importer
 	kindGiveBack  kind = 4 // importer -> exporter
+	kindBye       kind = 5 // either way: no more frames but the answering bye
 )
 
 type frame struct {
@@ -66,7 +67,7 @@ func parseFrame(b []byte) (frame, error) {
 		return f, fmt.Errorf("ipc: frame padding not zero: %w", ErrProtocol)
 	}
 	f.kind = kind(b[4])
-	if f.kind < kindHello || f.kind > kindGiveBack {
+	if f.kind < kindHello || f.kind > kindBye {
 		return f, fmt.Errorf("ipc: frame kind %d: %w", f.kind, ErrProtocol)
 	}
 	f.handle = int32(binary.LittleEndian.Uint32(b[8:]))
@@ -77,7 +78,7 @@ func parseFrame(b []byte) (frame, error) {
 	return f, nil
 }
 
-// readFrame reads one frame of the wanted kind (0: any).
+// readFrame reads one frame of the wanted kind, or a bye (want 0: any).
 func readFrame(c net.Conn, want kind) (frame, error) {
 	b := make([]byte, frameSize)
 	if _, err := io.ReadFull(c, b); err != nil {
@@ -87,7 +88,7 @@ func readFrame(c net.Conn, want kind) (frame, error) {
 	if err != nil {
 		return f, err
 	}
-	if want != 0 && f.kind != want {
+	if want != 0 && f.kind != want && f.kind != kindBye {
 		return f, fmt.Errorf("ipc: frame kind %d, want %d: %w", f.kind, want, ErrProtocol)
 	}
 	return f, nil

@@ -37,7 +37,7 @@ func TestParseFrameRefusals(t *testing.T) {
 		{"short", func(b []byte) []byte { return b[:frameSize-1] }},
 		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }},
 		{"kind 0", func(b []byte) []byte { b[4] = 0; return b }},
-		{"kind 5", func(b []byte) []byte { b[4] = 5; return b }},
+		{"kind 6", func(b []byte) []byte { b[4] = 6; return b }},
 		{"padding", func(b []byte) []byte { b[13] = 1; return b }},
 	} {
 		b := c.edit(append([]byte(nil), good...))
