@@ -186,9 +186,9 @@ type Link struct {
 
 	wmu sync.Mutex // frames out, and the lend event's record with its frame
 
-	mu     sync.Mutex
-	next   uint64
-	loans  map[uint64]*Loan
+	mu      sync.Mutex
+	next    uint64
+	loans   map[uint64]*Loan
 	lost    error // why the link ended, once it has
 	done    chan struct{}
 	closed  bool // Close was called
