@@ -218,7 +218,9 @@ func TestKilledImporter(t *testing.T) {
 	}
 }
 
-func isLost(err error) bool { return err != nil && strings.Contains(err.Error(), ipc.ErrPeerLost.Error()) }
+func isLost(err error) bool {
+	return err != nil && strings.Contains(err.Error(), ipc.ErrPeerLost.Error())
+}
 
 // TestRoundTripCost times a whole round trip per allocation, from the
 // exporter's side: lend (export data, event record, frame), the importer's
