@@ -206,15 +206,133 @@ func TestKilledImporter(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	diff := int64(baseline) - int64(free)
-	t.Logf("killed importer holding %d x %d MiB: pool reserved %d MiB while lent, %d bytes used and %d reserved after the frees and Trim(0); device free %d MiB before the child, %d MiB after (%+d bytes, of %d MiB)",
-		n, size>>20, reservedHeld>>20, u.Used, u.Reserved, baseline>>20, free>>20, -diff, total>>20)
+	must(t, e.Close())
+	freeClosed := waitFree(t, dev, baseline)
+	diffClosed := int64(baseline) - int64(freeClosed)
+	t.Logf("killed importer holding %d x %d MiB: pool reserved %d MiB while lent, %d bytes used and %d reserved after the frees and Trim(0); device free %d MiB before the child, %d MiB after the frees and Trim(0) (%+d bytes), %d MiB after the exporter's Close (%+d bytes), of %d MiB",
+		n, size>>20, reservedHeld>>20, u.Used, u.Reserved, baseline>>20, free>>20, -diff, freeClosed>>20, -diffClosed, total>>20)
 	if u.Used != 0 || u.Reserved != 0 {
 		t.Errorf("the exporter's pool holds %d bytes used, %d reserved", u.Used, u.Reserved)
 	}
-	// The exporter's own stream, events and link stay; 2 MiB is one page
-	// of the driver's bookkeeping.
-	if diff > 2<<20 {
-		t.Errorf("the device has %d bytes less free than before the child", diff)
+	// 2 MiB is one page of the driver's bookkeeping.
+	if diffClosed > 2<<20 {
+		t.Errorf("the device has %d bytes less free than before the child, the exporter closed", diffClosed)
+	}
+}
+
+// waitFree polls the device's free memory for up to 5 s until it reaches
+// want, and returns the last reading.
+func waitFree(t *testing.T, dev gpu.Device, want uint64) uint64 {
+	t.Helper()
+	var free uint64
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var err error
+		free, _, err = dev.MemGetInfo()
+		must(t, err)
+		if free >= want || time.Now().After(deadline) {
+			return free
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestReleasedImporterTrim is TestKilledImporter's control: an importer
+// that gives its 8 loans back and says goodbye. It logs what the device's
+// free memory does after the frees and Trim(0), and after the exporter's
+// Close, for comparison with the killed importer.
+func TestReleasedImporterTrim(t *testing.T) {
+	dev := cardDevice(t)
+	s, _ := dev.NewStream()
+	defer s.Destroy()
+	must(t, dev.Synchronize())
+	baseline, _, err := dev.MemGetInfo()
+	must(t, err)
+	ch := startChild(t, "release")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := ipc.NewExporter(dev, ipc.ExporterOptions{})
+	must(t, err)
+	defer e.Close()
+	l, err := e.Serve(ctx, ch.conn)
+	must(t, err)
+	const n, size = 8, 64 << 20
+	loans := make([]*ipc.Loan, n)
+	for i := range loans {
+		p, err := e.Allocate(size, s)
+		must(t, err)
+		loans[i], err = l.Lend(p, size, s)
+		must(t, err)
+	}
+	for _, ln := range loans {
+		must(t, ln.Wait(ctx))
+		must(t, e.Deallocate(ln.Ptr(), ln.Size(), s))
+	}
+	must(t, ch.cmd.Wait())
+	<-l.Done()
+	must(t, s.Synchronize())
+	must(t, e.Async().Trim(0))
+	u := e.Async().Usage()
+	free := waitFree(t, dev, baseline)
+	must(t, e.Close())
+	freeClosed := waitFree(t, dev, baseline)
+	t.Logf("importer that gave back %d x %d MiB: %d bytes used and %d reserved after the frees and Trim(0); device free %d MiB before, %d MiB after Trim(0) (%+d bytes), %d MiB after the exporter's Close (%+d bytes)",
+		n, size>>20, u.Used, u.Reserved, baseline>>20, free>>20, int64(free)-int64(baseline), freeClosed>>20, int64(freeClosed)-int64(baseline))
+	if int64(baseline)-int64(freeClosed) > 2<<20 {
+		t.Errorf("the device has %d bytes less free than before, the exporter closed", int64(baseline)-int64(freeClosed))
+	}
+}
+
+// TestTwoProcessesFabric lends through a pool exported as a fabric handle
+// where the device offers one (the H100 does); the driver may still refuse
+// the import without the fabric's services (IMEX), which the test logs and
+// skips on.
+func TestTwoProcessesFabric(t *testing.T) {
+	dev := cardDevice(t)
+	x, err := gpu.IPCOf(dev)
+	must(t, err)
+	types, err := x.ExportHandleTypes()
+	must(t, err)
+	if types&gpu.HandleFabric == 0 {
+		t.Skipf("the device offers handle types %#x, no fabric", int32(types))
+	}
+	e, err := ipc.NewExporter(dev, ipc.ExporterOptions{Handle: gpu.HandleFabric})
+	if err != nil {
+		t.Skipf("an exportable fabric pool: %v", err)
+	}
+	defer e.Close()
+	ch := startChild(t, "fabric")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := e.Serve(ctx, ch.conn)
+	if err != nil {
+		line, _ := ch.out.ReadString('\n')
+		ch.cmd.Wait()
+		t.Skipf("the importer could not import the fabric handle: %v; it said %q", err, strings.TrimSpace(line))
+	}
+	k, _ := kernels.Load(dev)
+	s, _ := dev.NewStream()
+	defer s.Destroy()
+	const words = 1 << 20
+	p, err := e.Allocate(4*words, s)
+	must(t, err)
+	must(t, k.Fill(s, p, words, 0))
+	ln, err := l.Lend(p, 4*words, s)
+	must(t, err)
+	must(t, ln.Wait(ctx))
+	cnt, _ := dev.Malloc(4)
+	defer dev.Free(cnt)
+	must(t, dev.MemsetD8Async(cnt, 0, 4, s))
+	must(t, k.Check(s, p, words, 1, cnt))
+	var b [4]byte
+	must(t, dev.CopyDtoHAsync(b[:], cnt, s))
+	must(t, s.Synchronize())
+	line := ch.line(t)
+	must(t, ch.cmd.Wait())
+	<-l.Done()
+	must(t, e.Deallocate(p, 4*words, s))
+	t.Logf("fabric handle: importer %s, exporter mismatches %d", line, binary.LittleEndian.Uint32(b[:]))
+	if line != "mismatches 0" || b != [4]byte{} {
+		t.Fatalf("importer %q, exporter %v", line, b)
 	}
 }
 
@@ -305,9 +423,9 @@ func TestRoundTripCost(t *testing.T) {
 
 	t.Logf("round trip of a %d MiB allocation, %d allocations each, exporter's wall time:", size>>20, iters)
 	t.Logf("  pool (cuMemPoolExportPointer/ImportPointer, IPC events, give-back): round trip %s", summary(pool))
-	t.Logf("    of which export and send (Lend): %s; importer, from the frame's wait to the first use done: %s", summary(poolSend), childPool)
+	t.Logf("    of which export and send (Lend): %s; importer: %s", summary(poolSend), childPool)
 	t.Logf("  legacy (cuIpcGetMemHandle/OpenMemHandle/CloseMemHandle): round trip %s", summary(legacy))
-	t.Logf("    of which export and send: %s; importer, open and first use: %s", summary(legacySend), childLegacy)
+	t.Logf("    of which export and send: %s; importer: %s", summary(legacySend), childLegacy)
 }
 
 // summary is "first F, median M, mean A, p90 P" of ds.
@@ -358,9 +476,49 @@ func runChild(mode string) error {
 	ctx := context.Background()
 	im, err := ipc.Accept(ctx, dev, conn)
 	if err != nil {
+		if mode == "fabric" {
+			fmt.Printf("accept: %v\n", err)
+			return nil
+		}
 		return err
 	}
 	switch mode {
+	case "fabric", "release": // check (fabric) or not, rewrite, give back, until goodbye
+		if err := dev.MemsetD8Async(cnt, 0, 4, s); err != nil {
+			return err
+		}
+		for n := 0; ; n++ {
+			x, err := im.Receive(ctx, s)
+			if err != nil {
+				return err
+			}
+			words := x.Size() / 4
+			if mode == "fabric" {
+				if err := k.Check(s, x.Ptr(), words, 0, cnt); err != nil {
+					return err
+				}
+				if err := k.Fill(s, x.Ptr(), words, 1); err != nil {
+					return err
+				}
+			}
+			if err := x.Release(s); err != nil {
+				return err
+			}
+			if (mode == "fabric" && n == 0) || n == 7 {
+				break
+			}
+		}
+		var b [4]byte
+		if err := dev.CopyDtoHAsync(b[:], cnt, s); err != nil {
+			return err
+		}
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
+		if mode == "fabric" {
+			fmt.Printf("mismatches %d\n", binary.LittleEndian.Uint32(b[:]))
+		}
+		return im.Close()
 	case "check": // check each piece, write its pattern + 1, give it back
 		if err := dev.MemsetD8Async(cnt, 0, 4, s); err != nil {
 			return err
@@ -406,29 +564,33 @@ func runChild(mode string) error {
 		time.Sleep(time.Minute)
 		return fmt.Errorf("not killed")
 	case "touch": // import, first use, give back; time the importer's part
-		// (from the wait for the frame: it includes the exporter's turn)
-		var imp []time.Duration
+		// (Receive from the wait for the frame: it includes the exporter's
+		// turn; the first use is the kernel and the synchronization,
+		// which waits on the exporter's lend event; the give-back)
+		var recv, use, rel []time.Duration
 		for {
 			t0 := time.Now()
 			x, err := im.Receive(ctx, s)
 			if err != nil {
 				break
 			}
+			t1 := time.Now()
 			if err := k.Check(s, x.Ptr(), 1, 0, cnt); err != nil {
 				return err
 			}
 			if err := s.Synchronize(); err != nil {
 				return err
 			}
-			imp = append(imp, time.Since(t0))
+			t2 := time.Now()
 			if err := x.Release(s); err != nil {
 				return err
 			}
-			if len(imp) == 200 {
+			recv, use, rel = append(recv, t1.Sub(t0)), append(use, t2.Sub(t1)), append(rel, time.Since(t2))
+			if len(recv) == 200 {
 				break
 			}
 		}
-		fmt.Printf("import and first use: %s\n", summary(imp))
+		fmt.Printf("receive %s | first use %s | release %s\n", summary(recv), summary(use), summary(rel))
 		return im.Close()
 	}
 	return fmt.Errorf("unknown mode %q", mode)
@@ -441,7 +603,7 @@ func childLegacy(dev gpu.Device, conn *net.UnixConn, s gpu.Stream, k *kernels.Ke
 	if err != nil {
 		return err
 	}
-	var open []time.Duration
+	var open, use, closing []time.Duration
 	msg := make([]byte, 72)
 	for {
 		if _, err := io.ReadFull(conn, msg); err != nil {
@@ -454,16 +616,18 @@ func childLegacy(dev gpu.Device, conn *net.UnixConn, s gpu.Stream, k *kernels.Ke
 		if err != nil {
 			return err
 		}
+		t1 := time.Now()
 		if err := k.Check(s, p, 1, 0, cnt); err != nil {
 			return err
 		}
 		if err := s.Synchronize(); err != nil {
 			return err
 		}
-		open = append(open, time.Since(t0))
+		t2 := time.Now()
 		if err := x.CloseMem(p); err != nil {
 			return err
 		}
+		open, use, closing = append(open, t1.Sub(t0)), append(use, t2.Sub(t1)), append(closing, time.Since(t2))
 		if _, err := conn.Write([]byte{1}); err != nil {
 			return err
 		}
@@ -471,6 +635,6 @@ func childLegacy(dev gpu.Device, conn *net.UnixConn, s gpu.Stream, k *kernels.Ke
 	if len(open) == 0 {
 		return fmt.Errorf("no handle received")
 	}
-	fmt.Printf("open and first use: %s\n", summary(open))
+	fmt.Printf("open %s | first use %s | close %s\n", summary(open), summary(use), summary(closing))
 	return nil
 }
