@@ -198,7 +198,7 @@ type Link struct {
 // Serve sends the pool to the importer at the other end of conn and
 // returns the link its loans go through. The link reads the importer's
 // give-backs until the connection ends; ctx bounds the handshake.
-func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (l *Link, err error) {
+func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err error) {
 	e.mu.Lock()
 	closed := e.closed
 	e.mu.Unlock()
@@ -214,7 +214,9 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (l *Link, err 
 			err = fmt.Errorf("%w (%v)", err, ctx.Err())
 		}
 	}()
-	l = &Link{e: e, conn: conn, peerPID: peerPID(conn), loans: make(map[uint64]*Loan), done: make(chan struct{})}
+	// l, not the result: the undo functions below run after a return
+	// has set the result to nil.
+	l := &Link{e: e, conn: conn, peerPID: peerPID(conn), loans: make(map[uint64]*Loan), done: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -493,6 +495,9 @@ func (l *Link) bye() {
 			err = l.write(frame{kind: kindBye})
 		}
 		if err != nil {
+			// No answer: the connection's end tells the importer not to
+			// wait for one.
+			l.conn.Close()
 			l.mu.Lock()
 			l.lost = fmt.Errorf("ipc: the importer's goodbye: %w", err)
 			l.mu.Unlock()

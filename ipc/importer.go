@@ -47,7 +47,7 @@ type Importer struct {
 
 // Accept takes the exporter's hello on conn and imports its pool on dev;
 // ctx bounds the handshake.
-func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (im *Importer, err error) {
+func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importer, err error) {
 	x, err := gpu.IPCOf(dev)
 	if err != nil {
 		return nil, fmt.Errorf("ipc: accept: %w", err)
@@ -61,7 +61,9 @@ func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (im *Import
 			err = fmt.Errorf("%w (%v)", err, ctx.Err())
 		}
 	}()
-	im = &Importer{dev: dev, x: x, conn: conn, events: gpu.EventCache{Device: dev},
+	// im, not the result: the undo functions below run after a return
+	// has set the result to nil.
+	im := &Importer{dev: dev, x: x, conn: conn, events: gpu.EventCache{Device: dev},
 		frames: make(chan frame, 64), imports: make(map[uint64]*Import)}
 	var undo []func()
 	defer func() {
@@ -153,6 +155,7 @@ func (im *Importer) read() {
 			if !answered {
 				if serr := im.dev.Synchronize(); serr != nil {
 					err = errors.Join(err, serr)
+					im.conn.Close() // no answer: the end of the connection says so
 				} else if werr := im.write(frame{kind: kindBye}); werr != nil {
 					err = errors.Join(err, werr)
 				}

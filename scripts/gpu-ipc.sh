@@ -13,7 +13,9 @@
 #     log); the simulator's tests of the protocol run too;
 #   - gpu_cudagpu: the one-process interprocess refusals (RunIPCBadInput)
 #     and the handle types the device offers; the peer-access suite, which
-#     skips with one GPU.
+#     skips with one GPU;
+#   - ipc again, the fabric-handle round trip alone (its log under
+#     fabric/), since a driver abort there would end the binary.
 #
 # Build here:  scripts/gpu-build.sh ./ipc ./gpu/cudagpu
 # Run there:   scripts/gpu-ipc.sh [.gpubin]      (logs in $OUT or .gpubin/logs)
@@ -22,4 +24,7 @@ bin=${1:-.gpubin}
 status=0
 TEST_TIMEOUT=5m "$bin/run.sh" test ipc || status=1
 TEST_TIMEOUT=2m TEST_RUN='IPCBadInput|PeerConformance' "$bin/run.sh" test gpu_cudagpu || status=1
+logs=${LOGDIR:-${OUT:-$bin/logs}}
+mkdir -p "$logs/fabric"
+STREAMALLOC_IPC_FABRIC=1 LOGDIR="$logs/fabric" TEST_TIMEOUT=2m TEST_RUN='Fabric' "$bin/run.sh" test ipc || status=1
 exit $status
