@@ -617,6 +617,7 @@ func TestTwoProcessesFabric(t *testing.T) {
 	l, err := e.Serve(ctx, ch.conn)
 	step("serve", err)
 	if err != nil {
+		ch.conn.Close() // the importer, still waiting for the hello, sees the end
 		line, _ := ch.out.ReadString('\n')
 		step("the importer said "+strings.TrimSpace(line), nil)
 		ch.cmd.Wait()
