@@ -57,8 +57,20 @@
 // the pointers may be freed). An importer that loses its exporter keeps its
 // imports mapped (the driver keeps the memory while any process maps it)
 // until Release or Close unmaps them. Neither side leaks: the H100 run
-// (scripts/gpu-ipc.sh) kills an importer holding loans and checks the
-// exporter's pool and the device's free memory after.
+// (scripts/gpu-ipc.sh) kills an importer holding 512 MiB of loans; the
+// exporter frees them and its pool trims to 0 bytes reserved, and the
+// device's free memory is back to its baseline once the pool is destroyed.
+// Driver 580 keeps imported blocks' memory on the device after the
+// exporter frees them and trims (the pool says 0 reserved) until the pool
+// is destroyed, whether the importer was killed or gave everything back,
+// so a long-lived exporter's footprint does not shrink with Trim once its
+// blocks have been imported.
+//
+// # Handle types
+//
+// The H100 offers POSIX descriptors and fabric handles (0x9), but refuses
+// a fabric export (CUDA_ERROR_NOT_PERMITTED) on a machine without an IMEX
+// channel; ExporterOptions.Handle picks the type, POSIX by default.
 //
 // # Costs
 //
