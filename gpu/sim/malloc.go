@@ -138,6 +138,7 @@ func (d *Device) malloc(op Op, size int, kind allocKind) (gpu.DevicePtr, error) 
 	seg.peers = &d.mallocPeers
 	if kind == allocManaged {
 		seg.peers = &everyDevice
+		seg.res = newResidency(seg.size)
 	}
 	d.allocs[seg.base] = &allocation{ptr: seg.base, size: uint64(size), charge: charge, kind: kind, seg: seg}
 	return gpu.DevicePtr(seg.base), nil

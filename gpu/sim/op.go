@@ -51,6 +51,8 @@ const (
 	OpModuleUnload                          // cuModuleUnload
 	OpModuleGetFunction                     // cuModuleGetFunction
 	OpLaunch                                // cuLaunchKernel
+	OpMemPrefetch                           // cuMemPrefetchAsync
+	OpMemAdvise                             // cuMemAdvise
 	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
 	opCount
 )
@@ -89,6 +91,8 @@ var opNames = [...]string{
 	OpModuleUnload:            "cuModuleUnload",
 	OpModuleGetFunction:       "cuModuleGetFunction",
 	OpLaunch:                  "cuLaunchKernel",
+	OpMemPrefetch:             "cuMemPrefetchAsync",
+	OpMemAdvise:               "cuMemAdvise",
 	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
 }
 
