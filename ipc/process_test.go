@@ -1,3 +1,5 @@
+//go:build unix
+
 package ipc_test
 
 // Two real processes on one GPU: the test binary re-executes itself as the
