@@ -53,6 +53,7 @@ const (
 	OpLaunch                                // cuLaunchKernel
 	OpMemPrefetch                           // cuMemPrefetchAsync
 	OpMemAdvise                             // cuMemAdvise
+	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
 	opCount
 )
 
@@ -92,6 +93,7 @@ var opNames = [...]string{
 	OpLaunch:                  "cuLaunchKernel",
 	OpMemPrefetch:             "cuMemPrefetchAsync",
 	OpMemAdvise:               "cuMemAdvise",
+	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".
