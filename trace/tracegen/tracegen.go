@@ -151,7 +151,7 @@ func (g *churn) newSlot() slot {
 	return slot{addr: 0x7f0000000000 + g.next, size: size, stream: uint32(g.rng.IntN(g.c.Streams))}
 }
 
-func (g *churn) alloc(s slot) { g.event("allocate", s, s.stream) }
+func (g *churn) alloc(s slot)               { g.event("allocate", s, s.stream) }
 func (g *churn) free(s slot, stream uint32) { g.event("free", s, stream) }
 
 // event appends one line: thread 1, one microsecond per event from 10:00.
