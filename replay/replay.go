@@ -92,8 +92,12 @@ type runner struct {
 	peakRes   uint64
 	resTime   time.Duration
 	calls     int64
-	series    *series
-	tl        *timeline // nil unless Options.Timeline
+	// upTime and upCalls: Options.Upstream's time and calls during the
+	// timed calls, less up0 and upCalls0, its counters when Run began.
+	upTime, up0       time.Duration
+	upCalls, upCalls0 int64
+	series            *series
+	tl                *timeline // nil unless Options.Timeline
 
 	r Result
 }
@@ -151,6 +155,9 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 		r.opts.ProgressEvery = 1 << 16
 	}
 
+	if opts.Upstream != nil {
+		r.up0, r.upCalls0 = opts.Upstream.Elapsed()
+	}
 	err := r.loop()
 	if err == nil {
 		r.progress(true)
@@ -171,6 +178,13 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	}
 	if r.calls > 0 {
 		r.r.NsPerEvent = float64(r.resTime.Nanoseconds()) / float64(r.calls)
+		r.r.UpstreamNsPerEvent = float64(r.upTime.Nanoseconds()) / float64(r.calls)
+		r.r.OwnNsPerEvent = max(0, r.r.NsPerEvent-r.r.UpstreamNsPerEvent)
+	}
+	if opts.Upstream != nil {
+		r.r.Upstream = opts.Upstream.Name()
+		r.r.UpstreamCalls = r.upCalls
+		r.r.PeakUpstreamReservedBytes = opts.Upstream.PeakReserved()
 	}
 	r.r.Streams = len(r.order)
 	if r.series != nil {
@@ -376,6 +390,11 @@ func (r *runner) cleanup() error {
 		if err := r.release(h.addr, h.b, h.b.stream); err != nil {
 			errs = append(errs, fmt.Errorf("replay: %s: at the end: %w", r.r.Trace, err))
 		}
+	}
+	// The upstream's time counts up to here: Release below is not timed.
+	if r.opts.Upstream != nil {
+		d, n := r.opts.Upstream.Elapsed()
+		r.upTime, r.upCalls = d-r.up0, n-r.upCalls0
 	}
 	// A caching resource may hold memory whose reuse is tied to the
 	// streams about to be destroyed; give it back while they still work.

@@ -33,6 +33,11 @@ type Options struct {
 	// at most TimelineEvents events (0: DefaultTimelineEvents).
 	Timeline       bool
 	TimelineEvents int
+	// Upstream, if set, is the timer between the replayed resource (a
+	// suballocator) and its upstream: the time spent in the upstream's
+	// calls is reported apart (Result.UpstreamNsPerEvent) and not counted
+	// as the resource's own (Result.OwnNsPerEvent).
+	Upstream *UpstreamTimer
 }
 
 // Progress is a report of how far a replay is.
@@ -92,7 +97,7 @@ type Result struct {
 	Fragmentation float64 `json:"fragmentation"`
 	// NsPerEvent is the host time spent in the resource's Allocate and
 	// Deallocate calls divided by the number of those calls (trace
-	// parsing and bookkeeping excluded).
+	// parsing and bookkeeping excluded), its upstream's calls included.
 	NsPerEvent float64 `json:"ns_per_event"`
 	// Failures counts allocations the replayed resource refused with
 	// mr.ErrOutOfMemory.
@@ -123,6 +128,22 @@ type Result struct {
 	// Simulated says whether the device is a simulated one
 	// (gpu.Properties.Simulated): its timings are the simulator's.
 	Simulated bool `json:"simulated"`
+	// Upstream names the upstream that Options.Upstream timed ("" if
+	// none was given). UpstreamCalls is how many calls the resource made
+	// to it during its timed Allocate and Deallocate calls, and
+	// UpstreamNsPerEvent the time spent in them divided by the
+	// resource's calls (as NsPerEvent). OwnNsPerEvent is NsPerEvent less
+	// UpstreamNsPerEvent: what the resource itself costs.
+	Upstream           string  `json:"upstream,omitempty"`
+	UpstreamCalls      int64   `json:"upstream_calls"`
+	UpstreamNsPerEvent float64 `json:"upstream_ns_per_event"`
+	OwnNsPerEvent      float64 `json:"own_ns_per_event"`
+	// PeakUpstreamReservedBytes is the largest Reserved the upstream
+	// reported (UpstreamTimer.PeakReserved): the device memory held
+	// behind the resource, which for a driver pool is more than the
+	// resource reserved from it. 0 without Options.Upstream or when the
+	// upstream reports no usage.
+	PeakUpstreamReservedBytes uint64 `json:"peak_upstream_reserved_bytes,omitempty"`
 	// Timeline is the event-by-event record, if Options.Timeline asked
 	// for it. It is not part of the JSON: a report embeds it in its own
 	// form.

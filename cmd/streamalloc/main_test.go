@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/mr/registry"
+	"github.com/streamalloc/streamalloc/replay"
 	"github.com/streamalloc/streamalloc/sanitize"
 	"github.com/streamalloc/streamalloc/trace"
 )
@@ -387,5 +389,48 @@ func TestReplaySanitizeAndLog(t *testing.T) {
 	// 3 allocations, 1 known free, 2 frees at the end, and the header.
 	if n := strings.Count(string(b), "\n"); n != 1+6 {
 		t.Errorf("log has %d lines, want 7:\n%s", n, b)
+	}
+}
+
+// --upstream picks what suballocators draw from: async by default, direct
+// when asked. The pool's row names its upstream and splits its time; a
+// resource that stands alone has neither. An unknown name is refused with
+// registry.ErrUpstream before anything is replayed.
+func TestReplayUpstream(t *testing.T) {
+	p := writeFile(t, "t.csv", smallTrace)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "async"},
+		{[]string{"--upstream", "async"}, "async"},
+		{[]string{"--upstream", "direct"}, "direct"},
+	} {
+		args := append([]string{"replay", "--device", "sim", "--resource", "direct,pool", "--json"}, tc.args...)
+		out, _, err := run(t, append(args, p)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []replay.Result
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		direct, pool := rows[0], rows[1]
+		if direct.Upstream != "" || direct.UpstreamCalls != 0 || direct.OwnNsPerEvent != direct.NsPerEvent {
+			t.Errorf("%v: direct has an upstream: %+v", tc.args, direct)
+		}
+		// The trace's 1 MiB block makes the pool grow at least once.
+		if pool.Upstream != tc.want || pool.UpstreamCalls < 1 || pool.UpstreamNsPerEvent <= 0 ||
+			math.Abs(pool.OwnNsPerEvent+pool.UpstreamNsPerEvent-pool.NsPerEvent) > 1e-6 {
+			t.Errorf("%v: pool over %s: %+v", tc.args, tc.want, pool)
+		}
+		// A driver pool reserves whole granules behind the pool.
+		if tc.want == "async" && pool.PeakUpstreamReservedBytes < pool.PeakReservedBytes {
+			t.Errorf("%v: the driver pool peaked at %d bytes, the pool at %d", tc.args, pool.PeakUpstreamReservedBytes, pool.PeakReservedBytes)
+		}
+	}
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "pool", "--upstream", "cuda", p)
+	if !errors.Is(err, registry.ErrUpstream) || out != "" {
+		t.Errorf("--upstream cuda: %q, %v; want ErrUpstream and no output", out, err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 type replayFlags struct {
 	resources string
+	upstream  string
 	json      bool
 	html      string
 	log       string
@@ -72,6 +73,7 @@ are counted, not fatal.`,
 		},
 	}
 	cmd.Flags().StringVar(&f.resources, "resource", "pool", "resources to replay against: a comma-separated list of "+fmt.Sprint(registry.Replay())+", or all")
+	cmd.Flags().StringVar(&f.upstream, "upstream", "async", "what suballocators (pool, arena, binning, fixedsize) draw their chunks from: "+fmt.Sprint(registry.Upstreams()))
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the results as a JSON array")
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
@@ -84,6 +86,9 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	names, err := registry.Replay().Parse(f.resources)
 	if err != nil {
 		return fmt.Errorf("--resource: %w", err)
+	}
+	if _, err := registry.ParseUpstream(f.upstream); err != nil {
+		return fmt.Errorf("--upstream: %w", err)
 	}
 	if f.maxExpansion < 0 {
 		return fmt.Errorf("--max-expansion %d: %w", f.maxExpansion, errNegative)
@@ -199,9 +204,18 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.
 		}})
 		dev = z.Device(dev)
 	}
-	// The zero options: suballocators over Direct, so that what they
-	// report as reserved is all the memory they hold.
-	res, closeRes, err := registry.New(name, dev, registry.Options{})
+	// Suballocators over the upstream --upstream names (async by
+	// default, as a program builds them), through a timer, so that the
+	// upstream's time is reported apart from the suballocator's own.
+	up, err := registry.ParseUpstream(f.upstream)
+	if err != nil {
+		return replayRow{}, fmt.Errorf("--upstream: %w", err)
+	}
+	var timer *replay.UpstreamTimer
+	res, closeRes, err := registry.New(name, dev, registry.Options{Upstream: up, WrapUpstream: func(r mr.Resource) mr.Resource {
+		timer = replay.NewUpstreamTimer(f.upstream, r)
+		return timer
+	}})
 	if err != nil {
 		return replayRow{}, err
 	}
@@ -211,7 +225,7 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.
 		}
 	}()
 	top := stack(res, z, logw)
-	opts := replay.Options{Resource: name}
+	opts := replay.Options{Resource: name, Upstream: timer}
 	if f.html != "" {
 		opts.SeriesPoints = 2000
 		opts.Timeline = true
