@@ -98,6 +98,7 @@ type runner struct {
 	upCalls, upCalls0 int64
 	series            *series
 	tl                *timeline // nil unless Options.Timeline
+	clock             *clock    // nil unless Options.Timed
 
 	r Result
 }
@@ -151,6 +152,17 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	if opts.Timeline {
 		r.tl = newTimeline(opts, tr, res)
 	}
+	if opts.Timed {
+		scale := opts.TimeScale
+		if scale == 0 {
+			scale = 1
+		}
+		c, err := newClock(dev, scale)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		r.clock = c
+	}
 	if r.opts.ProgressEvery <= 0 {
 		r.opts.ProgressEvery = 1 << 16
 	}
@@ -193,6 +205,12 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	if r.tl != nil {
 		r.r.Timeline = r.tl.finish()
 	}
+	if r.clock != nil {
+		r.r.Timed = true
+		r.r.TimedBehind = r.clock.behind
+		r.r.TimedKernels = r.clock.spins
+		r.r.TimedWork = r.clock.spun
+	}
 	r.r.Wall = time.Since(start)
 	return &r.r, nil
 }
@@ -213,6 +231,11 @@ func (r *runner) loop() error {
 			return fmt.Errorf("replay: %w", err)
 		}
 		r.r.Events++
+		if r.clock != nil && ev.Op != trace.AllocFailure {
+			if err := r.timed(ev); err != nil {
+				return fmt.Errorf("replay: %s:%d: %w", r.r.Trace, ev.Line, err)
+			}
+		}
 		switch ev.Op {
 		case trace.Alloc:
 			err = r.alloc(ev)
@@ -323,6 +346,16 @@ func (r *runner) release(addr uint64, b block, s gpu.Stream) error {
 	r.traceLive -= uint64(b.size)
 	r.heldLive -= uint64(b.size)
 	return nil
+}
+
+// timed keeps a timed replay to the trace's schedule before ev
+// (timed.go).
+func (r *runner) timed(ev trace.Event) error {
+	s, err := r.stream(ev.Stream)
+	if err != nil {
+		return err
+	}
+	return r.clock.before(r, ev.Time, s)
 }
 
 // stream returns the device stream standing for trace stream id,

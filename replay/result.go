@@ -8,7 +8,10 @@
 
 package replay
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Options tune a replay. The zero value replays with no series and no
 // progress reports.
@@ -38,7 +41,19 @@ type Options struct {
 	// calls is reported apart (Result.UpstreamNsPerEvent) and not counted
 	// as the resource's own (Result.OwnNsPerEvent).
 	Upstream *UpstreamTimer
+	// Timed replays the trace in its own time (timed.go): the host waits
+	// for each event's time, and the time between two events of a stream
+	// is enqueued on it as a kernel of that length, so that frees
+	// complete when they would have. TimeScale multiplies every duration
+	// (0: 1; 0.1 replays ten times faster, with ten times shorter
+	// kernels); it must not be negative.
+	Timed     bool
+	TimeScale float64
 }
+
+// ErrTimeScale is the error, wrapped, of a negative or NaN
+// Options.TimeScale.
+var ErrTimeScale = errors.New("replay: bad time scale")
 
 // Progress is a report of how far a replay is.
 type Progress struct {
@@ -144,6 +159,15 @@ type Result struct {
 	// resource reserved from it. 0 without Options.Upstream or when the
 	// upstream reports no usage.
 	PeakUpstreamReservedBytes uint64 `json:"peak_upstream_reserved_bytes,omitempty"`
+	// Timed says the replay kept the trace's time (Options.Timed).
+	// TimedKernels and TimedWork are the kernels it enqueued for the
+	// gaps and their total length (scaled); TimedBehind is the most the
+	// host fell behind the trace's schedule, against which the timed
+	// figures should be read.
+	Timed        bool          `json:"timed,omitempty"`
+	TimedKernels int64         `json:"timed_kernels,omitempty"`
+	TimedWork    time.Duration `json:"timed_work_ns,omitempty"`
+	TimedBehind  time.Duration `json:"timed_behind_ns,omitempty"`
 	// Timeline is the event-by-event record, if Options.Timeline asked
 	// for it. It is not part of the JSON: a report embeds it in its own
 	// form.

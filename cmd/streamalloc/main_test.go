@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
@@ -432,5 +433,51 @@ func TestReplayUpstream(t *testing.T) {
 	out, _, err := run(t, "replay", "--device", "sim", "--resource", "pool", "--upstream", "cuda", p)
 	if !errors.Is(err, registry.ErrUpstream) || out != "" {
 		t.Errorf("--upstream cuda: %q, %v; want ErrUpstream and no output", out, err)
+	}
+}
+
+// --timed adds a row per resource replayed in the trace's time: stream
+// 0x1 is busy for 80 ms of the trace (40 ms at --time-scale 0.5) before its
+// free, so async cannot hand the block to stream 0x2 and grows again.
+func TestReplayTimed(t *testing.T) {
+	const cross = `Thread,Time,Action,Pointer,Size,Stream
+1,10:00:00.000000,allocate,0x7f0000000000,20971520,0x1
+1,10:00:00.080000,free,0x7f0000000000,20971520,0x1
+1,10:00:00.080100,allocate,0x7f0002000000,20971520,0x2
+`
+	p := writeFile(t, "cross.csv", cross)
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "async,pool", "--timed", "--time-scale", "0.5", "--json", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []replay.Result
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := []struct {
+		resource string
+		timed    bool
+		reserved uint64
+	}{
+		{"async", false, 32 << 20}, {"async (timed)", true, 64 << 20},
+		{"pool", false, 0}, {"pool (timed)", true, 0},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
+	for i, w := range want {
+		r := rows[i]
+		if r.Resource != w.resource || r.Timed != w.timed || (w.reserved != 0 && r.PeakReservedBytes != w.reserved) {
+			t.Errorf("row %d: %s timed %v reserved %d; want %+v", i, r.Resource, r.Timed, r.PeakReservedBytes, w)
+		}
+		if w.timed && (r.TimedKernels != 1 || r.TimedWork != 40*time.Millisecond) {
+			t.Errorf("row %d: %d kernels, %v of work; want 1, 40ms (80 ms at scale 0.5)", i, r.TimedKernels, r.TimedWork)
+		}
+	}
+	for _, scale := range []string{"0", "-1", "NaN"} {
+		_, _, err := run(t, "replay", "--device", "sim", "--timed", "--time-scale", scale, p)
+		if !errors.Is(err, errNotPositive) {
+			t.Errorf("--time-scale %s: %v; want errNotPositive", scale, err)
+		}
 	}
 }
