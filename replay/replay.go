@@ -96,9 +96,13 @@ type runner struct {
 	// timed calls, less up0 and upCalls0, its counters when Run began.
 	upTime, up0       time.Duration
 	upCalls, upCalls0 int64
-	series            *series
-	tl                *timeline // nil unless Options.Timeline
-	clock             *clock    // nil unless Options.Timed
+	// lastReserved is the reserved bytes last read from rep, after the
+	// upstream's polledCalls-th call (sample).
+	lastReserved uint64
+	polledCalls  int64
+	series       *series
+	tl           *timeline // nil unless Options.Timeline
+	clock        *clock    // nil unless Options.Timed
 
 	r Result
 }
@@ -383,8 +387,17 @@ func (r *runner) stream(id uint64) (gpu.Stream, error) {
 // sample records the state after event i and returns the reserved bytes.
 func (r *runner) sample(i int64, t time.Duration) uint64 {
 	reserved := r.heldLive
-	if r.rep != nil {
+	switch {
+	case r.rep == nil:
+	case r.opts.Upstream == nil:
 		reserved = r.rep.Usage().Reserved
+	default:
+		// A suballocator's reserved bytes change only through its
+		// upstream: ask it again only after events that called it.
+		if n := r.opts.Upstream.Calls(); n != r.polledCalls || i == 0 {
+			r.lastReserved, r.polledCalls = r.rep.Usage().Reserved, n
+		}
+		reserved = r.lastReserved
 	}
 	r.peakRes = max(r.peakRes, reserved)
 	if r.series != nil {

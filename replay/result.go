@@ -39,7 +39,10 @@ type Options struct {
 	// Upstream, if set, is the timer between the replayed resource (a
 	// suballocator) and its upstream: the time spent in the upstream's
 	// calls is reported apart (Result.UpstreamNsPerEvent) and not counted
-	// as the resource's own (Result.OwnNsPerEvent).
+	// as the resource's own (Result.OwnNsPerEvent). The resource's
+	// usage (mr.UsageReporter) is then read only after events in which
+	// it called the upstream, since a suballocator's reserved bytes
+	// change only through it.
 	Upstream *UpstreamTimer
 	// Timed replays the trace in its own time (timed.go): the host waits
 	// for each event's time, and the time between two events of a stream

@@ -104,6 +104,10 @@ func (t *UpstreamTimer) Elapsed() (time.Duration, int64) {
 	return time.Duration(t.ns.Load()), t.calls.Load()
 }
 
+// Calls is the number of the upstream's Allocate and Deallocate calls so
+// far.
+func (t *UpstreamTimer) Calls() int64 { return t.calls.Load() }
+
 // PeakReserved is the largest Reserved the upstream reported after any
 // of its calls (0 if it reports no usage).
 func (t *UpstreamTimer) PeakReserved() uint64 { return t.peakRes.Load() }
