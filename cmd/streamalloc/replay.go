@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -23,15 +24,16 @@ import (
 )
 
 type replayFlags struct {
-	resources string
-	upstream  string
-	json      bool
-	html      string
-	log       string
-	sanitize  bool
-	timed     bool
-	timeScale float64
-	command   string // the command line, for the page
+	resources  string
+	upstream   string
+	json       bool
+	html       string
+	log        string
+	sanitize   bool
+	timed      bool
+	timeScale  float64
+	cpuProfile string
+	command    string // the command line, for the page
 	// maxExpansion bounds a snapshot's trace entries and segment blocks
 	// per KiB of pickle (trace.Options.MaxExpansion; 0 is its default).
 	maxExpansion int
@@ -89,6 +91,7 @@ when they would have; both rows are shown.`,
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
 	cmd.Flags().BoolVar(&f.timed, "timed", false, "replay each resource a second time in the trace's own time, each stream's gaps enqueued as GPU work, and report both (rows \"NAME (timed)\")")
 	cmd.Flags().Float64Var(&f.timeScale, "time-scale", 1, "with --timed, multiply the trace's times by `F` (0.1: ten times faster)")
+	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the replays (go tool pprof) to `FILE`")
 	cmd.Flags().BoolVar(&f.sanitize, "sanitize", false, "run each replay under the stream-order sanitizer and count the hazards it reports")
 	cmd.Flags().IntVar(&f.maxExpansion, "max-expansion", trace.DefaultMaxExpansion, "refuse a PyTorch snapshot with more than `N` trace entries and segment blocks per KiB of pickle, counting each reference to a repeated one (0: the default)")
 	return cmd
@@ -134,6 +137,20 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 		}
 		defer logOut.abort()
 		logw = trace.NewCSVWriter(logOut)
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
 	}
 	var results []*replay.Result
 	var rows []replayRow
