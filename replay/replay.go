@@ -161,7 +161,7 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 		if scale == 0 {
 			scale = 1
 		}
-		c, err := newClock(dev, scale)
+		c, err := newClock(dev, scale, opts.TimedMinKernel)
 		if err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}

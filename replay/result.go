@@ -52,10 +52,15 @@ type Options struct {
 	// kernels); it must not be negative.
 	Timed     bool
 	TimeScale float64
+	// TimedMinKernel is the shortest gap a timed replay enqueues as a
+	// kernel; shorter gaps of a stream add up until they reach it. 0:
+	// DefaultTimedMinKernel on a card, DefaultSimTimedMinKernel on the
+	// simulator. Negative is an error matching ErrTimeScale.
+	TimedMinKernel time.Duration
 }
 
 // ErrTimeScale is the error, wrapped, of a negative or NaN
-// Options.TimeScale.
+// Options.TimeScale, or a negative Options.TimedMinKernel.
 var ErrTimeScale = errors.New("replay: bad time scale")
 
 // Progress is a report of how far a replay is.

@@ -24,8 +24,11 @@
 //     thus busy from its first event to its last, one gap behind the host,
 //     as the streams of a program bound by its GPU are, and a free on S
 //     completes about one gap after the host made it. Gaps shorter than
-//     minSpin are added to the next one, so that launches (a few
-//     microseconds each on the card) do not become the work.
+//     Options.TimedMinKernel are added to the next one, so that launches
+//     (a few microseconds each on the card) do not become the work. On
+//     the simulator the default is a millisecond, not 20 µs: its kernel
+//     sleeps, and a sleep oversleeps by tens of microseconds, which over
+//     thousands of short kernels would leave the streams seconds behind.
 //
 // The result depends on real time: the same trace gives the same figures
 // only as far as the host keeps to the schedule. Result.TimedBehind says
@@ -46,9 +49,12 @@ import (
 )
 
 const (
-	// minSpin is the shortest gap enqueued as a kernel; shorter ones
-	// carry over to the stream's next gap.
-	minSpin = 20 * time.Microsecond
+	// DefaultTimedMinKernel is the shortest gap enqueued as a kernel on
+	// a card (Options.TimedMinKernel); shorter ones carry over to the
+	// stream's next gap. DefaultSimTimedMinKernel is the same on the
+	// simulator.
+	DefaultTimedMinKernel    = 20 * time.Microsecond
+	DefaultSimTimedMinKernel = time.Millisecond
 	// minSleep is the least the host sleeps to keep to the schedule.
 	minSleep = 200 * time.Microsecond
 )
@@ -57,6 +63,7 @@ const (
 type clock struct {
 	k       *kernels.Kernels
 	scale   float64
+	minSpin time.Duration
 	start   time.Time     // wall time of the first event
 	t0      time.Duration // trace time of the first event
 	started bool
@@ -67,15 +74,24 @@ type clock struct {
 	spun    time.Duration
 }
 
-func newClock(dev gpu.Device, scale float64) (*clock, error) {
+func newClock(dev gpu.Device, scale float64, minSpin time.Duration) (*clock, error) {
 	if scale <= 0 || scale != scale {
 		return nil, fmt.Errorf("time scale %v: %w", scale, ErrTimeScale)
+	}
+	if minSpin < 0 {
+		return nil, fmt.Errorf("shortest kernel %v: %w", minSpin, ErrTimeScale)
+	}
+	if minSpin == 0 {
+		minSpin = DefaultTimedMinKernel
+		if dev.Properties().Simulated {
+			minSpin = DefaultSimTimedMinKernel
+		}
 	}
 	k, err := kernels.Load(dev)
 	if err != nil {
 		return nil, fmt.Errorf("timed replay: %w", err)
 	}
-	return &clock{k: k, scale: scale, last: map[gpu.Stream]time.Duration{}, owed: map[gpu.Stream]time.Duration{}}, nil
+	return &clock{k: k, scale: scale, minSpin: minSpin, last: map[gpu.Stream]time.Duration{}, owed: map[gpu.Stream]time.Duration{}}, nil
 }
 
 // before is called before the event at trace time t on s: it waits for
@@ -103,7 +119,7 @@ func (c *clock) before(r *runner, t time.Duration, s gpu.Stream) error {
 		return nil
 	}
 	gap := c.owed[s] + time.Duration(float64(t-last)*c.scale)
-	if gap < minSpin {
+	if gap < c.minSpin {
 		c.owed[s] = gap
 		return nil
 	}

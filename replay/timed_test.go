@@ -47,7 +47,7 @@ func TestTimedReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr := trace.NewCSVReader(strings.NewReader(crossTrace), "cross.csv")
-		r, err := Run(context.Background(), tr, dev, res, Options{Timed: tc.timed, TimeScale: tc.scale})
+		r, err := Run(context.Background(), tr, dev, res, Options{Timed: tc.timed, TimeScale: tc.scale, TimedMinKernel: 20 * time.Microsecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestTimedReplay(t *testing.T) {
 	}
 }
 
-// Gaps shorter than minSpin add up to the next one on the same stream;
+// Gaps shorter than TimedMinKernel add up to the next one on the same stream;
 // the other stream's events do not shorten a stream's gap.
 func TestTimedShortGaps(t *testing.T) {
 	var b strings.Builder
@@ -93,7 +93,7 @@ func TestTimedShortGaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := Run(context.Background(), trace.NewCSVReader(strings.NewReader(b.String()), "short.csv"), dev,
-		mr.NewDirect(dev), Options{Timed: true})
+		mr.NewDirect(dev), Options{Timed: true, TimedMinKernel: 20 * time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +113,11 @@ func TestTimedBadScale(t *testing.T) {
 		if !errors.Is(err, ErrTimeScale) || r != nil {
 			t.Errorf("scale %v: %v, %v; want ErrTimeScale", scale, r, err)
 		}
+	}
+	tr := trace.NewCSVReader(strings.NewReader(crossTrace), "cross.csv")
+	r, err := Run(context.Background(), tr, dev, mr.NewDirect(dev), Options{Timed: true, TimedMinKernel: -time.Microsecond})
+	if !errors.Is(err, ErrTimeScale) || r != nil {
+		t.Errorf("shortest kernel -1µs: %v, %v; want ErrTimeScale", r, err)
 	}
 }
 
