@@ -35,8 +35,14 @@ status=0
 
 for dev in cuda sim; do
 	echo "== timed replay on $dev" | tee -a "$log"
-	"$dir/streamalloc" replay --device "$dev" --resource async,pool --timed "${traces[@]}" 2>&1 | tee -a "$log" || status=1
 	"$dir/streamalloc" replay --device "$dev" --resource async,pool --timed --json "${traces[@]}" >"$out/timed-$dev.json" 2>>"$log" || status=1
+	python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print("%-40s %-14s peak reserved %14d  fragmentation %.3f  %6.0f ns/event (own %6.0f)  wall %6.2f s  behind %7.2f ms" % (
+        r["trace"].split("/")[-1], r["resource"], r["peak_reserved_bytes"], r["fragmentation"], r["ns_per_event"],
+        r["own_ns_per_event"], r["wall_ns"] / 1e9, r.get("timed_behind_ns", 0) / 1e6))
+' "$out/timed-$dev.json" 2>&1 | tee -a "$log"
 done
 
 n=${SCALE_EVENTS:-10000000} live=${SCALE_LIVE:-200000} streams=${SCALE_STREAMS:-10000}
@@ -52,7 +58,7 @@ exe, trace, prof, js = sys.argv[1:]
 t = time.time()
 with open(js, "w") as f:
     r = subprocess.run(["taskset", "-c", "0", exe, "replay", "--device", "sim", "--resource", "pool",
-                        "--json", "--cpuprofile", prof, trace], stdout=f)
+                        "--json", "--cpuprofile", prof, trace], stdout=f, timeout=int(os.environ.get("SCALE_TIMEOUT", "600")))
 wall = time.time() - t
 print("exit", r.returncode, "wall %.1f s, peak RSS %d MiB" % (wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10))
 sys.exit(r.returncode)
