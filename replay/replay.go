@@ -68,7 +68,8 @@ type block struct {
 	p      gpu.DevicePtr
 	size   int64
 	stream gpu.Stream
-	seq    int64 // allocation order, so that the final frees are deterministic
+	sid    uint64 // the trace's id of stream
+	seq    int64  // allocation order, so that the final frees are deterministic
 }
 
 type runner struct {
@@ -305,7 +306,7 @@ func (r *runner) alloc(ev trace.Event) error {
 		r.traceLive -= uint64(ev.Size)
 		return fmt.Errorf("allocate %d bytes on trace stream %#x: %w", ev.Size, ev.Stream, err)
 	}
-	r.live[ev.Ptr] = block{p: p, size: ev.Size, stream: s, seq: r.r.Allocations}
+	r.live[ev.Ptr] = block{p: p, size: ev.Size, stream: s, sid: ev.Stream, seq: r.r.Allocations}
 	r.heldLive += uint64(ev.Size)
 	if r.tl != nil {
 		r.tl.alloc(ev, uint64(p), false)
@@ -330,9 +331,13 @@ func (r *runner) free(ev trace.Event) error {
 		r.r.UnknownFrees++
 		return nil
 	}
-	s, err := r.stream(ev.Stream)
-	if err != nil {
-		return err
+	// Most frees are on the allocation's stream: no lookup then.
+	s := b.stream
+	if b.sid != ev.Stream {
+		var err error
+		if s, err = r.stream(ev.Stream); err != nil {
+			return err
+		}
 	}
 	return r.release(ev.Ptr, b, s)
 }
