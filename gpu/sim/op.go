@@ -51,6 +51,7 @@ const (
 	OpModuleUnload                          // cuModuleUnload
 	OpModuleGetFunction                     // cuModuleGetFunction
 	OpLaunch                                // cuLaunchKernel
+	OpStreamIsCapturing                     // cuStreamIsCapturing (CaptureStatus)
 	opCount
 )
 
@@ -88,6 +89,7 @@ var opNames = [...]string{
 	OpModuleUnload:            "cuModuleUnload",
 	OpModuleGetFunction:       "cuModuleGetFunction",
 	OpLaunch:                  "cuLaunchKernel",
+	OpStreamIsCapturing:       "cuStreamIsCapturing",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".
