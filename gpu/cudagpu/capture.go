@@ -202,7 +202,7 @@ func (s *Stream) CaptureID() uint64 {
 	if c := s.capt.Load(); c != nil {
 		return c.id
 	}
-	if s.borrowed && !s.dead.Load() {
+	if queryForeignCapture && s.borrowed && !s.dead.Load() {
 		if _, id, err := s.dev.ctx.StreamCaptureInfo(s.h); err == nil {
 			return id
 		}

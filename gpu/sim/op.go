@@ -51,6 +51,9 @@ const (
 	OpModuleUnload                          // cuModuleUnload
 	OpModuleGetFunction                     // cuModuleGetFunction
 	OpLaunch                                // cuLaunchKernel
+	OpMemPrefetch                           // cuMemPrefetchAsync
+	OpMemAdvise                             // cuMemAdvise
+	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
 	OpStreamIsCapturing                     // cuStreamIsCapturing (CaptureStatus)
 	opCount
 )
@@ -89,6 +92,9 @@ var opNames = [...]string{
 	OpModuleUnload:            "cuModuleUnload",
 	OpModuleGetFunction:       "cuModuleGetFunction",
 	OpLaunch:                  "cuLaunchKernel",
+	OpMemPrefetch:             "cuMemPrefetchAsync",
+	OpMemAdvise:               "cuMemAdvise",
+	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
 	OpStreamIsCapturing:       "cuStreamIsCapturing",
 }
 
