@@ -54,6 +54,7 @@ const (
 	OpMemPrefetch                           // cuMemPrefetchAsync
 	OpMemAdvise                             // cuMemAdvise
 	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
+	OpStreamIsCapturing                     // cuStreamIsCapturing (CaptureStatus)
 	opCount
 )
 
@@ -94,6 +95,7 @@ var opNames = [...]string{
 	OpMemPrefetch:             "cuMemPrefetchAsync",
 	OpMemAdvise:               "cuMemAdvise",
 	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
+	OpStreamIsCapturing:       "cuStreamIsCapturing",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".
