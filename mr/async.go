@@ -109,6 +109,10 @@ type AsyncOptions struct {
 	// pool, which every user of cuMemAllocAsync in the process shares,
 	// unless Pool or CurrentPool says otherwise.
 	OwnPool bool
+	// Exportable, if not gpu.HandleNone, makes the pool of its own (as
+	// OwnPool) exportable to other processes as these handle types
+	// (gpu.IPC.NewExportableMemPool); package ipc lends its allocations.
+	Exportable gpu.HandleType
 	// Pool, if not nil, is the pool to allocate from, not owned (RMM's
 	// async_view): a pool of the caller's, or a CUmemoryPool of other code
 	// adopted with gpu.Device.AdoptMemPool. Close leaves it alone. It must
@@ -211,6 +215,9 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	if opts.InitialPoolSize < 0 {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
+	if opts.Exportable != gpu.HandleNone {
+		opts.OwnPool = true
+	}
 	choices := 0
 	for _, c := range []bool{opts.OwnPool, opts.Pool != nil, opts.CurrentPool, opts.ManagedPool} {
 		if c {
@@ -229,6 +236,11 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	}
 	var err error
 	switch {
+	case opts.Exportable != gpu.HandleNone:
+		var x gpu.IPC
+		if x, err = gpu.IPCOf(dev); err == nil {
+			r.pool, err = x.NewExportableMemPool(opts.Exportable)
+		}
 	case opts.OwnPool:
 		r.pool, err = dev.NewMemPool()
 	case opts.Pool != nil:

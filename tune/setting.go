@@ -4,11 +4,11 @@
 // where the pluggable allocator's grammar can express it).
 //
 // Suballocators (pool, binning, arena) are built over mr.Direct, as
-// `streamalloc replay` builds them, so the reserved bytes a replay reports
-// are all the device memory they hold; async is an mr.Async on a driver
-// pool of its own. The zero options of each resource are its defaults:
-// Setting{Resource: "pool"} replays exactly what `streamalloc replay
-// --resource pool` does.
+// `streamalloc replay --upstream direct` builds them, so the reserved bytes
+// a replay reports are all the device memory they hold; async is an
+// mr.Async on a driver pool of its own. The zero options of each resource
+// are its defaults: Setting{Resource: "pool"} replays exactly what
+// `streamalloc replay --upstream direct --resource pool` does.
 
 package tune
 

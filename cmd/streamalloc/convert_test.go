@@ -58,7 +58,7 @@ func replayFigures(t *testing.T, out string) []map[string]any {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, r := range rows {
-		for _, k := range []string{"trace", "ns_per_event", "wall_ns"} {
+		for _, k := range []string{"trace", "ns_per_event", "own_ns_per_event", "upstream_ns_per_event", "wall_ns"} {
 			if _, ok := r[k]; !ok {
 				t.Fatalf("replay output lacks %q: %v", k, r)
 			}

@@ -107,6 +107,9 @@ func (d *Device) MallocFromPoolAsync(n int, pool gpu.MemPool, s gpu.Stream) (gpu
 	if err != nil {
 		return 0, err
 	}
+	if cp.imported {
+		return 0, fmt.Errorf("cudagpu: MallocFromPoolAsync: an imported pool allocates nothing: %w", gpu.ErrNotSupported)
+	}
 	if cp.host {
 		return 0, fmt.Errorf("cudagpu: MallocFromPoolAsync: the pool is located on the host (MallocHostFromPoolAsync): %w", gpu.ErrInvalidValue)
 	}

@@ -53,6 +53,8 @@ const (
 	OpLaunch                                // cuLaunchKernel
 	OpMemPrefetch                           // cuMemPrefetchAsync
 	OpMemAdvise                             // cuMemAdvise
+	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
+	OpStreamIsCapturing                     // cuStreamIsCapturing (CaptureStatus)
 	opCount
 )
 
@@ -92,6 +94,8 @@ var opNames = [...]string{
 	OpLaunch:                  "cuLaunchKernel",
 	OpMemPrefetch:             "cuMemPrefetchAsync",
 	OpMemAdvise:               "cuMemAdvise",
+	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
+	OpStreamIsCapturing:       "cuStreamIsCapturing",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".

@@ -102,6 +102,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -126,6 +127,18 @@ type memPool struct {
 	// block of every heap, so an allocation costs O(free blocks), not
 	// O(blocks) (a million live blocks made each one walk a million).
 	apart map[*block]struct{}
+
+	// peers has bit b set when device b may access the pool's memory,
+	// peerRead when that access is read-only (peer.go); read by workers
+	// with race synchronization disabled.
+	peers, peerRead atomic.Uint64
+	// handles are the handle types the pool can be exported as, exportID
+	// its number in the export registry once exported, and from, for a
+	// pool imported from another process, the exporter's pool (ipc.go).
+	handles  gpu.HandleType
+	exportID uint64
+	from     *memPool
+	file     string // the file a POSIX export's descriptors open
 }
 
 type block struct {
@@ -243,6 +256,9 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 	}
 	if p.destroyed {
 		return 0, wrap(call, fmt.Errorf("pool: %w", gpu.ErrDestroyed))
+	}
+	if p.from != nil {
+		return 0, wrap(call, fmt.Errorf("an imported pool allocates nothing: %w", gpu.ErrNotSupported))
 	}
 	if err := d.inject(which); err != nil {
 		return 0, err
@@ -901,6 +917,7 @@ func (p *memPool) Destroy() error {
 		return err
 	}
 	p.destroyed = true
+	p.unexport()
 	p.dev.foreign.forgetPool(p)
 	p.dev.reapLocked()
 	return nil

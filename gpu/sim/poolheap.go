@@ -73,6 +73,7 @@ func (p *memPool) newHeapLocked(call string, need uint64) (*heap, error) {
 	if p.managed {
 		seg.res = newResidency(span)
 	}
+	seg.peers = &p.peers
 	d.segs.add(seg)
 	h := &heap{seg: seg, pages: make([]atomic.Pointer[page], span/vmGranule)}
 	p.heaps = append(p.heaps, h)
