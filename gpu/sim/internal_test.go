@@ -146,7 +146,13 @@ func TestPoolModel(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(seed, 1))
-			poolModel(t, 300, rnd.IntN)
+			// Half the seeds use more streams than a block lists
+			// frees of before it indexes them (depIndexFrom).
+			streams := 3
+			if seed%2 == 1 {
+				streams = 2 * depIndexFrom
+			}
+			poolModel(t, streams, 300, rnd.IntN)
 		})
 	}
 }
@@ -165,22 +171,22 @@ func FuzzPoolModel(f *testing.F) {
 			i++
 			return v % n
 		}
-		poolModel(t, min(len(data), 200), next)
+		poolModel(t, 1+next(2*depIndexFrom), min(len(data), 200), next)
 	})
 }
 
-// poolModel runs steps pool operations chosen by next(n) (in [0, n)) and
+// poolModel runs, on the given number of streams, steps pool operations chosen by next(n) (in [0, n)) and
 // checks after each: used is the sum of the live blocks (rounded to 256),
 // reserved covers them in whole 2 MiB chunks, blocks tile their chunks and
 // free neighbours are coalesced unless one's free is pending on a stream
 // the other's is not, the free list holds exactly the free
 // blocks, live blocks are disjoint, and the device charge equals what is
 // reserved. At the end everything is freed and trimmed back to zero.
-func poolModel(t *testing.T, steps int, next func(int) int) {
+func poolModel(t *testing.T, streams, steps int, next func(int) int) {
 	t.Helper()
 	d := New(Config{Capacity: 64 << 20}).devices[0]
 	var ss []*stream
-	for range 3 {
+	for range streams {
 		gs, err := d.NewStream()
 		if err != nil {
 			t.Fatal(err)
@@ -247,8 +253,18 @@ func poolModel(t *testing.T, steps int, next func(int) int) {
 			}
 			end := c.seg.base
 			for b := c.first; b != nil; b = b.next {
-				if b.addr != end || (b.next != nil && b.free && b.next.free && !b.settled() && !b.next.settled() && sameStreams(b.deps, b.next.deps)) {
+				if b.addr != end || (b.next != nil && b.free && b.next.free && !b.settled() && !b.next.settled() && sameStreams(b, b.next)) {
 					t.Fatalf("step %d: chunk blocks not contiguous or not coalesced", step)
+				}
+				seen := map[*stream]bool{}
+				for i, f := range b.deps {
+					if seen[f.s] || b.depOn(f.s) != i || (b.allDue && !f.due()) {
+						t.Fatalf("step %d: a block's frees: two on one stream, the index wrong, or one pending though all are due", step)
+					}
+					seen[f.s] = true
+				}
+				if b.depAt != nil && len(b.depAt) != len(b.deps) || !b.free && (b.deps != nil || b.depAt != nil) {
+					t.Fatalf("step %d: a block's frees and their index disagree, or an allocated block keeps frees", step)
 				}
 				if _, ok := p.apart[b]; b.next != nil && b.free && b.next.free && !ok {
 					t.Fatalf("step %d: free neighbours kept apart, the first not noted for settleLocked", step)
