@@ -227,10 +227,10 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 		return 0, err
 	}
 	for _, f := range waits {
-		s.joinLocked(f.vc())
+		s.joinOpLocked(f)
 	}
 	for _, f := range acquires {
-		s.joinLocked(f.vc())
+		s.joinOpLocked(f)
 	}
 	s.enqueueLocked(&op{kind: opAlloc, name: call, waits: waits, acquires: acquires})
 	d.allocs[b.addr] = &allocation{ptr: b.addr, size: uint64(size), kind: allocPool, blk: b}
@@ -239,11 +239,11 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 
 // usable reports whether free block b may go to stream s, and which frees
 // the allocation must wait for or acquire.
-func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acquires []*op) {
-	deps := s.deps // host order already joined by nextDepsLocked
+func (p *memPool) usable(b *block, s *stream) (ok bool, waits, acquires []*op) {
+	deps, host := s.deps, p.dev.b // s's host generation brought up to date by allocLocked
 	for _, f := range b.deps {
 		switch {
-		case f.s == s, host.get(f.s.id) >= f.seq:
+		case f.s == s, host.hostKnows(f.s, f.seq, s.hostGen):
 		case p.followEvents && deps.get(f.s.id) >= f.seq:
 		case p.opportunistic && f.due():
 			acquires = append(acquires, f)
@@ -261,14 +261,13 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	need := roundUp(size, align)
 	p.settleLocked()
 	s.nextDepsLocked()
-	host := p.dev.b.host.Load().vc
 	var best, bestWait *block
 	var bestAcq, bestWaits, bestWaitAcq []*op
 	for x := p.free; x != nil; x = x.fnext {
 		if x.size < need {
 			continue
 		}
-		ok, w, a := p.usable(x, s, host)
+		ok, w, a := p.usable(x, s)
 		switch {
 		case !ok:
 		case len(w) == 0:
