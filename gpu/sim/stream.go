@@ -127,6 +127,7 @@ type stream struct {
 	// last entry, read without the lock.
 	hostLog  []hostTick
 	hostLast atomic.Pointer[hostTick]
+	hostSeen clock // the clock of the last operation the host observed here (Backend.hostMu)
 
 	tailSync byte // race-detector address chaining the stream's workers
 
