@@ -40,6 +40,14 @@ type Config struct {
 	// stream's progress fewer than History times since), and false
 	// otherwise. Memory is then bounded for any length of run.
 	History int
+	// PeerAccess[a][b] says whether device a can access device b's memory
+	// (cuDeviceCanAccessPeer), once granted (peer.go). Nil: every device
+	// can access every other. Entries missing from a shorter matrix are
+	// false; a device never counts as its own peer.
+	PeerAccess [][]bool
+	// IPCHandleTypes is the set of handle types a pool can be exported as
+	// (ipc.go); default gpu.HandlePOSIX. Negative: none.
+	IPCHandleTypes gpu.HandleType
 }
 
 // Defaults.
@@ -56,6 +64,7 @@ const (
 type Backend struct {
 	cfg     Config
 	devices []*Device
+	stride  uint64 // each device's share of the address space
 
 	// hostMu guards every stream's hostLog. hostGen is the host clock's
 	// generation: it grows when the host learns of a completion it did
@@ -87,7 +96,12 @@ func New(cfg Config) *Backend {
 	if cfg.History == 0 {
 		cfg.History = DefaultHistory
 	}
-	b := &Backend{cfg: cfg}
+	if cfg.IPCHandleTypes == 0 {
+		cfg.IPCHandleTypes = gpu.HandlePOSIX
+	} else if cfg.IPCHandleTypes < 0 {
+		cfg.IPCHandleTypes = gpu.HandleNone
+	}
+	b := &Backend{cfg: cfg, stride: max(uint64(vaStride), roundUp(4*cfg.Capacity, vaStride))}
 	b.active = make(map[*capture]struct{})
 	for i := 0; i < cfg.Devices; i++ {
 		b.devices = append(b.devices, newDevice(b, i))
@@ -132,13 +146,21 @@ func (b *Backend) Device(ordinal int) (gpu.Device, error) {
 // of o's clock that the last operation it observed on o's stream did not
 // have (runs are immutable and shared, so one seen is learned), so
 // observing a stream again and again costs O(what its clock gained), not
-// O(its clock) each time.
+// O(its clock) each time. o may be another backend's (the record of an
+// interprocess event, ipc.go): then what the host learns is what o's
+// clock says of b's own streams; the other process's streams are not in
+// b's relation (HappensBefore answers false across backends).
 func (b *Backend) hostJoin(o *op) {
 	b.hostMu.Lock()
 	defer b.hostMu.Unlock()
 	g := b.hostGen.Load() + 1
-	grew := o.s.hostLearnLocked(o.seq, g)
-	seen := o.s.hostSeen
+	own := o.s.dev.b == b
+	grew := false
+	var seen clock
+	if own {
+		grew = o.s.hostLearnLocked(o.seq, g)
+		seen = o.s.hostSeen
+	}
 	for _, r := range o.deps {
 		if slices.ContainsFunc(seen, func(q vclock) bool { return len(q) == len(r) && &q[0] == &r[0] }) {
 			continue
@@ -149,7 +171,9 @@ func (b *Backend) hostJoin(o *op) {
 			}
 		}
 	}
-	o.s.hostSeen = o.deps
+	if own {
+		o.s.hostSeen = o.deps
+	}
 	if grew {
 		b.hostGen.Store(g) // after the streams' entries: see hostKnows
 	}

@@ -51,6 +51,9 @@ const (
 	OpModuleUnload                          // cuModuleUnload
 	OpModuleGetFunction                     // cuModuleGetFunction
 	OpLaunch                                // cuLaunchKernel
+	OpMemPrefetch                           // cuMemPrefetchAsync
+	OpMemAdvise                             // cuMemAdvise
+	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
 	opCount
 )
 
@@ -88,6 +91,9 @@ var opNames = [...]string{
 	OpModuleUnload:            "cuModuleUnload",
 	OpModuleGetFunction:       "cuModuleGetFunction",
 	OpLaunch:                  "cuLaunchKernel",
+	OpMemPrefetch:             "cuMemPrefetchAsync",
+	OpMemAdvise:               "cuMemAdvise",
+	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".
