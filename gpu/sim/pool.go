@@ -105,7 +105,16 @@ type block struct {
 	chunk      *chunk
 	addr, size uint64
 	free       bool
-	deps       []*op  // free operations to be ordered after (free blocks)
+	deps       []*op // free operations to be ordered after (free blocks), one per stream
+	// depAt indexes deps by stream once there are more than
+	// depIndexFrom, so that merging the frees of two neighbours costs
+	// O(the smaller's), not O(both), and sameStreams O(their number):
+	// a block that coalesces the frees of n streams one by one costs
+	// O(n), not O(n^2).
+	depAt map[*stream]int
+	// allDue: every free in deps is known to be due. Due is for good
+	// once true, so settled answers from it without visiting deps again.
+	allDue     bool
 	prev, next *block // neighbours in the chunk, by address
 	fprev      *block // free blocks: neighbours in the pool's free list
 	fnext      *block
@@ -238,10 +247,10 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 		return 0, err
 	}
 	for _, f := range waits {
-		s.joinLocked(f.vc())
+		s.joinOpLocked(f)
 	}
 	for _, f := range acquires {
-		s.joinLocked(f.vc())
+		s.joinOpLocked(f)
 	}
 	s.enqueueLocked(&op{kind: opAlloc, name: call, waits: waits, acquires: acquires})
 	d.allocs[b.addr] = &allocation{ptr: b.addr, size: uint64(size), kind: allocPool, blk: b}
@@ -250,11 +259,11 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 
 // usable reports whether free block b may go to stream s, and which frees
 // the allocation must wait for or acquire.
-func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acquires []*op) {
-	deps := s.deps // host order already joined by nextDepsLocked
+func (p *memPool) usable(b *block, s *stream) (ok bool, waits, acquires []*op) {
+	deps, host := s.deps, p.dev.b // s's host generation brought up to date by allocLocked
 	for _, f := range b.deps {
 		switch {
-		case f.s == s, host.get(f.s.id) >= f.seq:
+		case f.s == s, host.hostKnows(f.s, f.seq, s.hostGen):
 		case p.followEvents && deps.get(f.s.id) >= f.seq:
 		case p.opportunistic && f.due():
 			acquires = append(acquires, f)
@@ -272,14 +281,13 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	need := roundUp(size, align)
 	p.settleLocked()
 	s.nextDepsLocked()
-	host := p.dev.b.host.Load().vc
 	var best, bestWait *block
 	var bestAcq, bestWaits, bestWaitAcq []*op
 	for x := p.free; x != nil; x = x.fnext {
 		if x.size < need {
 			continue
 		}
-		ok, w, a := p.usable(x, s, host)
+		ok, w, a := p.usable(x, s)
 		switch {
 		case !ok:
 		case len(w) == 0:
@@ -335,8 +343,9 @@ func (p *memPool) growLocked(call string, need uint64) (*chunk, error) {
 // carveLocked allocates the first need bytes of free block b.
 func (p *memPool) carveLocked(b *block, need uint64) {
 	if b.size > need {
+		// The rest takes b's frees: b, allocated, needs them no more.
 		rest := &block{pool: p, chunk: b.chunk, addr: b.addr + need, size: b.size - need, free: true,
-			deps: append([]*op(nil), b.deps...), prev: b, next: b.next}
+			deps: b.deps, depAt: b.depAt, allDue: b.allDue, prev: b, next: b.next}
 		if b.next != nil {
 			b.next.prev = rest
 		}
@@ -346,7 +355,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		p.noteApart(rest)
 	}
 	p.unlistFree(b)
-	b.free, b.deps = false, nil
+	b.free, b.deps, b.depAt, b.allDue = false, nil, nil, false
 	p.used += b.size
 	p.usedHigh = max(p.usedHigh, p.used)
 }
@@ -356,7 +365,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 func (p *memPool) freeBlockLocked(b *block, f *op) {
 	p.used -= b.size
 	b.free = true
-	b.deps = nil
+	b.deps, b.depAt, b.allDue = nil, nil, f == nil
 	if f != nil {
 		b.deps = []*op{f}
 	}
@@ -394,14 +403,14 @@ func (p *memPool) noteApart(b *block) {
 // frees completed: that would make the latter wait too.
 func coalescible(a, b *block) bool {
 	as, bs := a.settled(), b.settled()
-	return as && bs || !as && !bs && sameStreams(a.deps, b.deps)
+	return as && bs || !as && !bs && sameStreams(a, b)
 }
 
 // absorb makes b's next neighbour n, free and not listed, part of b.
 func (b *block) absorb(n *block) {
 	delete(b.pool.apart, n)
 	b.size += n.size
-	b.deps = mergeDeps(b.deps, n.deps)
+	b.mergeDeps(n)
 	b.next = n.next
 	if n.next != nil {
 		n.next.prev = b
@@ -410,30 +419,78 @@ func (b *block) absorb(n *block) {
 
 // settled reports whether every free b depends on has completed.
 func (b *block) settled() bool {
+	if b.allDue {
+		return true
+	}
 	for _, f := range b.deps {
 		if !f.due() {
+			return false
+		}
+	}
+	b.allDue = true
+	return true
+}
+
+// sameStreams reports whether the frees a and b list (at most one per
+// stream) are on the same streams.
+func sameStreams(a, b *block) bool {
+	if len(a.deps) != len(b.deps) {
+		return false
+	}
+	for _, f := range a.deps {
+		if b.depOn(f.s) < 0 {
 			return false
 		}
 	}
 	return true
 }
 
-// sameStreams reports whether the frees a and b list (at most one per
-// stream) are on the same streams.
-func sameStreams(a, b []*op) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, f := range a {
-		found := false
-		for _, g := range b {
-			found = found || f.s == g.s
+// depIndexFrom is how many frees a block lists before it indexes them.
+const depIndexFrom = 8
+
+// depOn returns the index in b.deps of the free on stream s, or -1.
+func (b *block) depOn(s *stream) int {
+	if b.depAt != nil {
+		if i, ok := b.depAt[s]; ok {
+			return i
 		}
-		if !found {
-			return false
+		return -1
+	}
+	for i, f := range b.deps {
+		if f.s == s {
+			return i
 		}
 	}
-	return true
+	return -1
+}
+
+// mergeDeps makes b's frees those of b and n, keeping per stream the
+// later; n's list is taken over or dropped. The longer list absorbs the
+// shorter.
+func (b *block) mergeDeps(n *block) {
+	if len(n.deps) > len(b.deps) {
+		b.deps, n.deps = n.deps, b.deps
+		b.depAt, n.depAt = n.depAt, b.depAt
+	}
+	b.allDue = b.allDue && n.allDue
+	for _, f := range n.deps {
+		if i := b.depOn(f.s); i >= 0 {
+			if f.seq > b.deps[i].seq {
+				b.deps[i] = f
+			}
+			continue
+		}
+		b.deps = append(b.deps, f)
+		if b.depAt != nil {
+			b.depAt[f.s] = len(b.deps) - 1
+		} else if len(b.deps) > depIndexFrom {
+			b.depAt = make(map[*stream]int, len(b.deps))
+			for i, g := range b.deps {
+				b.depAt[g.s] = i
+			}
+		}
+	}
+	n.deps, n.depAt = nil, nil
 }
 
 // settleLocked coalesces the free neighbours that were kept apart while a
@@ -467,24 +524,6 @@ func (p *memPool) settleLocked() {
 			b.absorb(n)
 		}
 	}
-}
-
-// mergeDeps keeps, per stream, the later of the frees of a and b.
-func mergeDeps(a, b []*op) []*op {
-	out := append([]*op(nil), a...)
-next:
-	for _, f := range b {
-		for i, g := range out {
-			if g.s == f.s {
-				if f.seq > g.seq {
-					out[i] = f
-				}
-				continue next
-			}
-		}
-		out = append(out, f)
-	}
-	return out
 }
 
 // idle reports whether chunk c is one free block whose frees completed
