@@ -47,7 +47,7 @@ import (
 )
 
 var (
-	_ gpu.CaptureStream = (*Stream)(nil)
+	_ gpu.GatedCaptureStream = (*Stream)(nil)
 	_ gpu.GraphDevice   = (*Device)(nil)
 	_ gpu.Graph         = (*Graph)(nil)
 	_ gpu.GraphExec     = (*GraphExec)(nil)
@@ -127,6 +127,7 @@ func (s *Stream) BeginCapture(mode gpu.CaptureMode) error {
 		return err
 	}
 	s.dev.captures.Add(1)
+	gpu.CaptureStarted() // before any stream reports it (capturegate.go)
 	s.capt.Store(&capture{id: id, mode: mode, origin: s, thread: t})
 	return nil
 }
@@ -171,6 +172,7 @@ func (c *capture) end() {
 	for _, m := range members {
 		m.capt.CompareAndSwap(c, nil)
 	}
+	gpu.CaptureFinished() // after no stream reports it (capturegate.go)
 	c.thread.stop()
 }
 
@@ -209,6 +211,12 @@ func (s *Stream) CaptureID() uint64 {
 	}
 	return 0
 }
+
+// CaptureGated reports whether the process-wide capture gate covers s
+// (gpu.CaptureGated): true for a stream of ours, whose captures begin and
+// end here; false for an adopted one, whose owner may capture it through
+// the driver.
+func (s *Stream) CaptureGated() bool { return !s.borrowed }
 
 // CaptureStatus is cuStreamIsCapturing.
 func (s *Stream) CaptureStatus() (gpu.CaptureStatus, error) {
