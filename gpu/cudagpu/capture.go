@@ -48,9 +48,9 @@ import (
 
 var (
 	_ gpu.GatedCaptureStream = (*Stream)(nil)
-	_ gpu.GraphDevice   = (*Device)(nil)
-	_ gpu.Graph         = (*Graph)(nil)
-	_ gpu.GraphExec     = (*GraphExec)(nil)
+	_ gpu.GraphDevice        = (*Device)(nil)
+	_ gpu.Graph              = (*Graph)(nil)
+	_ gpu.GraphExec          = (*GraphExec)(nil)
 )
 
 // capture is one capture in progress, shared by its member streams.

@@ -70,7 +70,7 @@ import (
 
 var (
 	_ gpu.GatedCaptureStream = (*stream)(nil)
-	_ gpu.GraphDevice   = (*Device)(nil)
+	_ gpu.GraphDevice        = (*Device)(nil)
 )
 
 // captureIDs numbers captures; IDs are unique in the process.
