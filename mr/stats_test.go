@@ -1,9 +1,12 @@
 package mr_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -183,6 +186,23 @@ func BenchmarkAdaptors(b *testing.B) {
 		}
 		b.Run(ac.name, func(b *testing.B) { benchPairs(b, r, s) })
 	}
+	// Logging as a program logs: to a file, through a buffer.
+	b.Run("logging-file", func(b *testing.B) {
+		f, err := os.Create(filepath.Join(b.TempDir(), "log.csv"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		w := bufio.NewWriterSize(f, 1<<16)
+		l := mr.NewLogging(up, w, mr.LoggingOptions{})
+		benchPairs(b, l, s)
+		if err := l.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 // BenchmarkStatsOverAsync is the same comparison over the async resource
