@@ -110,7 +110,20 @@ type ptrTable[K address, V any] struct {
 func ptrHash[K address](p K) uint64 { return uint64(p) * 0x9E3779B97F4A7C15 }
 
 func (t *ptrTable[K, V]) shard(p K) *ptrShard[K, V] {
-	return &t.shards[ptrHash(p)>>(64-ptrShardBits)]
+	return &t.shards[t.shardIndex(p)]
+}
+
+// shardIndex is the index of p's shard, for owners that keep something
+// per shard beside the table, guarded by the shard's lock (changed in
+// insert's then or take's free, read in underShard).
+func (t *ptrTable[K, V]) shardIndex(p K) int { return int(ptrHash(p) >> (64 - ptrShardBits)) }
+
+// underShard runs fn under the lock of shard i.
+func (t *ptrTable[K, V]) underShard(i int, fn func()) {
+	sh := &t.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	fn()
 }
 
 // insert records p as live with size and v. If then is not nil it runs

@@ -239,6 +239,17 @@ func (t *streamTable[T]) all() []*T {
 	return nil
 }
 
+// each calls fn with every stream ID and its state, in the order the
+// streams were first seen, under the table's lock (fn must not call back
+// into the table).
+func (t *streamTable[T]) each(fn func(id uint64, v *T)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, v := range t.all() {
+		fn(t.ids[i], v)
+	}
+}
+
 // len is the number of states.
 func (t *streamTable[T]) len() int { return len(t.all()) }
 
