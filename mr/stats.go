@@ -8,29 +8,34 @@
 // stream's current value).
 //
 // Cost. A pair takes the pointer table's shard lock twice (ptrtable.go),
-// which every adaptor needs to refuse bad frees, and touches no counter
-// that other streams write: on the H100 machine's host an atomic add costs
-// 9 ns alone and, on a line that 16 goroutines share, several times that.
-// So the counters live where their writers are:
+// which every adaptor needs to refuse bad frees. Counters that every
+// stream writes would cost more: on the H100 machine's host an atomic add
+// costs 9 ns alone and several times that on a line that 16 goroutines
+// share. So the adaptor has two modes:
 //
-//   - The current bytes and allocations of each stream (of the stream an
-//     allocation was made on) change in statStream's unflushed deltas,
-//     which the stream adds to the adaptor-wide values (flushed) in steps,
-//     as Pool does with its used bytes (Pool.Usage): while one stream uses
-//     the adaptor, an allocation adds a rise at once, so the adaptor-wide
-//     value, and the peak raised from it, is exact; once a second stream
-//     appears, a stream adds its change when it reaches statQuantum bytes
-//     or statCountQuantum allocations either way.
-//   - The totals live beside the pointer table's shards and change under
-//     the shard's lock, which the insert holds anyway.
+//   - Exact, from the start: each operation adds its change to the
+//     adaptor-wide current bytes and allocations (flushed) and raises
+//     the peaks, as before. The bytes are added with a compare-and-swap,
+//     and the first one that fails (another goroutine changed them in
+//     between: operations ran at the same moment) switches the adaptor to
+//     sharded mode for good.
+//   - Sharded: each stream (the stream an allocation was made on) keeps
+//     the change of its current values in statStream's unflushed deltas,
+//     and adds them to the adaptor-wide values when they reach statQuantum
+//     bytes or statCountQuantum allocations either way, as Pool does with
+//     its used bytes; a stream that repeats allocate/free pairs then
+//     writes only its own cache line.
+//
+// The totals live beside the pointer table's shards and change under the
+// shard's lock, which the insert holds anyway.
 //
 // Snapshot adds the streams' deltas to the flushed values, so the current
 // values it reports are exact when no operation runs concurrently (it
 // costs O(streams)); it also raises the peaks to the current values it
-// saw. With several streams, a peak reached between two snapshots while
-// some stream's change was not yet flushed may be missed, or a peak
-// exceeded, by up to statQuantum bytes and statCountQuantum allocations
-// per stream.
+// saw. Peaks are exact in exact mode; in sharded mode a peak reached
+// between two snapshots while some stream's change was not yet flushed
+// may be missed, or one exceeded, by up to statQuantum bytes and
+// statCountQuantum allocations per stream.
 //
 // Invariants:
 //   - current bytes and count are the sums over the live table; they change
@@ -164,12 +169,14 @@ type Stats struct {
 	perStream bool
 
 	_ [cacheLine]byte
-	// The adaptor-wide current values, to which streams add their deltas,
-	// and their peaks; the quanta of the deltas (0 while one stream uses
-	// the adaptor). Written only by flushes and failures.
+	// sharded: operations ran at the same moment, and streams keep their
+	// changes in their deltas. Read by every operation, written once.
+	sharded atomic.Bool
+	_       [cacheLine]byte
+	// The adaptor-wide current values, to which streams add their deltas
+	// in sharded mode, and their peaks.
 	bytes, count         atomic.Int64
 	peakBytes, peakCount atomic.Uint64
-	quantum, countQuant  atomic.Int64
 	failures, oom        atomic.Uint64
 }
 
@@ -184,22 +191,36 @@ func (a *Stats) stream(s gpu.Stream) *statStream {
 	if st := a.streams.lookup(id); st != nil {
 		return st
 	}
-	return a.streams.get(id, func() *statStream {
-		if a.streams.len() > 0 {
-			// A second stream: deltas are added in steps from now on.
-			a.quantum.Store(statQuantum)
-			a.countQuant.Store(statCountQuantum)
+	return a.streams.get(id, func() *statStream { return new(statStream) })
+}
+
+// change adds d bytes and k allocations to the adaptor-wide values, and
+// returns them. The first compare-and-swap that fails switches the adaptor
+// to sharded mode.
+func (a *Stats) change(d, k int64) (bytes, count int64) {
+	for {
+		b := a.bytes.Load()
+		if a.bytes.CompareAndSwap(b, b+d) {
+			bytes = b + d
+			break
 		}
-		return new(statStream)
-	})
+		a.sharded.Store(true)
+	}
+	return bytes, a.count.Add(k)
 }
 
 // add counts an allocation of n bytes on st.
 func (a *Stats) add(st *statStream, n int) {
-	b := st.ubytes.Add(int64(n))
-	c := st.ucount.Add(1)
-	if (b > 0 && b >= a.quantum.Load()) || (c > 0 && c >= a.countQuant.Load()) {
-		a.flush(st)
+	if a.sharded.Load() {
+		b := st.ubytes.Add(int64(n))
+		c := st.ucount.Add(1)
+		if (b > 0 && b >= statQuantum) || (c > 0 && c >= statCountQuantum) {
+			a.flush(st)
+		}
+	} else {
+		b, c := a.change(int64(n), 1)
+		raisePeak(&a.peakBytes, uint64(max(b, 0)))
+		raisePeak(&a.peakCount, uint64(max(c, 0)))
 	}
 	if a.perStream {
 		st.own.add(n)
@@ -208,10 +229,14 @@ func (a *Stats) add(st *statStream, n int) {
 
 // sub uncounts a free of n bytes allocated on st.
 func (a *Stats) sub(st *statStream, n int) {
-	b := st.ubytes.Add(-int64(n))
-	c := st.ucount.Add(-1)
-	if q := a.quantum.Load(); q > 0 && (b <= -q || c <= -a.countQuant.Load()) {
-		a.flush(st)
+	if a.sharded.Load() {
+		b := st.ubytes.Add(-int64(n))
+		c := st.ucount.Add(-1)
+		if b <= -statQuantum || c <= -statCountQuantum {
+			a.flush(st)
+		}
+	} else {
+		a.change(-int64(n), -1)
 	}
 	if a.perStream {
 		st.own.sub(n)
@@ -221,8 +246,12 @@ func (a *Stats) sub(st *statStream, n int) {
 // unsub undoes sub after a refused free: the memory was live all along,
 // so the peaks are not raised.
 func (a *Stats) unsub(st *statStream, n int) {
-	st.ubytes.Add(int64(n))
-	st.ucount.Add(1)
+	if a.sharded.Load() {
+		st.ubytes.Add(int64(n))
+		st.ucount.Add(1)
+	} else {
+		a.change(int64(n), 1)
+	}
 	if a.perStream {
 		st.own.unsub(n)
 	}
