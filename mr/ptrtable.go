@@ -66,6 +66,7 @@ package mr
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -300,7 +301,11 @@ func (m *ptrSlots[K, V]) delAt(i int) {
 func (m *ptrSlots[K, V]) grow() {
 	old := m.slots
 	size := max(ptrSlotsMin, 2*len(old))
-	m.slots = make([]ptrSlot[K, V], size)
+	// A line of spare capacity after the slots keeps the next object on
+	// the heap, often another shard's slots, off the line of the last
+	// ones: goroutines on different streams write different shards at
+	// once.
+	m.slots = make([]ptrSlot[K, V], size, size+(cacheLine+int(unsafe.Sizeof(ptrSlot[K, V]{}))-1)/int(unsafe.Sizeof(ptrSlot[K, V]{})))
 	m.shift = uint(64 - log2(size))
 	m.n = 0
 	mask := size - 1

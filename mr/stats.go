@@ -152,10 +152,12 @@ type statStream struct {
 }
 
 // statTotals are the totals of one shard of the pointer table, guarded by
-// that shard's lock.
+// that shard's lock. The padding keeps two shards' totals a line apart
+// wherever the array starts: goroutines on different streams write
+// different shards at once.
 type statTotals struct {
 	bytes, count uint64
-	_            [cacheLine - 16]byte
+	_            [2*cacheLine - 16]byte
 }
 
 // Stats counts the bytes and allocations that pass through it to an
