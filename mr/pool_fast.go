@@ -4,8 +4,9 @@
 //
 // Why. A pair served from the quick cache takes the stream's mutex twice,
 // and on the H100 machine's host (KVM on a 2.1 GHz Xeon) an uncontended
-// lock and unlock cost 17 ns, a compare-and-swap 14 ns and an atomic add
-// 9 ns: the two mutexes were 40% of an 85 ns pair in a CPU profile. The
+// lock and unlock cost 17-34 ns, a compare-and-swap 13-14 ns and an
+// atomic add 9-10 ns (two leases): the two mutexes were 40% of an 85 ns
+// pair in a CPU profile. The
 // repeated pair (a layer's activations, a workspace, a staging buffer) is
 // the commonest pattern a caching allocator sees, so the pool serves its
 // last freed block with one atomic operation per call instead of two.
