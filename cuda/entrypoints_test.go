@@ -109,7 +109,7 @@ func entryPoints() []entryPoint {
 		{"Context.StreamContext", func() error { return first(ctx.StreamContext(s)) }},
 		{"Context.Device", func() error { return first(ctx.Device()) }},
 	}
-	return append(append(eps, captureEntryPoints()...), vmmEntryPoints()...)
+	return append(append(append(append(eps, captureEntryPoints()...), vmmEntryPoints()...), managedEntryPoints()...), ipcEntryPoints()...)
 }
 
 // checkAll reports every entry point whose error does not match want.
@@ -193,4 +193,34 @@ func runHelper(mode string) int {
 	}
 	fmt.Println("helper", mode, "ok")
 	return 0
+}
+
+// ipcEntryPoints are the peer and IPC wing's calls.
+func ipcEntryPoints() []entryPoint {
+	ctx := cuda.Context(1)
+	dev := cuda.Device(0)
+	s := cuda.Stream(1)
+	e := cuda.Event(1)
+	pool := cuda.MemPool(1)
+	var h cuda.IPCHandle
+	first := func(_ any, err error) error { return err }
+	return []entryPoint{
+		{"Device.CanAccessPeer", func() error { return first(dev.CanAccessPeer(1)) }},
+		{"Context.EnablePeerAccess", func() error { return ctx.EnablePeerAccess(2) }},
+		{"Context.MemcpyPeerAsync", func() error { return ctx.MemcpyPeerAsync(0x1000, 2, 0x2000, ctx, 16, s) }},
+		{"Context.MemPoolCreateExportable", func() error { return first(ctx.MemPoolCreateExportable(dev, cuda.HandlePOSIX)) }},
+		{"Context.MemPoolSetAccess", func() error { return ctx.MemPoolSetAccess(pool, 1, cuda.AccessReadWrite) }},
+		{"Context.MemPoolAccess", func() error { return first(ctx.MemPoolAccess(pool, 1)) }},
+		{"Context.ExportPoolFD", func() error { return first(ctx.ExportPoolFD(pool)) }},
+		{"Context.ExportPoolFabric", func() error { return first(ctx.ExportPoolFabric(pool)) }},
+		{"Context.ImportPoolFD", func() error { return first(ctx.ImportPoolFD(3)) }},
+		{"Context.ImportPoolFabric", func() error { return first(ctx.ImportPoolFabric(h)) }},
+		{"Context.MemPoolExportPointer", func() error { return first(ctx.MemPoolExportPointer(0x1000)) }},
+		{"Context.MemPoolImportPointer", func() error { return first(ctx.MemPoolImportPointer(pool, h)) }},
+		{"Context.IpcGetEventHandle", func() error { return first(ctx.IpcGetEventHandle(e)) }},
+		{"Context.IpcOpenEventHandle", func() error { return first(ctx.IpcOpenEventHandle(h)) }},
+		{"Context.IpcGetMemHandle", func() error { return first(ctx.IpcGetMemHandle(0x1000)) }},
+		{"Context.IpcOpenMemHandle", func() error { return first(ctx.IpcOpenMemHandle(h)) }},
+		{"Context.IpcCloseMemHandle", func() error { return ctx.IpcCloseMemHandle(0x1000) }},
+	}
 }

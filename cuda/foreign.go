@@ -9,6 +9,10 @@ package cuda
 // thread's per-thread default stream.
 const StreamPerThread Stream = 0x2
 
+// StreamLegacy is CU_STREAM_LEGACY, the legacy default stream named
+// explicitly; 0 names it too.
+const StreamLegacy Stream = 0x1
+
 // StreamContext returns the context s belongs to (cuStreamGetCtx), with c
 // current for the call, so that the null stream (0) and StreamPerThread
 // name c's own.

@@ -33,7 +33,7 @@ func (c Context) MemPoolCreate(d Device) (MemPool, error) {
 	if err := c.ok(); err != nil {
 		return 0, err
 	}
-	r, p := rawMemPoolCreate(c, d)
+	r, p := rawMemPoolCreate(c, d, HandleNone)
 	if r != Success {
 		return 0, &Error{Op: "cuMemPoolCreate", Code: r}
 	}

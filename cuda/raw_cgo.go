@@ -223,8 +223,8 @@ func rawMemcpyDtoDAsync(c Context, dst, src DevicePtr, n uint64, s Stream) Resul
 	return Result(C.sa_memcpy_dtod_async(C.uintptr_t(c), C.uint64_t(dst), C.uint64_t(src), C.uint64_t(n), C.uintptr_t(s)))
 }
 
-func rawMemPoolCreate(c Context, d Device) (Result, uint64) {
-	r := C.sa_mem_pool_create(C.uintptr_t(c), C.int(d))
+func rawMemPoolCreate(c Context, d Device, handles HandleType) (Result, uint64) {
+	r := C.sa_mem_pool_create(C.uintptr_t(c), C.int(d), C.int(handles))
 	return Result(r.r), uint64(r.v)
 }
 
@@ -384,6 +384,106 @@ func rawMemSetAccess(c Context, p DevicePtr, size uint64, d Device) Result {
 func rawMemGetAllocationGranularity(c Context, d Device, opt GranularityOption) (Result, uint64) {
 	r := C.sa_mem_get_allocation_granularity(C.uintptr_t(c), C.int(d), C.int(opt))
 	return Result(r.r), uint64(r.v)
+}
+
+// The managed-memory wing: prefetch, advice, pools by type and location,
+// allocations from pools located on the host.
+
+func rawMemPrefetchAsync(c Context, p DevicePtr, n uint64, loc Location, s Stream) Result {
+	return Result(C.sa_mem_prefetch_async(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(n), C.int(loc.Type), C.int(loc.ID), C.uintptr_t(s)))
+}
+
+func rawMemAdvise(c Context, p DevicePtr, n uint64, a Advice, loc Location) Result {
+	return Result(C.sa_mem_advise(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(n), C.int(a), C.int(loc.Type), C.int(loc.ID)))
+}
+
+func rawMemPoolCreateAt(c Context, t AllocationType, loc Location) (Result, uint64) {
+	r := C.sa_mem_pool_create_at(C.uintptr_t(c), C.int(t), C.int(loc.Type), C.int(loc.ID))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemAllocHostFromPoolAsync(c Context, size uint64, pool MemPool, s Stream) (Result, unsafe.Pointer) {
+	r := C.sa_mem_alloc_host_from_pool_async(C.uintptr_t(c), C.uint64_t(size), C.uintptr_t(pool), C.uintptr_t(s))
+	return Result(r.r), r.p
+}
+
+func rawMemFreeHostAsync(c Context, p unsafe.Pointer, s Stream) Result {
+	return Result(C.sa_mem_free_host_async(C.uintptr_t(c), p, C.uintptr_t(s)))
+}
+
+// The peer and IPC wing. The 64-byte handles are Go arrays borrowed for
+// the call; C copies them.
+
+func rawDeviceCanAccessPeer(d, peer Device) (Result, uint64) {
+	r := C.sa_device_can_access_peer(C.int(d), C.int(peer))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawCtxEnablePeerAccess(c, peer Context) Result {
+	return Result(C.sa_ctx_enable_peer_access(C.uintptr_t(c), C.uintptr_t(peer)))
+}
+
+func rawMemcpyPeerAsync(c Context, dst DevicePtr, dstCtx Context, src DevicePtr, srcCtx Context, n uint64, s Stream) Result {
+	return Result(C.sa_memcpy_peer_async(C.uintptr_t(c), C.uint64_t(dst), C.uintptr_t(dstCtx), C.uint64_t(src), C.uintptr_t(srcCtx), C.uint64_t(n), C.uintptr_t(s)))
+}
+
+func rawMemPoolSetAccess(c Context, p MemPool, d Device, flags AccessFlags) Result {
+	return Result(C.sa_mem_pool_set_access(C.uintptr_t(c), C.uintptr_t(p), C.int(d), C.int(flags)))
+}
+
+func rawMemPoolGetAccess(c Context, p MemPool, d Device) (Result, uint64) {
+	r := C.sa_mem_pool_get_access(C.uintptr_t(c), C.uintptr_t(p), C.int(d))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemPoolExportFD(c Context, p MemPool) (Result, uint64) {
+	r := C.sa_mem_pool_export_fd(C.uintptr_t(c), C.uintptr_t(p))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemPoolExportFabric(c Context, p MemPool, out *[64]byte) Result {
+	return Result(C.sa_mem_pool_export_fabric(C.uintptr_t(c), C.uintptr_t(p), unsafe.Pointer(out)))
+}
+
+func rawMemPoolImportFD(c Context, fd int) (Result, uint64) {
+	r := C.sa_mem_pool_import_fd(C.uintptr_t(c), C.int(fd))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemPoolImportFabric(c Context, h *[64]byte) (Result, uint64) {
+	r := C.sa_mem_pool_import_fabric(C.uintptr_t(c), unsafe.Pointer(h))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemPoolExportPointer(c Context, p DevicePtr, out *[64]byte) Result {
+	return Result(C.sa_mem_pool_export_pointer(C.uintptr_t(c), C.uint64_t(p), unsafe.Pointer(out)))
+}
+
+func rawMemPoolImportPointer(c Context, p MemPool, in *[64]byte) (Result, uint64) {
+	r := C.sa_mem_pool_import_pointer(C.uintptr_t(c), C.uintptr_t(p), unsafe.Pointer(in))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawIpcGetEventHandle(c Context, e Event, out *[64]byte) Result {
+	return Result(C.sa_ipc_get_event_handle(C.uintptr_t(c), C.uintptr_t(e), unsafe.Pointer(out)))
+}
+
+func rawIpcOpenEventHandle(c Context, in *[64]byte) (Result, uint64) {
+	r := C.sa_ipc_open_event_handle(C.uintptr_t(c), unsafe.Pointer(in))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawIpcGetMemHandle(c Context, p DevicePtr, out *[64]byte) Result {
+	return Result(C.sa_ipc_get_mem_handle(C.uintptr_t(c), C.uint64_t(p), unsafe.Pointer(out)))
+}
+
+func rawIpcOpenMemHandle(c Context, in *[64]byte) (Result, uint64) {
+	r := C.sa_ipc_open_mem_handle(C.uintptr_t(c), unsafe.Pointer(in))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawIpcCloseMemHandle(c Context, p DevicePtr) Result {
+	return Result(C.sa_ipc_close_mem_handle(C.uintptr_t(c), C.uint64_t(p)))
 }
 
 // cstring returns the text of a NUL-terminated byte buffer.

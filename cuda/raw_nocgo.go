@@ -72,8 +72,8 @@ func rawMemcpyDtoHAsync(Context, unsafe.Pointer, DevicePtr, uint64, Stream) Resu
 func rawMemcpyDtoDAsync(Context, DevicePtr, DevicePtr, uint64, Stream) Result {
 	return ErrNotInitialized
 }
-func rawMemPoolCreate(Context, Device) (Result, uint64) { return ErrNotInitialized, 0 }
-func rawMemPoolDestroy(Context, MemPool) Result         { return ErrNotInitialized }
+func rawMemPoolCreate(Context, Device, HandleType) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawMemPoolDestroy(Context, MemPool) Result                     { return ErrNotInitialized }
 func rawMemPoolGetAttribute(Context, MemPool, PoolAttribute) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
@@ -130,3 +130,36 @@ func rawMemSetAccess(Context, DevicePtr, uint64, Device) Result { return ErrNotI
 func rawMemGetAllocationGranularity(Context, Device, GranularityOption) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
+
+func rawMemPrefetchAsync(Context, DevicePtr, uint64, Location, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemAdvise(Context, DevicePtr, uint64, Advice, Location) Result { return ErrNotInitialized }
+func rawMemPoolCreateAt(Context, AllocationType, Location) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawMemAllocHostFromPoolAsync(Context, uint64, MemPool, Stream) (Result, unsafe.Pointer) {
+	return ErrNotInitialized, nil
+}
+func rawMemFreeHostAsync(Context, unsafe.Pointer, Stream) Result { return ErrNotInitialized }
+
+func rawDeviceCanAccessPeer(Device, Device) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawCtxEnablePeerAccess(Context, Context) Result         { return ErrNotInitialized }
+func rawMemcpyPeerAsync(Context, DevicePtr, Context, DevicePtr, Context, uint64, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemPoolSetAccess(Context, MemPool, Device, AccessFlags) Result { return ErrNotInitialized }
+func rawMemPoolGetAccess(Context, MemPool, Device) (Result, uint64)    { return ErrNotInitialized, 0 }
+func rawMemPoolExportFD(Context, MemPool) (Result, uint64)             { return ErrNotInitialized, 0 }
+func rawMemPoolExportFabric(Context, MemPool, *[64]byte) Result        { return ErrNotInitialized }
+func rawMemPoolImportFD(Context, int) (Result, uint64)                 { return ErrNotInitialized, 0 }
+func rawMemPoolImportFabric(Context, *[64]byte) (Result, uint64)       { return ErrNotInitialized, 0 }
+func rawMemPoolExportPointer(Context, DevicePtr, *[64]byte) Result     { return ErrNotInitialized }
+func rawMemPoolImportPointer(Context, MemPool, *[64]byte) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawIpcGetEventHandle(Context, Event, *[64]byte) Result     { return ErrNotInitialized }
+func rawIpcOpenEventHandle(Context, *[64]byte) (Result, uint64) { return ErrNotInitialized, 0 }
+func rawIpcGetMemHandle(Context, DevicePtr, *[64]byte) Result   { return ErrNotInitialized }
+func rawIpcOpenMemHandle(Context, *[64]byte) (Result, uint64)   { return ErrNotInitialized, 0 }
+func rawIpcCloseMemHandle(Context, DevicePtr) Result            { return ErrNotInitialized }

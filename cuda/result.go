@@ -45,6 +45,9 @@ const (
 	ErrInvalidImage      Result = 200
 	ErrInvalidContext    Result = 201
 	ErrInvalidPTX        Result = 218
+	ErrPeerUnsupported   Result = 217
+	ErrPeerEnabled       Result = 704
+	ErrPeerNotEnabled    Result = 705
 	ErrNotFound          Result = 500
 	ErrInvalidHandle     Result = 400
 	ErrNotReady          Result = 600
@@ -72,6 +75,9 @@ var resultNames = map[Result]string{
 	ErrInvalidImage:      "CUDA_ERROR_INVALID_IMAGE",
 	ErrInvalidContext:    "CUDA_ERROR_INVALID_CONTEXT",
 	ErrInvalidPTX:        "CUDA_ERROR_INVALID_PTX",
+	ErrPeerUnsupported:   "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+	ErrPeerEnabled:       "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+	ErrPeerNotEnabled:    "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
 	ErrNotFound:          "CUDA_ERROR_NOT_FOUND",
 	ErrInvalidHandle:     "CUDA_ERROR_INVALID_HANDLE",
 	ErrNotReady:          "CUDA_ERROR_NOT_READY",

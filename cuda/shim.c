@@ -46,6 +46,8 @@ typedef struct {
 enum {
 	SA_MEM_ALLOCATION_TYPE_PINNED = 1,
 	SA_MEM_HANDLE_TYPE_NONE = 0,
+	SA_MEM_HANDLE_TYPE_POSIX_FD = 0x1, // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+	SA_MEM_HANDLE_TYPE_FABRIC = 0x8,   // CU_MEM_HANDLE_TYPE_FABRIC
 	SA_MEM_LOCATION_TYPE_DEVICE = 1,
 };
 
@@ -161,6 +163,51 @@ static CUresult (*p_cuMemUnmap)(CUdeviceptr, size_t);
 static CUresult (*p_cuMemSetAccess)(CUdeviceptr, size_t, const sa_access_desc *, size_t);
 static CUresult (*p_cuMemGetAllocationGranularity)(size_t *, const sa_alloc_prop *, int);
 
+// The managed-memory wing. CUmemLocation is {CUmemLocationType type; int
+// id}, 8 bytes, passed by value. cuMemPrefetchAsync_v2 and cuMemAdvise_v2
+// (CUDA 12.2 on; the only forms CUDA 13's cuda.h names) take a location;
+// the older exports take a device ordinal and are not used.
+typedef struct {
+	int type;
+	int id;
+} sa_mem_location;
+enum {
+	SA_MEM_ALLOCATION_TYPE_MANAGED = 2,
+	SA_MEM_LOCATION_TYPE_NONE = 0,
+	SA_MEM_LOCATION_TYPE_HOST = 2,
+	SA_MEM_LOCATION_TYPE_HOST_NUMA = 3,
+};
+static CUresult (*p_cuMemPrefetchAsync)(CUdeviceptr, size_t, sa_mem_location, unsigned, CUstream);
+static CUresult (*p_cuMemAdvise)(CUdeviceptr, size_t, int, sa_mem_location);
+
+// The peer and IPC wing. CUmemPoolPtrExportData, CUipcEventHandle and
+// CUipcMemHandle are opaque 64-byte structs (CU_IPC_HANDLE_SIZE); the
+// handles are passed by value to the open calls, as cuda.h declares them.
+// A POSIX file descriptor handle travels as the int itself in a void *
+// (import) or is written to an int (export); a fabric handle is a 64-byte
+// CUmemFabricHandle written to or read from memory.
+typedef struct {
+	unsigned char reserved[64];
+} sa_opaque64;
+typedef struct {
+	int locationType;
+	int locationId;
+} sa_location;
+static CUresult (*p_cuDeviceCanAccessPeer)(int *, CUdevice, CUdevice);
+static CUresult (*p_cuCtxEnablePeerAccess)(CUcontext, unsigned);
+static CUresult (*p_cuMemcpyPeerAsync)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+static CUresult (*p_cuMemPoolSetAccess)(CUmemoryPool, const sa_access_desc *, size_t);
+static CUresult (*p_cuMemPoolGetAccess)(int *, CUmemoryPool, sa_location *);
+static CUresult (*p_cuMemPoolExportToShareableHandle)(void *, CUmemoryPool, int, unsigned long long);
+static CUresult (*p_cuMemPoolImportFromShareableHandle)(CUmemoryPool *, void *, int, unsigned long long);
+static CUresult (*p_cuMemPoolExportPointer)(sa_opaque64 *, CUdeviceptr);
+static CUresult (*p_cuMemPoolImportPointer)(CUdeviceptr *, CUmemoryPool, sa_opaque64 *);
+static CUresult (*p_cuIpcGetEventHandle)(sa_opaque64 *, CUevent);
+static CUresult (*p_cuIpcOpenEventHandle)(CUevent *, sa_opaque64);
+static CUresult (*p_cuIpcGetMemHandle)(sa_opaque64 *, CUdeviceptr);
+static CUresult (*p_cuIpcOpenMemHandle)(CUdeviceptr *, sa_opaque64, unsigned);
+static CUresult (*p_cuIpcCloseMemHandle)(CUdeviceptr);
+
 // One entry point: its name as the Go side knows it (the unversioned API
 // name), the exported symbols to try in order, where to store it, and
 // whether loading fails without it.
@@ -251,6 +298,24 @@ static const sa_entry entries[] = {
 	E(cuMemUnmap, "cuMemUnmap", NULL, 0),
 	E(cuMemSetAccess, "cuMemSetAccess", NULL, 0),
 	E(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL, 0),
+	// The managed-memory wing.
+	E(cuMemPrefetchAsync, "cuMemPrefetchAsync_v2", NULL, 0),
+	E(cuMemAdvise, "cuMemAdvise_v2", NULL, 0),
+	// The peer and IPC wing.
+	E(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", NULL, 0),
+	E(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", NULL, 0),
+	E(cuMemcpyPeerAsync, "cuMemcpyPeerAsync", NULL, 0),
+	E(cuMemPoolSetAccess, "cuMemPoolSetAccess", NULL, 0),
+	E(cuMemPoolGetAccess, "cuMemPoolGetAccess", NULL, 0),
+	E(cuMemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle", NULL, 0),
+	E(cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle", NULL, 0),
+	E(cuMemPoolExportPointer, "cuMemPoolExportPointer", NULL, 0),
+	E(cuMemPoolImportPointer, "cuMemPoolImportPointer", NULL, 0),
+	E(cuIpcGetEventHandle, "cuIpcGetEventHandle", NULL, 0),
+	E(cuIpcOpenEventHandle, "cuIpcOpenEventHandle", NULL, 0),
+	E(cuIpcGetMemHandle, "cuIpcGetMemHandle", NULL, 0),
+	E(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle", 0),
+	E(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", NULL, 0),
 };
 #undef E
 
@@ -666,13 +731,13 @@ int sa_memcpy_dtod_async(uintptr_t ctx, uint64_t dst, uint64_t src, uint64_t n, 
 
 // --- Memory pools -----------------------------------------------------
 
-sa_ret sa_mem_pool_create(uintptr_t ctx, int dev) {
+sa_ret sa_mem_pool_create(uintptr_t ctx, int dev, int handle_types) {
 	NEEDR(sa_ret, cuMemPoolCreate);
 	BINDR(sa_ret, ctx);
 	sa_pool_props props;
 	memset(&props, 0, sizeof props);
 	props.allocType = SA_MEM_ALLOCATION_TYPE_PINNED;
-	props.handleTypes = SA_MEM_HANDLE_TYPE_NONE;
+	props.handleTypes = handle_types;
 	props.locationType = SA_MEM_LOCATION_TYPE_DEVICE;
 	props.locationId = dev;
 	CUmemoryPool p = NULL;
@@ -1001,4 +1066,199 @@ sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option) {
 	sa_ret out = {p_cuMemGetAllocationGranularity(&g, &prop, option), 0};
 	out.v = g;
 	return out;
+}
+
+// --- The managed-memory wing ---------------------------------------------
+
+int sa_mem_prefetch_async(uintptr_t ctx, uint64_t p, uint64_t n, int loc_type, int loc_id, uintptr_t s) {
+	NEED(cuMemPrefetchAsync);
+	BIND(ctx);
+	sa_mem_location loc = {loc_type, loc_id};
+	return p_cuMemPrefetchAsync((CUdeviceptr)p, (size_t)n, loc, 0, (CUstream)s);
+}
+
+int sa_mem_advise(uintptr_t ctx, uint64_t p, uint64_t n, int advice, int loc_type, int loc_id) {
+	NEED(cuMemAdvise);
+	BIND(ctx);
+	sa_mem_location loc = {loc_type, loc_id};
+	return p_cuMemAdvise((CUdeviceptr)p, (size_t)n, advice, loc);
+}
+
+// sa_mem_pool_create_at is cuMemPoolCreate of a pool of allocation type
+// alloc_type (1 pinned, 2 managed) located at (loc_type, loc_id), with no
+// exportable handles.
+sa_ret sa_mem_pool_create_at(uintptr_t ctx, int alloc_type, int loc_type, int loc_id) {
+	NEEDR(sa_ret, cuMemPoolCreate);
+	BINDR(sa_ret, ctx);
+	sa_pool_props props;
+	memset(&props, 0, sizeof props);
+	props.allocType = alloc_type;
+	props.handleTypes = SA_MEM_HANDLE_TYPE_NONE;
+	props.locationType = loc_type;
+	props.locationId = loc_id;
+	CUmemoryPool p = NULL;
+	sa_ret out = {p_cuMemPoolCreate(&p, &props), 0};
+	out.v = (uint64_t)(uintptr_t)p;
+	return out;
+}
+
+// sa_mem_alloc_host_from_pool_async is cuMemAllocFromPoolAsync from a pool
+// located on the host: the address is host memory, returned as a C pointer.
+sa_ptr sa_mem_alloc_host_from_pool_async(uintptr_t ctx, uint64_t size, uintptr_t pool, uintptr_t s) {
+	NEEDR(sa_ptr, cuMemAllocFromPoolAsync);
+	BINDR(sa_ptr, ctx);
+	CUdeviceptr p = 0;
+	sa_ptr out = {p_cuMemAllocFromPoolAsync(&p, (size_t)size, (CUmemoryPool)pool, (CUstream)s), NULL};
+	out.p = (void *)(uintptr_t)p;
+	return out;
+}
+
+int sa_mem_free_host_async(uintptr_t ctx, void *p, uintptr_t s) {
+	NEED(cuMemFreeAsync);
+	BIND(ctx);
+	return p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, (CUstream)s);
+}
+
+// --- The peer and IPC wing -------------------------------------------------
+
+sa_ret sa_device_can_access_peer(int dev, int peer) {
+	NEEDR(sa_ret, cuDeviceCanAccessPeer);
+	int can = 0;
+	sa_ret out = {p_cuDeviceCanAccessPeer(&can, dev, peer), 0};
+	out.v = (uint64_t)can;
+	return out;
+}
+
+int sa_ctx_enable_peer_access(uintptr_t ctx, uintptr_t peer) {
+	NEED(cuCtxEnablePeerAccess);
+	BIND(ctx);
+	return p_cuCtxEnablePeerAccess((CUcontext)peer, 0);
+}
+
+int sa_memcpy_peer_async(uintptr_t ctx, uint64_t dst, uintptr_t dst_ctx, uint64_t src, uintptr_t src_ctx, uint64_t n, uintptr_t s) {
+	NEED(cuMemcpyPeerAsync);
+	BIND(ctx);
+	return p_cuMemcpyPeerAsync((CUdeviceptr)dst, (CUcontext)dst_ctx, (CUdeviceptr)src, (CUcontext)src_ctx, (size_t)n, (CUstream)s);
+}
+
+int sa_mem_pool_set_access(uintptr_t ctx, uintptr_t pool, int dev, int flags) {
+	NEED(cuMemPoolSetAccess);
+	BIND(ctx);
+	sa_access_desc d = {SA_MEM_LOCATION_TYPE_DEVICE, dev, flags};
+	return p_cuMemPoolSetAccess((CUmemoryPool)pool, &d, 1);
+}
+
+sa_ret sa_mem_pool_get_access(uintptr_t ctx, uintptr_t pool, int dev) {
+	NEEDR(sa_ret, cuMemPoolGetAccess);
+	BINDR(sa_ret, ctx);
+	sa_location loc = {SA_MEM_LOCATION_TYPE_DEVICE, dev};
+	int flags = 0;
+	sa_ret out = {p_cuMemPoolGetAccess(&flags, (CUmemoryPool)pool, &loc), 0};
+	out.v = (uint64_t)flags;
+	return out;
+}
+
+sa_ret sa_mem_pool_export_fd(uintptr_t ctx, uintptr_t pool) {
+	NEEDR(sa_ret, cuMemPoolExportToShareableHandle);
+	BINDR(sa_ret, ctx);
+	int fd = -1;
+	sa_ret out = {p_cuMemPoolExportToShareableHandle(&fd, (CUmemoryPool)pool, SA_MEM_HANDLE_TYPE_POSIX_FD, 0), 0};
+	out.v = (uint64_t)(int64_t)fd;
+	return out;
+}
+
+int sa_mem_pool_export_fabric(uintptr_t ctx, uintptr_t pool, void *out64) {
+	NEED(cuMemPoolExportToShareableHandle);
+	BIND(ctx);
+	return p_cuMemPoolExportToShareableHandle(out64, (CUmemoryPool)pool, SA_MEM_HANDLE_TYPE_FABRIC, 0);
+}
+
+sa_ret sa_mem_pool_import_fd(uintptr_t ctx, int fd) {
+	NEEDR(sa_ret, cuMemPoolImportFromShareableHandle);
+	BINDR(sa_ret, ctx);
+	CUmemoryPool p = NULL;
+	sa_ret out = {p_cuMemPoolImportFromShareableHandle(&p, (void *)(intptr_t)fd, SA_MEM_HANDLE_TYPE_POSIX_FD, 0), 0};
+	out.v = (uint64_t)(uintptr_t)p;
+	return out;
+}
+
+sa_ret sa_mem_pool_import_fabric(uintptr_t ctx, const void *in64) {
+	NEEDR(sa_ret, cuMemPoolImportFromShareableHandle);
+	BINDR(sa_ret, ctx);
+	sa_opaque64 h;
+	memcpy(&h, in64, sizeof h);
+	CUmemoryPool p = NULL;
+	sa_ret out = {p_cuMemPoolImportFromShareableHandle(&p, &h, SA_MEM_HANDLE_TYPE_FABRIC, 0), 0};
+	out.v = (uint64_t)(uintptr_t)p;
+	return out;
+}
+
+int sa_mem_pool_export_pointer(uintptr_t ctx, uint64_t p, void *out64) {
+	NEED(cuMemPoolExportPointer);
+	BIND(ctx);
+	sa_opaque64 d;
+	memset(&d, 0, sizeof d);
+	CUresult r = p_cuMemPoolExportPointer(&d, (CUdeviceptr)p);
+	memcpy(out64, &d, sizeof d);
+	return r;
+}
+
+sa_ret sa_mem_pool_import_pointer(uintptr_t ctx, uintptr_t pool, const void *in64) {
+	NEEDR(sa_ret, cuMemPoolImportPointer);
+	BINDR(sa_ret, ctx);
+	sa_opaque64 d;
+	memcpy(&d, in64, sizeof d);
+	CUdeviceptr p = 0;
+	sa_ret out = {p_cuMemPoolImportPointer(&p, (CUmemoryPool)pool, &d), 0};
+	out.v = p;
+	return out;
+}
+
+int sa_ipc_get_event_handle(uintptr_t ctx, uintptr_t e, void *out64) {
+	NEED(cuIpcGetEventHandle);
+	BIND(ctx);
+	sa_opaque64 h;
+	memset(&h, 0, sizeof h);
+	CUresult r = p_cuIpcGetEventHandle(&h, (CUevent)e);
+	memcpy(out64, &h, sizeof h);
+	return r;
+}
+
+sa_ret sa_ipc_open_event_handle(uintptr_t ctx, const void *in64) {
+	NEEDR(sa_ret, cuIpcOpenEventHandle);
+	BINDR(sa_ret, ctx);
+	sa_opaque64 h;
+	memcpy(&h, in64, sizeof h);
+	CUevent e = NULL;
+	sa_ret out = {p_cuIpcOpenEventHandle(&e, h), 0};
+	out.v = (uint64_t)(uintptr_t)e;
+	return out;
+}
+
+int sa_ipc_get_mem_handle(uintptr_t ctx, uint64_t p, void *out64) {
+	NEED(cuIpcGetMemHandle);
+	BIND(ctx);
+	sa_opaque64 h;
+	memset(&h, 0, sizeof h);
+	CUresult r = p_cuIpcGetMemHandle(&h, (CUdeviceptr)p);
+	memcpy(out64, &h, sizeof h);
+	return r;
+}
+
+sa_ret sa_ipc_open_mem_handle(uintptr_t ctx, const void *in64) {
+	NEEDR(sa_ret, cuIpcOpenMemHandle);
+	BINDR(sa_ret, ctx);
+	sa_opaque64 h;
+	memcpy(&h, in64, sizeof h);
+	CUdeviceptr p = 0;
+	// CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (1), the only flag.
+	sa_ret out = {p_cuIpcOpenMemHandle(&p, h, 1), 0};
+	out.v = p;
+	return out;
+}
+
+int sa_ipc_close_mem_handle(uintptr_t ctx, uint64_t p) {
+	NEED(cuIpcCloseMemHandle);
+	BIND(ctx);
+	return p_cuIpcCloseMemHandle((CUdeviceptr)p);
 }

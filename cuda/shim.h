@@ -117,7 +117,7 @@ int sa_memcpy_htod_async(uintptr_t ctx, uint64_t dst, const void *src, uint64_t 
 int sa_memcpy_dtoh_async(uintptr_t ctx, void *dst, uint64_t src, uint64_t n, uintptr_t s);
 int sa_memcpy_dtod_async(uintptr_t ctx, uint64_t dst, uint64_t src, uint64_t n, uintptr_t s);
 
-sa_ret sa_mem_pool_create(uintptr_t ctx, int dev);
+sa_ret sa_mem_pool_create(uintptr_t ctx, int dev, int handle_types);
 int sa_mem_pool_destroy(uintptr_t ctx, uintptr_t pool);
 sa_ret sa_mem_pool_get_attribute(uintptr_t ctx, uintptr_t pool, int attr);
 int sa_mem_pool_set_attribute(uintptr_t ctx, uintptr_t pool, int attr, uint64_t v);
@@ -179,5 +179,37 @@ int sa_mem_map(uintptr_t ctx, uint64_t p, uint64_t size, uint64_t offset, uint64
 int sa_mem_unmap(uintptr_t ctx, uint64_t p, uint64_t size);
 int sa_mem_set_access(uintptr_t ctx, uint64_t p, uint64_t size, int dev);
 sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option);
+
+// The managed-memory wing: cuMemPrefetchAsync_v2 (flags 0) and
+// cuMemAdvise_v2 with the location as (type, id); pools of a given
+// allocation type and location; stream-ordered allocations from a pool
+// located on the host, whose addresses cross as C pointers, never as Go's.
+int sa_mem_prefetch_async(uintptr_t ctx, uint64_t p, uint64_t n, int loc_type, int loc_id, uintptr_t s);
+int sa_mem_advise(uintptr_t ctx, uint64_t p, uint64_t n, int advice, int loc_type, int loc_id);
+sa_ret sa_mem_pool_create_at(uintptr_t ctx, int alloc_type, int loc_type, int loc_id);
+sa_ptr sa_mem_alloc_host_from_pool_async(uintptr_t ctx, uint64_t size, uintptr_t pool, uintptr_t s);
+int sa_mem_free_host_async(uintptr_t ctx, void *p, uintptr_t s);
+
+// The peer and IPC wing: cuDeviceCanAccessPeer, cuCtxEnablePeerAccess,
+// cuMemcpyPeerAsync, cuMemPoolSetAccess/GetAccess, pool and pointer
+// export/import, IPC event handles and the legacy cuIpc*MemHandle calls.
+// 64-byte handles are copied from or to the caller's buffer (borrowed for
+// the call).
+sa_ret sa_device_can_access_peer(int dev, int peer);
+int sa_ctx_enable_peer_access(uintptr_t ctx, uintptr_t peer);
+int sa_memcpy_peer_async(uintptr_t ctx, uint64_t dst, uintptr_t dst_ctx, uint64_t src, uintptr_t src_ctx, uint64_t n, uintptr_t s);
+int sa_mem_pool_set_access(uintptr_t ctx, uintptr_t pool, int dev, int flags);
+sa_ret sa_mem_pool_get_access(uintptr_t ctx, uintptr_t pool, int dev);
+sa_ret sa_mem_pool_export_fd(uintptr_t ctx, uintptr_t pool);
+int sa_mem_pool_export_fabric(uintptr_t ctx, uintptr_t pool, void *out64);
+sa_ret sa_mem_pool_import_fd(uintptr_t ctx, int fd);
+sa_ret sa_mem_pool_import_fabric(uintptr_t ctx, const void *in64);
+int sa_mem_pool_export_pointer(uintptr_t ctx, uint64_t p, void *out64);
+sa_ret sa_mem_pool_import_pointer(uintptr_t ctx, uintptr_t pool, const void *in64);
+int sa_ipc_get_event_handle(uintptr_t ctx, uintptr_t e, void *out64);
+sa_ret sa_ipc_open_event_handle(uintptr_t ctx, const void *in64);
+int sa_ipc_get_mem_handle(uintptr_t ctx, uint64_t p, void *out64);
+sa_ret sa_ipc_open_mem_handle(uintptr_t ctx, const void *in64);
+int sa_ipc_close_mem_handle(uintptr_t ctx, uint64_t p);
 
 #endif

@@ -63,6 +63,9 @@ const (
 	ErrInvalidImage      Code = 200 // CUDA_ERROR_INVALID_IMAGE: a module image the driver cannot load
 	ErrInvalidContext    Code = 201 // CUDA_ERROR_INVALID_CONTEXT
 	ErrInvalidPTX        Code = 218 // CUDA_ERROR_INVALID_PTX: PTX that does not compile
+	ErrPeerUnsupported   Code = 217 // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: the topology does not let one device access the other
+	ErrPeerEnabled       Code = 704 // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+	ErrPeerNotEnabled    Code = 705 // CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
 	ErrInvalidHandle     Code = 400 // CUDA_ERROR_INVALID_HANDLE
 	ErrIllegalState      Code = 401 // CUDA_ERROR_ILLEGAL_STATE: not valid in the object's state (a capture begun twice, ended when none runs)
 	ErrNotFound          Code = 500 // CUDA_ERROR_NOT_FOUND: a kernel or symbol name not in the module
@@ -117,6 +120,9 @@ var codeNames = map[Code]string{
 	ErrInvalidImage:      "CUDA_ERROR_INVALID_IMAGE",
 	ErrInvalidContext:    "CUDA_ERROR_INVALID_CONTEXT",
 	ErrInvalidPTX:        "CUDA_ERROR_INVALID_PTX",
+	ErrPeerUnsupported:   "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+	ErrPeerEnabled:       "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+	ErrPeerNotEnabled:    "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
 	ErrInvalidHandle:     "CUDA_ERROR_INVALID_HANDLE",
 	ErrIllegalState:      "CUDA_ERROR_ILLEGAL_STATE",
 	ErrNotFound:          "CUDA_ERROR_NOT_FOUND",

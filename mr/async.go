@@ -109,11 +109,22 @@ type AsyncOptions struct {
 	// pool, which every user of cuMemAllocAsync in the process shares,
 	// unless Pool or CurrentPool says otherwise.
 	OwnPool bool
+	// Exportable, if not gpu.HandleNone, makes the pool of its own (as
+	// OwnPool) exportable to other processes as these handle types
+	// (gpu.IPC.NewExportableMemPool); package ipc lends its allocations.
+	Exportable gpu.HandleType
 	// Pool, if not nil, is the pool to allocate from, not owned (RMM's
 	// async_view): a pool of the caller's, or a CUmemoryPool of other code
 	// adopted with gpu.Device.AdoptMemPool. Close leaves it alone. It must
 	// be of the resource's device.
 	Pool gpu.MemPool
+	// ManagedPool makes the resource create a pool of managed memory of
+	// its own (gpu.ManagedMemory.NewManagedPool, CUDA 13 on), destroyed by
+	// Close: stream-ordered managed memory, which the host and every
+	// device may address, prefetched and advised through the device's
+	// gpu.ManagedMemory. A driver without managed pools fails NewAsync
+	// with its error.
+	ManagedPool bool
 	// CurrentPool allocates from the device's current pool
 	// (cuDeviceGetMemPool, read once by NewAsync), not owned: the pool
 	// another library may have made current instead of the default one.
@@ -204,30 +215,43 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 	if opts.InitialPoolSize < 0 {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
+	if opts.Exportable != gpu.HandleNone {
+		opts.OwnPool = true
+	}
 	choices := 0
-	for _, c := range []bool{opts.OwnPool, opts.Pool != nil, opts.CurrentPool} {
+	for _, c := range []bool{opts.OwnPool, opts.Pool != nil, opts.CurrentPool, opts.ManagedPool} {
 		if c {
 			choices++
 		}
 	}
 	if choices > 1 {
-		return nil, fmt.Errorf("async: OwnPool, Pool and CurrentPool are exclusive: %w", gpu.ErrInvalidValue)
+		return nil, fmt.Errorf("async: OwnPool, Pool, CurrentPool and ManagedPool are exclusive: %w", gpu.ErrInvalidValue)
 	}
 	if opts.Pool != nil && opts.Pool.Device() != dev {
 		return nil, fmt.Errorf("async: pool of device %d: %w", opts.Pool.Device().Ordinal(), gpu.ErrWrongDevice)
 	}
-	r := &Async{dev: dev, own: opts.OwnPool, fromPool: choices == 1, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
+	r := &Async{dev: dev, own: opts.OwnPool || opts.ManagedPool, fromPool: choices == 1, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
 	if r.pending == nil {
 		r.pending = new(PendingFrees)
 	}
 	var err error
 	switch {
+	case opts.Exportable != gpu.HandleNone:
+		var x gpu.IPC
+		if x, err = gpu.IPCOf(dev); err == nil {
+			r.pool, err = x.NewExportableMemPool(opts.Exportable)
+		}
 	case opts.OwnPool:
 		r.pool, err = dev.NewMemPool()
 	case opts.Pool != nil:
 		r.pool = opts.Pool
 	case opts.CurrentPool:
 		r.pool, err = dev.CurrentMemPool()
+	case opts.ManagedPool:
+		var mm gpu.ManagedMemory
+		if mm, err = gpu.ManagedMemoryOf(dev); err == nil {
+			r.pool, err = mm.NewManagedPool()
+		}
 	default:
 		r.pool, err = dev.DefaultMemPool()
 	}

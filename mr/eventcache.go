@@ -69,8 +69,7 @@ func orderAfter(dev gpu.Device, e gpu.Event, waiter, signaler gpu.Stream) (waite
 }
 
 // usableStream returns the first of candidates that can still take work
-// (Query answers ErrDestroyed for a destroyed stream; any other answer
-// means it can), for work that must be enqueued somewhere, like freeing
+// (streamDestroyed), for work that must be enqueued somewhere, like freeing
 // memory upstream. If none can, it synchronizes the device, so the
 // destroyed streams' remaining work is done, and returns a new stream;
 // done destroys it (after its work). Resources call it on rare paths
@@ -80,7 +79,7 @@ func usableStream(dev gpu.Device, candidates []gpu.Stream) (s gpu.Stream, done f
 		if gpu.Capturing(c) {
 			continue // querying it would invalidate its capture
 		}
-		if err := c.Query(); !errors.Is(err, gpu.ErrDestroyed) {
+		if !streamDestroyed(c) {
 			return c, func() {}, nil
 		}
 	}
@@ -91,4 +90,20 @@ func usableStream(dev gpu.Device, candidates []gpu.Stream) (s gpu.Stream, done f
 		return nil, nil, fmt.Errorf("new stream: %w", err)
 	}
 	return s, func() { s.Destroy() }, nil
+}
+
+// streamDestroyed reports whether s was destroyed: its capture status (or,
+// on a backend without capture, its Query) answers ErrDestroyed; any other
+// answer means it can take work. The capture status is asked first because
+// it observes nothing: a Query that finds the stream idle orders the host
+// after its work, which on the simulator joins the stream's clock into the
+// host's, and a Release that frees memory on each of thousands of streams
+// would grow the host's clock once per stream (each stream then holding a
+// copy of it as long as the number of streams).
+func streamDestroyed(s gpu.Stream) bool {
+	if cs, ok := s.(gpu.CaptureStream); ok {
+		_, err := cs.CaptureStatus()
+		return errors.Is(err, gpu.ErrDestroyed)
+	}
+	return errors.Is(s.Query(), gpu.ErrDestroyed)
 }

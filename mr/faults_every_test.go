@@ -81,14 +81,14 @@ func faultStacks() []faultStack {
 			}
 			return a, a.Close, nil
 		}},
-		{name: "arena over direct", ops: append([]sim.Op{sim.OpMalloc, sim.OpFree, sim.OpStreamQuery}, common...), build: func(dev gpu.Device) (mr.Resource, func() error, error) {
+		{name: "arena over direct", ops: append([]sim.Op{sim.OpMalloc, sim.OpFree, sim.OpStreamIsCapturing}, common...), build: func(dev gpu.Device) (mr.Resource, func() error, error) {
 			a, err := mr.NewArena(mr.NewDirect(dev), mr.ArenaOptions{SuperblockSize: 2 << 20})
 			if err != nil {
 				return nil, nil, err
 			}
 			return a, a.Close, nil
 		}},
-		{name: "binning over async", ops: append([]sim.Op{sim.OpStreamQuery}, ownPool...), build: func(dev gpu.Device) (mr.Resource, func() error, error) {
+		{name: "binning over async", ops: append([]sim.Op{sim.OpStreamIsCapturing}, ownPool...), build: func(dev gpu.Device) (mr.Resource, func() error, error) {
 			a, err := asyncOwn(dev)
 			if err != nil {
 				return nil, nil, err

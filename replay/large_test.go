@@ -4,12 +4,16 @@ import (
 	"context"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
+	"github.com/streamalloc/streamalloc/mr/registry"
 	"github.com/streamalloc/streamalloc/trace"
+	"github.com/streamalloc/streamalloc/trace/tracegen"
 )
 
 // genTrace produces an RMM log of n events on the fly: 64 blocks live at
@@ -109,4 +113,73 @@ func TestLongTraceMemory(t *testing.T) {
 		t.Errorf("heap grew by %d bytes during a replay of %d events", grew, n)
 	}
 	t.Logf("%d events: heap grew at most %d KiB", n, (int64(worst)-int64(base))>>10)
+}
+
+// TestGeneratedTraceMemory replays a generated RMM log of a million
+// events (tracegen.Churn: 20,000 blocks live at the peak on 1,000 streams,
+// a free in a hundred on another stream) on the simulator, through the
+// stack `streamalloc replay` builds (a pool over async, its upstream
+// timed), and bounds the heap: at most 64 MiB above what it was before
+// the replay at any progress report, and flat once the ramp is over (the
+// last report no more than 8 MiB above the first report after the ramp),
+// so a longer log would need no more. Under the race detector, which
+// multiplies the cost of every memory access, the log is 200,000 events.
+func TestGeneratedTraceMemory(t *testing.T) {
+	n := 1_000_000
+	if raceEnabled || testing.Short() {
+		n = 200_000
+	}
+	const live, streams = 20_000, 1_000
+	src, err := tracegen.Churn(tracegen.Config{Events: n, Live: live, Streams: streams, MaxSize: 64 << 10, CrossEvery: 100, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := sim.New(sim.Config{}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timer *UpstreamTimer
+	res, closeRes, err := registry.New("pool", dev, registry.Options{Upstream: registry.UpstreamAsync, WrapUpstream: func(up mr.Resource) mr.Resource {
+		timer = NewUpstreamTimer("async", up)
+		return timer
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var heap []uint64 // HeapAlloc above base after a GC, at each report
+	r, err := Run(context.Background(), trace.NewCSVReader(src, "churn"), dev, res, Options{
+		Resource: "pool", Upstream: timer, ProgressEvery: n / 10,
+		Progress: func(p Progress) {
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			heap = append(heap, ms.HeapAlloc-min(ms.HeapAlloc, base))
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closeRes(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Events != int64(n) || r.Streams != streams || r.UnknownFrees != 0 || r.Failures != 0 || r.FreedAtEnd != 0 {
+		t.Errorf("%d events, %d streams, %d unknown frees, %d failures, %d freed at the end", r.Events, r.Streams, r.UnknownFrees, r.Failures, r.FreedAtEnd)
+	}
+	// Reports come every n/10 events; the ramp ends at event 20,000.
+	worst := slices.Max(heap)
+	afterRamp, last := heap[1], heap[len(heap)-2] // the last is the final report, after the drain
+	if worst > 64<<20 || last > afterRamp+8<<20 {
+		t.Errorf("heap above the start at each report (KiB): %v; want at most 64 MiB, and the last during the churn within 8 MiB of the first after the ramp", kib(heap))
+	}
+	t.Logf("%d events, %d live, %d streams: heap above the start (KiB) %v; %.0f ns/event (own %.0f)", n, live, streams, kib(heap), r.NsPerEvent, r.OwnNsPerEvent)
+}
+
+func kib(v []uint64) []uint64 {
+	out := make([]uint64, len(v))
+	for i, x := range v {
+		out[i] = x >> 10
+	}
+	return out
 }

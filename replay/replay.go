@@ -68,7 +68,8 @@ type block struct {
 	p      gpu.DevicePtr
 	size   int64
 	stream gpu.Stream
-	seq    int64 // allocation order, so that the final frees are deterministic
+	sid    uint64 // the trace's id of stream
+	seq    int64  // allocation order, so that the final frees are deterministic
 }
 
 type runner struct {
@@ -92,8 +93,17 @@ type runner struct {
 	peakRes   uint64
 	resTime   time.Duration
 	calls     int64
-	series    *series
-	tl        *timeline // nil unless Options.Timeline
+	// upTime and upCalls: Options.Upstream's time and calls during the
+	// timed calls, less up0 and upCalls0, its counters when Run began.
+	upTime, up0       time.Duration
+	upCalls, upCalls0 int64
+	// lastReserved is the reserved bytes last read from rep, after the
+	// upstream's polledCalls-th call (sample).
+	lastReserved uint64
+	polledCalls  int64
+	series       *series
+	tl           *timeline // nil unless Options.Timeline
+	clock        *clock    // nil unless Options.Timed
 
 	r Result
 }
@@ -147,10 +157,24 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	if opts.Timeline {
 		r.tl = newTimeline(opts, tr, res)
 	}
+	if opts.Timed {
+		scale := opts.TimeScale
+		if scale == 0 {
+			scale = 1
+		}
+		c, err := newClock(dev, scale, opts.TimedMinKernel)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		r.clock = c
+	}
 	if r.opts.ProgressEvery <= 0 {
 		r.opts.ProgressEvery = 1 << 16
 	}
 
+	if opts.Upstream != nil {
+		r.up0, r.upCalls0 = opts.Upstream.Elapsed()
+	}
 	err := r.loop()
 	if err == nil {
 		r.progress(true)
@@ -171,6 +195,13 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	}
 	if r.calls > 0 {
 		r.r.NsPerEvent = float64(r.resTime.Nanoseconds()) / float64(r.calls)
+		r.r.UpstreamNsPerEvent = float64(r.upTime.Nanoseconds()) / float64(r.calls)
+		r.r.OwnNsPerEvent = max(0, r.r.NsPerEvent-r.r.UpstreamNsPerEvent)
+	}
+	if opts.Upstream != nil {
+		r.r.Upstream = opts.Upstream.Name()
+		r.r.UpstreamCalls = r.upCalls
+		r.r.PeakUpstreamReservedBytes = opts.Upstream.PeakReserved()
 	}
 	r.r.Streams = len(r.order)
 	if r.series != nil {
@@ -178,6 +209,12 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	}
 	if r.tl != nil {
 		r.r.Timeline = r.tl.finish()
+	}
+	if r.clock != nil {
+		r.r.Timed = true
+		r.r.TimedBehind = r.clock.behind
+		r.r.TimedKernels = r.clock.spins
+		r.r.TimedWork = r.clock.spun
 	}
 	r.r.Wall = time.Since(start)
 	return &r.r, nil
@@ -199,6 +236,11 @@ func (r *runner) loop() error {
 			return fmt.Errorf("replay: %w", err)
 		}
 		r.r.Events++
+		if r.clock != nil && ev.Op != trace.AllocFailure {
+			if err := r.timed(ev); err != nil {
+				return fmt.Errorf("replay: %s:%d: %w", r.r.Trace, ev.Line, err)
+			}
+		}
 		switch ev.Op {
 		case trace.Alloc:
 			err = r.alloc(ev)
@@ -264,7 +306,7 @@ func (r *runner) alloc(ev trace.Event) error {
 		r.traceLive -= uint64(ev.Size)
 		return fmt.Errorf("allocate %d bytes on trace stream %#x: %w", ev.Size, ev.Stream, err)
 	}
-	r.live[ev.Ptr] = block{p: p, size: ev.Size, stream: s, seq: r.r.Allocations}
+	r.live[ev.Ptr] = block{p: p, size: ev.Size, stream: s, sid: ev.Stream, seq: r.r.Allocations}
 	r.heldLive += uint64(ev.Size)
 	if r.tl != nil {
 		r.tl.alloc(ev, uint64(p), false)
@@ -289,9 +331,13 @@ func (r *runner) free(ev trace.Event) error {
 		r.r.UnknownFrees++
 		return nil
 	}
-	s, err := r.stream(ev.Stream)
-	if err != nil {
-		return err
+	// Most frees are on the allocation's stream: no lookup then.
+	s := b.stream
+	if b.sid != ev.Stream {
+		var err error
+		if s, err = r.stream(ev.Stream); err != nil {
+			return err
+		}
 	}
 	return r.release(ev.Ptr, b, s)
 }
@@ -309,6 +355,16 @@ func (r *runner) release(addr uint64, b block, s gpu.Stream) error {
 	r.traceLive -= uint64(b.size)
 	r.heldLive -= uint64(b.size)
 	return nil
+}
+
+// timed keeps a timed replay to the trace's schedule before ev
+// (timed.go).
+func (r *runner) timed(ev trace.Event) error {
+	s, err := r.stream(ev.Stream)
+	if err != nil {
+		return err
+	}
+	return r.clock.before(r, ev.Time, s)
 }
 
 // stream returns the device stream standing for trace stream id,
@@ -336,8 +392,17 @@ func (r *runner) stream(id uint64) (gpu.Stream, error) {
 // sample records the state after event i and returns the reserved bytes.
 func (r *runner) sample(i int64, t time.Duration) uint64 {
 	reserved := r.heldLive
-	if r.rep != nil {
+	switch {
+	case r.rep == nil:
+	case r.opts.Upstream == nil:
 		reserved = r.rep.Usage().Reserved
+	default:
+		// A suballocator's reserved bytes change only through its
+		// upstream: ask it again only after events that called it.
+		if n := r.opts.Upstream.Calls(); n != r.polledCalls || i == 0 {
+			r.lastReserved, r.polledCalls = r.rep.Usage().Reserved, n
+		}
+		reserved = r.lastReserved
 	}
 	r.peakRes = max(r.peakRes, reserved)
 	if r.series != nil {
@@ -376,6 +441,11 @@ func (r *runner) cleanup() error {
 		if err := r.release(h.addr, h.b, h.b.stream); err != nil {
 			errs = append(errs, fmt.Errorf("replay: %s: at the end: %w", r.r.Trace, err))
 		}
+	}
+	// The upstream's time counts up to here: Release below is not timed.
+	if r.opts.Upstream != nil {
+		d, n := r.opts.Upstream.Elapsed()
+		r.upTime, r.upCalls = d-r.up0, n-r.upCalls0
 	}
 	// A caching resource may hold memory whose reuse is tied to the
 	// streams about to be destroyed; give it back while they still work.

@@ -8,7 +8,10 @@
 
 package replay
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Options tune a replay. The zero value replays with no series and no
 // progress reports.
@@ -33,7 +36,32 @@ type Options struct {
 	// at most TimelineEvents events (0: DefaultTimelineEvents).
 	Timeline       bool
 	TimelineEvents int
+	// Upstream, if set, is the timer between the replayed resource (a
+	// suballocator) and its upstream: the time spent in the upstream's
+	// calls is reported apart (Result.UpstreamNsPerEvent) and not counted
+	// as the resource's own (Result.OwnNsPerEvent). The resource's
+	// usage (mr.UsageReporter) is then read only after events in which
+	// it called the upstream, since a suballocator's reserved bytes
+	// change only through it.
+	Upstream *UpstreamTimer
+	// Timed replays the trace in its own time (timed.go): the host waits
+	// for each event's time, and the time between two events of a stream
+	// is enqueued on it as a kernel of that length, so that frees
+	// complete when they would have. TimeScale multiplies every duration
+	// (0: 1; 0.1 replays ten times faster, with ten times shorter
+	// kernels); it must not be negative.
+	Timed     bool
+	TimeScale float64
+	// TimedMinKernel is the shortest gap a timed replay enqueues as a
+	// kernel; shorter gaps of a stream add up until they reach it. 0:
+	// DefaultTimedMinKernel on a card, DefaultSimTimedMinKernel on the
+	// simulator. Negative is an error matching ErrTimeScale.
+	TimedMinKernel time.Duration
 }
+
+// ErrTimeScale is the error, wrapped, of a negative or NaN
+// Options.TimeScale, or a negative Options.TimedMinKernel.
+var ErrTimeScale = errors.New("replay: bad time scale")
 
 // Progress is a report of how far a replay is.
 type Progress struct {
@@ -92,7 +120,7 @@ type Result struct {
 	Fragmentation float64 `json:"fragmentation"`
 	// NsPerEvent is the host time spent in the resource's Allocate and
 	// Deallocate calls divided by the number of those calls (trace
-	// parsing and bookkeeping excluded).
+	// parsing and bookkeeping excluded), its upstream's calls included.
 	NsPerEvent float64 `json:"ns_per_event"`
 	// Failures counts allocations the replayed resource refused with
 	// mr.ErrOutOfMemory.
@@ -123,6 +151,31 @@ type Result struct {
 	// Simulated says whether the device is a simulated one
 	// (gpu.Properties.Simulated): its timings are the simulator's.
 	Simulated bool `json:"simulated"`
+	// Upstream names the upstream that Options.Upstream timed ("" if
+	// none was given). UpstreamCalls is how many calls the resource made
+	// to it during its timed Allocate and Deallocate calls, and
+	// UpstreamNsPerEvent the time spent in them divided by the
+	// resource's calls (as NsPerEvent). OwnNsPerEvent is NsPerEvent less
+	// UpstreamNsPerEvent: what the resource itself costs.
+	Upstream           string  `json:"upstream,omitempty"`
+	UpstreamCalls      int64   `json:"upstream_calls"`
+	UpstreamNsPerEvent float64 `json:"upstream_ns_per_event"`
+	OwnNsPerEvent      float64 `json:"own_ns_per_event"`
+	// PeakUpstreamReservedBytes is the largest Reserved the upstream
+	// reported (UpstreamTimer.PeakReserved): the device memory held
+	// behind the resource, which for a driver pool is more than the
+	// resource reserved from it. 0 without Options.Upstream or when the
+	// upstream reports no usage.
+	PeakUpstreamReservedBytes uint64 `json:"peak_upstream_reserved_bytes,omitempty"`
+	// Timed says the replay kept the trace's time (Options.Timed).
+	// TimedKernels and TimedWork are the kernels it enqueued for the
+	// gaps and their total length (scaled); TimedBehind is the most the
+	// host fell behind the trace's schedule, against which the timed
+	// figures should be read.
+	Timed        bool          `json:"timed,omitempty"`
+	TimedKernels int64         `json:"timed_kernels,omitempty"`
+	TimedWork    time.Duration `json:"timed_work_ns,omitempty"`
+	TimedBehind  time.Duration `json:"timed_behind_ns,omitempty"`
 	// Timeline is the event-by-event record, if Options.Timeline asked
 	// for it. It is not part of the JSON: a report embeds it in its own
 	// form.

@@ -5,7 +5,12 @@
 #
 # Usage: scripts/capi-bench.sh [dir] [pairs] [threads]  (default build/capi 1000000 4)
 # Environment: CONFS, the configurations run on the GPU, each in turn
-#   (STREAMALLOC_CONF; default "pool").
+#   (STREAMALLOC_CONF; default "pool"). AB_DIR, a second build of the
+#   library and the benchmark (e.g. one built with
+#   GOFLAGS=-tags=streamalloc_nocapturequery, which does not ask the driver
+#   whether an adopted stream is capturing): the GPU runs then alternate
+#   between dir and AB_DIR, REPEAT times (default 3), each a process of its
+#   own, so that the two builds are compared on one machine in one run.
 set -euo pipefail
 
 dir=${1:-build/capi}
@@ -15,7 +20,16 @@ echo "== simulator"
 STREAMALLOC_CONF=pool,backend=sim "$dir/capi_bench" "$pairs" "$threads"
 if [ -e /dev/nvidiactl ] || command -v nvidia-smi >/dev/null 2>&1; then
 	for conf in ${CONFS:-pool}; do
-		echo "== GPU, $conf"
-		STREAMALLOC_CONF=$conf "$dir/capi_bench" "$pairs" "$threads"
+		if [ -z "${AB_DIR:-}" ]; then
+			echo "== GPU, $conf"
+			STREAMALLOC_CONF=$conf "$dir/capi_bench" "$pairs" "$threads"
+			continue
+		fi
+		for rep in $(seq "${REPEAT:-3}"); do
+			for d in "$dir" "$AB_DIR"; do
+				echo "== GPU, $conf, $d, round $rep"
+				STREAMALLOC_CONF=$conf "$d/capi_bench" "$pairs" "$threads"
+			done
+		done
 	done
 fi

@@ -30,6 +30,7 @@ cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8.
 usage: torch-bench.py run WORKLOAD ALLOCATOR --out RESULTS.jsonl [--lib PATH]
                           [--control-lib PATH] [--conf CONF] [--warmup N] [--steps N]
        torch-bench.py table RESULTS.jsonl
+       torch-bench.py rounds RESULTS.jsonl
 """
 
 import argparse
@@ -306,6 +307,7 @@ def run_cupy(args):
 def finish(args, result, losses, times, cycle):
     env = " ".join("%s=%s" % (k, os.environ[k]) for k in ("GOMAXPROCS", "GOGC", "GODEBUG") if k in os.environ)
     result.update(workload=args.workload, allocator=args.allocator, env=env,
+                  round=int(os.environ.get("BENCH_ROUND", "0")),
                   conf=args.conf if args.allocator in ("streamalloc", "control") else "",
                   warmup=args.warmup, steps=args.steps, cycle=cycle,
                   step_ms_median=1e3 * statistics.median(times), step_ms_min=1e3 * min(times),
@@ -363,6 +365,61 @@ def table(path):
                                        ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))
 
 
+def config_name(r):
+    env = " ".join(e for e in r.get("env", "").split() if e != "GODEBUG=gctrace=1")
+    return r["allocator"] + (" `%s`" % r["conf"] if r.get("conf") else "") + (" (%s)" % env if env else "")
+
+
+def rounds(path):
+    """The interleaved protocol's table (torch-bench.sh INTERLEAVE=...).
+
+    Each process gives one figure, the median of its timed steps. Per
+    configuration: the median of those figures over its processes and
+    their spread ((max - min) / median). Against the reference (native,
+    or CuPy's pool), each round's ratio of the two processes' figures,
+    paired round by round; their median and range. With n rounds, the
+    range holds the median paired ratio of the process population with
+    probability 1 - 2/2^n (a sign test), so the verdict "within 2%" needs
+    every paired ratio at most 1.02, "slower" every one above it."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    rows = [r for r in rows if r.get("round")]
+    print("| workload | configuration | processes | median step ms | spread of processes | "
+          "ratio to reference, paired by round: median [min, max] | verdict at 2% |")
+    print("|---|---|---:|---:|---:|---|---|")
+    for w in ["gpt2", "resnet50", "generate", "cupy"]:
+        rs = [r for r in rows if r["workload"] == w]
+        if not rs:
+            continue
+        configs = []
+        for r in rs:
+            if config_name(r) not in configs:
+                configs.append(config_name(r))
+        ref = next((c for c in configs if c.startswith(("native", "cupy-pool"))), configs[0])
+        by = {c: {r["round"]: r["step_ms_median"] for r in rs if config_name(r) == c} for c in configs}
+        for c in configs:
+            ms = sorted(by[c].values())
+            med = statistics.median(ms)
+            spread = (ms[-1] - ms[0]) / med
+            if c == ref:
+                pair, verdict = "(reference)", ""
+            else:
+                ratios = sorted(by[c][k] / by[ref][k] for k in by[c] if k in by[ref])
+                if not ratios:
+                    pair, verdict = "-", "no pairs"
+                else:
+                    pair = "%.3f [%.3f, %.3f] (%d pairs)" % (statistics.median(ratios), ratios[0], ratios[-1], len(ratios))
+                    if ratios[-1] <= 1.02:
+                        verdict = "within 2%%, p <= %.3f" % (2 / 2 ** len(ratios)) if len(ratios) > 1 else "within 2% (1 pair)"
+                    elif ratios[0] > 1.02:
+                        verdict = "slower by more than 2%%, p <= %.3f" % (2 / 2 ** len(ratios)) if len(ratios) > 1 else "slower (1 pair)"
+                    else:
+                        verdict = "not resolved"
+            print("| %s | %s | %d | %.2f | %.1f%% | %s | %s |" % (w, c, len(ms), med, 100 * spread, pair, verdict))
+    dev = {r.get("device") for r in rows}
+    print("\ndevice: %s; steps: %s" % (", ".join(sorted(d for d in dev if d)),
+                                       ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -377,9 +434,14 @@ def main():
     r.add_argument("--steps", type=int, default=24)
     t = sub.add_parser("table")
     t.add_argument("results")
+    t = sub.add_parser("rounds")
+    t.add_argument("results")
     args = p.parse_args()
     if args.cmd == "table":
         table(args.results)
+        return 0
+    if args.cmd == "rounds":
+        rounds(args.results)
         return 0
     if args.workload == "cupy":
         return run_cupy(args)

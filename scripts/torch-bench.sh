@@ -19,6 +19,15 @@
 #   of runs separated by ';', each "WORKLOAD ALLOCATOR [CONF [VAR=VALUE ...]]",
 #   for example
 #     RUNS='gpt2 native; gpt2 control async+go; gpt2 streamalloc pool GOMAXPROCS=4'
+#   and INTERLEAVE, the protocol for step times: a list of configurations
+#   separated by ';', each "ALLOCATOR [CONF [VAR=VALUE ...]]", the first the
+#   reference, for example INTERLEAVE='native; streamalloc pool'. For each
+#   workload of WORKLOADS it runs ROUNDS rounds (default 5), each round one
+#   process per configuration, in the list's order in odd rounds and the
+#   reverse in even ones (so drift over the run weighs on both sides alike),
+#   and prints rounds.md: per configuration the median of its processes'
+#   median step times, their spread, and the ratio to the reference paired
+#   round by round (torch-bench.py rounds).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -43,8 +52,10 @@ run() {
 	if [ "${GCTRACE:-}" = 1 ] && { [ "$a" = streamalloc ] || [ "$a" = control ]; }; then
 		envs+=(GODEBUG=gctrace=1)
 	fi
-	local tag="$w-$a-${conf//[^a-z0-9=+]/_}"
-	[ ${#envs[@]} -gt 0 ] && tag="$tag-$(echo "${envs[*]}" | tr -c 'A-Za-z0-9=\n' _)"
+	# Log names keep letters, digits, '.', '_' and '-' alone, the names a
+	# file may have to come back from the GPU machine's output folder.
+	local tag="$w-$a-${conf//[^a-z0-9.-]/_}"
+	[ ${#envs[@]} -gt 0 ] && tag="$tag-$(echo "${envs[*]}" | tr -c 'A-Za-z0-9.\n-' _)"
 	local log="$out/$tag.log" start
 	start=$(date +%s)
 	if [ -n "${DEADLINE:-}" ] && [ $((start - began)) -ge "$DEADLINE" ]; then
@@ -62,7 +73,24 @@ run() {
 	fi
 }
 
-if [ -n "${RUNS:-}" ]; then
+if [ -n "${INTERLEAVE:-}" ]; then
+	IFS=';' read -ra specs <<<"$INTERLEAVE"
+	for w in ${WORKLOADS:-gpt2 resnet50 generate cupy}; do
+		for r in $(seq "${ROUNDS:-5}"); do
+			order=("${specs[@]}")
+			if [ $((r % 2)) = 0 ]; then
+				order=()
+				for ((i = ${#specs[@]} - 1; i >= 0; i--)); do order+=("${specs[i]}"); done
+			fi
+			for spec in "${order[@]}"; do
+				read -ra words <<<"$spec"
+				[ ${#words[@]} -ge 1 ] || continue
+				run "$w" "${words[0]}" "${words[1]:-pool}" "${words[@]:2}" "BENCH_ROUND=$r"
+			done
+		done
+	done
+	python3 "$here/torch-bench.py" rounds "$results" | tee "$out/rounds.md"
+elif [ -n "${RUNS:-}" ]; then
 	IFS=';' read -ra specs <<<"$RUNS"
 	for spec in "${specs[@]}"; do
 		read -ra words <<<"$spec"

@@ -6,15 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/mr/registry"
+	"github.com/streamalloc/streamalloc/replay"
 	"github.com/streamalloc/streamalloc/sanitize"
 	"github.com/streamalloc/streamalloc/trace"
 )
@@ -387,5 +390,94 @@ func TestReplaySanitizeAndLog(t *testing.T) {
 	// 3 allocations, 1 known free, 2 frees at the end, and the header.
 	if n := strings.Count(string(b), "\n"); n != 1+6 {
 		t.Errorf("log has %d lines, want 7:\n%s", n, b)
+	}
+}
+
+// --upstream picks what suballocators draw from: async by default, direct
+// when asked. The pool's row names its upstream and splits its time; a
+// resource that stands alone has neither. An unknown name is refused with
+// registry.ErrUpstream before anything is replayed.
+func TestReplayUpstream(t *testing.T) {
+	p := writeFile(t, "t.csv", smallTrace)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "async"},
+		{[]string{"--upstream", "async"}, "async"},
+		{[]string{"--upstream", "direct"}, "direct"},
+	} {
+		args := append([]string{"replay", "--device", "sim", "--resource", "direct,pool", "--json"}, tc.args...)
+		out, _, err := run(t, append(args, p)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []replay.Result
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		direct, pool := rows[0], rows[1]
+		if direct.Upstream != "" || direct.UpstreamCalls != 0 || direct.OwnNsPerEvent != direct.NsPerEvent {
+			t.Errorf("%v: direct has an upstream: %+v", tc.args, direct)
+		}
+		// The trace's 1 MiB block makes the pool grow at least once.
+		if pool.Upstream != tc.want || pool.UpstreamCalls < 1 || pool.UpstreamNsPerEvent <= 0 ||
+			math.Abs(pool.OwnNsPerEvent+pool.UpstreamNsPerEvent-pool.NsPerEvent) > 1e-6 {
+			t.Errorf("%v: pool over %s: %+v", tc.args, tc.want, pool)
+		}
+		// A driver pool reserves whole granules behind the pool.
+		if tc.want == "async" && pool.PeakUpstreamReservedBytes < pool.PeakReservedBytes {
+			t.Errorf("%v: the driver pool peaked at %d bytes, the pool at %d", tc.args, pool.PeakUpstreamReservedBytes, pool.PeakReservedBytes)
+		}
+	}
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "pool", "--upstream", "cuda", p)
+	if !errors.Is(err, registry.ErrUpstream) || out != "" {
+		t.Errorf("--upstream cuda: %q, %v; want ErrUpstream and no output", out, err)
+	}
+}
+
+// --timed adds a row per resource replayed in the trace's time: stream
+// 0x1 is busy for 80 ms of the trace (40 ms at --time-scale 0.5) before its
+// free, so async cannot hand the block to stream 0x2 and grows again.
+func TestReplayTimed(t *testing.T) {
+	const cross = `Thread,Time,Action,Pointer,Size,Stream
+1,10:00:00.000000,allocate,0x7f0000000000,20971520,0x1
+1,10:00:00.080000,free,0x7f0000000000,20971520,0x1
+1,10:00:00.080100,allocate,0x7f0002000000,20971520,0x2
+`
+	p := writeFile(t, "cross.csv", cross)
+	out, _, err := run(t, "replay", "--device", "sim", "--resource", "async,pool", "--timed", "--time-scale", "0.5", "--json", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []replay.Result
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := []struct {
+		resource string
+		timed    bool
+		reserved uint64
+	}{
+		{"async", false, 32 << 20}, {"async (timed)", true, 64 << 20},
+		{"pool", false, 0}, {"pool (timed)", true, 0},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
+	for i, w := range want {
+		r := rows[i]
+		if r.Resource != w.resource || r.Timed != w.timed || (w.reserved != 0 && r.PeakReservedBytes != w.reserved) {
+			t.Errorf("row %d: %s timed %v reserved %d; want %+v", i, r.Resource, r.Timed, r.PeakReservedBytes, w)
+		}
+		if w.timed && (r.TimedKernels != 1 || r.TimedWork != 40*time.Millisecond) {
+			t.Errorf("row %d: %d kernels, %v of work; want 1, 40ms (80 ms at scale 0.5)", i, r.TimedKernels, r.TimedWork)
+		}
+	}
+	for _, scale := range []string{"0", "-1", "NaN"} {
+		_, _, err := run(t, "replay", "--device", "sim", "--timed", "--time-scale", scale, p)
+		if !errors.Is(err, errNotPositive) {
+			t.Errorf("--time-scale %s: %v; want errNotPositive", scale, err)
+		}
 	}
 }

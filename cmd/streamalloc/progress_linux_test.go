@@ -57,7 +57,7 @@ func TestProgressBarOnTerminal(t *testing.T) {
 	const pair = "1,10:00:00.000001,allocate,0x1000,256,0x0\n1,10:00:00.000002,free,0x1000,256,0x0\n"
 	p := writeFile(t, "t.csv", "Thread,Time,Action,Pointer,Size,Stream\n"+strings.Repeat(pair, 70_000))
 	var out bytes.Buffer
-	err := runReplay(context.Background(), &out, tty, "sim", replayFlags{resources: "direct,pool", maxExpansion: trace.DefaultMaxExpansion}, []string{p})
+	err := runReplay(context.Background(), &out, tty, "sim", replayFlags{resources: "direct,pool", upstream: "async", timeScale: 1, maxExpansion: trace.DefaultMaxExpansion}, []string{p})
 	tty.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -23,12 +24,16 @@ import (
 )
 
 type replayFlags struct {
-	resources string
-	json      bool
-	html      string
-	log       string
-	sanitize  bool
-	command   string // the command line, for the page
+	resources  string
+	upstream   string
+	json       bool
+	html       string
+	log        string
+	sanitize   bool
+	timed      bool
+	timeScale  float64
+	cpuProfile string
+	command    string // the command line, for the page
 	// maxExpansion bounds a snapshot's trace entries and segment blocks
 	// per KiB of pickle (trace.Options.MaxExpansion; 0 is its default).
 	maxExpansion int
@@ -63,7 +68,15 @@ live and reserved bytes, fragmentation and host time per event.
 
 Each distinct stream of a trace becomes a stream of the device; blocks the
 trace never frees are freed at the end; frees of pointers that are not live
-are counted, not fatal.`,
+are counted, not fatal. Suballocators are built over --upstream (async, the
+driver's pool, by default), and their own time per event is shown apart
+from their upstream's.
+
+A replay makes its calls as fast as it can, so every free is complete at
+once. With --timed each resource is replayed a second time in the trace's
+own time: the host waits for each event's time, and the time between two
+events of a stream is enqueued on it as a kernel, so that frees complete
+when they would have; both rows are shown.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, _ := cmd.Flags().GetString("device")
@@ -72,9 +85,13 @@ are counted, not fatal.`,
 		},
 	}
 	cmd.Flags().StringVar(&f.resources, "resource", "pool", "resources to replay against: a comma-separated list of "+fmt.Sprint(registry.Replay())+", or all")
+	cmd.Flags().StringVar(&f.upstream, "upstream", "async", "what suballocators (pool, arena, binning, fixedsize) draw their chunks from: "+fmt.Sprint(registry.Upstreams()))
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the results as a JSON array")
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
 	cmd.Flags().StringVar(&f.log, "log", "", "write the replay's own RMM CSV log to `FILE` (all replays, one after another)")
+	cmd.Flags().BoolVar(&f.timed, "timed", false, "replay each resource a second time in the trace's own time, each stream's gaps enqueued as GPU work, and report both (rows \"NAME (timed)\")")
+	cmd.Flags().Float64Var(&f.timeScale, "time-scale", 1, "with --timed, multiply the trace's times by `F` (0.1: ten times faster)")
+	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the replays (go tool pprof) to `FILE`")
 	cmd.Flags().BoolVar(&f.sanitize, "sanitize", false, "run each replay under the stream-order sanitizer and count the hazards it reports")
 	cmd.Flags().IntVar(&f.maxExpansion, "max-expansion", trace.DefaultMaxExpansion, "refuse a PyTorch snapshot with more than `N` trace entries and segment blocks per KiB of pickle, counting each reference to a repeated one (0: the default)")
 	return cmd
@@ -85,8 +102,14 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 	if err != nil {
 		return fmt.Errorf("--resource: %w", err)
 	}
+	if _, err := registry.ParseUpstream(f.upstream); err != nil {
+		return fmt.Errorf("--upstream: %w", err)
+	}
 	if f.maxExpansion < 0 {
 		return fmt.Errorf("--max-expansion %d: %w", f.maxExpansion, errNegative)
+	}
+	if !(f.timeScale > 0) {
+		return fmt.Errorf("--time-scale %v: %w", f.timeScale, errNotPositive)
 	}
 	b, err := backend.Open(kind)
 	if err != nil {
@@ -114,6 +137,20 @@ func runReplay(ctx context.Context, stdout, stderr io.Writer, kind string, f rep
 		}
 		defer logOut.abort()
 		logw = trace.NewCSVWriter(logOut)
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
 	}
 	var results []*replay.Result
 	var rows []replayRow
@@ -167,17 +204,23 @@ func replayTrace(ctx context.Context, stderr io.Writer, dev gpu.Device, path str
 	}
 	defer tf.Close()
 	var rows []replayRow
-	for i, name := range names {
-		if i > 0 {
-			if err := tf.Rewind(); err != nil {
+	for _, name := range names {
+		timings := []bool{false}
+		if f.timed {
+			timings = append(timings, true)
+		}
+		for _, timed := range timings {
+			if len(rows) > 0 {
+				if err := tf.Rewind(); err != nil {
+					return rows, err
+				}
+			}
+			row, err := replayOne(ctx, stderr, dev, tf, path, name, timed, logw, f)
+			if err != nil {
 				return rows, err
 			}
+			rows = append(rows, row)
 		}
-		row, err := replayOne(ctx, stderr, dev, tf, path, name, logw, f)
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, row)
 	}
 	return rows, nil
 }
@@ -187,7 +230,7 @@ func replayTrace(ctx context.Context, stderr io.Writer, dev gpu.Device, path str
 // sanitizer, so that it sees every allocation and free of the replay and
 // every event the resource records or waits on; its reports are counted and
 // the first few printed.
-func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.File, path, name string, logw *trace.CSVWriter, f replayFlags) (_ replayRow, err error) {
+func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.File, path, name string, timed bool, logw *trace.CSVWriter, f replayFlags) (_ replayRow, err error) {
 	var z *sanitize.Sanitizer
 	reports := 0
 	if f.sanitize {
@@ -199,9 +242,18 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.
 		}})
 		dev = z.Device(dev)
 	}
-	// The zero options: suballocators over Direct, so that what they
-	// report as reserved is all the memory they hold.
-	res, closeRes, err := registry.New(name, dev, registry.Options{})
+	// Suballocators over the upstream --upstream names (async by
+	// default, as a program builds them), through a timer, so that the
+	// upstream's time is reported apart from the suballocator's own.
+	up, err := registry.ParseUpstream(f.upstream)
+	if err != nil {
+		return replayRow{}, fmt.Errorf("--upstream: %w", err)
+	}
+	var timer *replay.UpstreamTimer
+	res, closeRes, err := registry.New(name, dev, registry.Options{Upstream: up, WrapUpstream: func(r mr.Resource) mr.Resource {
+		timer = replay.NewUpstreamTimer(f.upstream, r)
+		return timer
+	}})
 	if err != nil {
 		return replayRow{}, err
 	}
@@ -211,12 +263,16 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.
 		}
 	}()
 	top := stack(res, z, logw)
-	opts := replay.Options{Resource: name}
+	opts := replay.Options{Resource: name, Upstream: timer}
+	if timed {
+		opts.Resource += " (timed)"
+		opts.Timed, opts.TimeScale = true, f.timeScale
+	}
 	if f.html != "" {
 		opts.SeriesPoints = 2000
 		opts.Timeline = true
 	}
-	bar := newProgressBar(stderr, fmt.Sprintf("%s [%s]", path, name))
+	bar := newProgressBar(stderr, fmt.Sprintf("%s [%s]", path, opts.Resource))
 	if bar != nil {
 		opts.Progress = func(p replay.Progress) {
 			if fr := p.Fraction(); fr >= 0 {
@@ -229,7 +285,7 @@ func replayOne(ctx context.Context, stderr io.Writer, dev gpu.Device, tf *trace.
 	}
 	r, err := replay.Run(ctx, tf, dev, top, opts)
 	if err != nil {
-		return replayRow{}, fmt.Errorf("replay %s on %s: %w", path, name, err)
+		return replayRow{}, fmt.Errorf("replay %s on %s: %w", path, opts.Resource, err)
 	}
 	row := replayRow{Result: r}
 	if z != nil {

@@ -7,13 +7,16 @@
 // what differs between resources. A column whose value is the same for
 // every resource of a trace (failures and hazards, usually all 0) is left
 // out of the rows and said once under them, so no column repeats one value
-// down the table.
+// down the table. Host times are per event: the resource's calls in all
+// (ns/event) and, where a suballocator was built over a timed upstream,
+// its own share and its upstream's.
 
 package main
 
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -52,6 +55,22 @@ func replayColumns(rows []replayRow) []tableColumn {
 	cols = append(cols,
 		tableColumn{head: "fragmentation", cell: func(r replayRow) string { return fmt.Sprintf("%.3f", r.Fragmentation) }},
 		tableColumn{head: "ns/event", cell: func(r replayRow) string { return groupDigits(uint64(r.NsPerEvent + 0.5)) }},
+	)
+	// A suballocator's time apart from its upstream's: "own" is what the
+	// resource itself costs, "upstream" the share of its calls to the
+	// upstream (a growth's cuMemAllocAsync), per event.
+	if slices.ContainsFunc(rows, func(r replayRow) bool { return r.Upstream != "" }) {
+		cols = append(cols,
+			tableColumn{head: "own ns", cell: func(r replayRow) string { return groupDigits(uint64(r.OwnNsPerEvent + 0.5)) }},
+			tableColumn{head: "upstream ns", cell: func(r replayRow) string {
+				if r.Upstream == "" {
+					return "-"
+				}
+				return groupDigits(uint64(r.UpstreamNsPerEvent+0.5)) + " " + r.Upstream
+			}},
+		)
+	}
+	cols = append(cols,
 		tableColumn{head: "failures", optional: true, cell: func(r replayRow) string { return groupDigits(uint64(max(r.Failures, 0))) }},
 	)
 	if rows[0].SanitizerReports != nil {

@@ -110,3 +110,31 @@ b.csv
 		t.Errorf("table\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// A suballocator built over a timed upstream shows its own time and its
+// upstream's next to the total; a resource that stands alone has "-".
+func TestReplayTableUpstreamColumns(t *testing.T) {
+	rows := []replayRow{
+		{Result: &replay.Result{Trace: "a.csv", Resource: "async", Device: "NVIDIA H100", Events: 10, Allocations: 5,
+			Streams: 1, PeakLiveBytes: 1 << 20, PeakReservedBytes: 32 << 20, Fragmentation: 32, NsPerEvent: 3000, OwnNsPerEvent: 3000}},
+		{Result: &replay.Result{Trace: "a.csv", Resource: "pool", Device: "NVIDIA H100", Events: 10, Allocations: 5,
+			Streams: 1, PeakLiveBytes: 1 << 20, PeakReservedBytes: 2 << 20, Fragmentation: 2, NsPerEvent: 1200.4,
+			Upstream: "async", UpstreamCalls: 1, UpstreamNsPerEvent: 1120.2, OwnNsPerEvent: 80.2}},
+	}
+	var b strings.Builder
+	if err := writeReplayTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	want := `device: NVIDIA H100
+
+a.csv
+  10 events, 5 allocations, 1 stream, peak live 1.0 MiB
+  resource  peak reserved       bytes  vs least  fragmentation  ns/event  own ns  upstream ns
+  async          32.0 MiB  33,554,432  +1500.0%         32.000     3,000   3,000            -
+  pool            2.0 MiB   2,097,152     least          2.000     1,200      80  1,120 async
+  failures 0 for every resource
+`
+	if b.String() != want {
+		t.Errorf("table\n%s\nwant\n%s", b.String(), want)
+	}
+}

@@ -11,7 +11,11 @@
 // What goes around this package (cuStreamBeginCapture on a raw handle, a
 // wait enqueued through the raw handles) is not seen on our own streams:
 // CaptureStatus asks the driver. Adopted streams, whose owner may capture
-// them, ask the driver in CaptureID too.
+// them, ask the driver in CaptureID too, except the legacy default stream
+// (0 or CU_STREAM_LEGACY): the driver refuses to begin a capture on it
+// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and no capture can join it, so it
+// never captures, and PyTorch's allocations, made on it unless a program
+// picks another stream, pay no query.
 //
 // Threads. The driver requires a capture begun in global or thread-local
 // mode to be ended on the OS thread that began it, and goroutines move
@@ -204,7 +208,7 @@ func (s *Stream) CaptureID() uint64 {
 	if c := s.capt.Load(); c != nil {
 		return c.id
 	}
-	if s.borrowed && !s.dead.Load() {
+	if queryForeignCapture && s.borrowed && !s.legacy() && !s.dead.Load() {
 		if _, id, err := s.dev.ctx.StreamCaptureInfo(s.h); err == nil {
 			return id
 		}
@@ -213,10 +217,18 @@ func (s *Stream) CaptureID() uint64 {
 }
 
 // CaptureGated reports whether the process-wide capture gate covers s
-// (gpu.CaptureGated): true for a stream of ours, whose captures begin and
-// end here; false for an adopted one, whose owner may capture it through
+// (gpu.CaptureGated): whether CaptureID never asks the driver for it. True
+// for a stream of ours, whose captures begin and end here, and for an
+// adopted legacy default stream, which the driver never lets capture;
+// false for any other adopted stream, whose owner may capture it through
 // the driver.
-func (s *Stream) CaptureGated() bool { return !s.borrowed }
+func (s *Stream) CaptureGated() bool {
+	return !(queryForeignCapture && s.borrowed && !s.legacy())
+}
+
+// legacy reports whether s is the legacy default stream, which the driver
+// never lets capture (see the file comment).
+func (s *Stream) legacy() bool { return s.h == 0 || s.h == cuda.StreamLegacy }
 
 // CaptureStatus is cuStreamIsCapturing.
 func (s *Stream) CaptureStatus() (gpu.CaptureStatus, error) {

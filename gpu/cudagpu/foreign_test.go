@@ -131,3 +131,35 @@ func TestAdoptedStreamForeignCapture(t *testing.T) {
 		t.Errorf("CaptureID after the capture ended: %d, want 0", id)
 	}
 }
+
+// TestAdoptedLegacyStreamNeverCaptures checks the premise that lets
+// CaptureID skip the driver's capture query for the legacy default stream:
+// the driver refuses to begin a capture on it, named as 0 or as
+// CU_STREAM_LEGACY, in every mode.
+func TestAdoptedLegacyStreamNeverCaptures(t *testing.T) {
+	_, d := needDevice(t)
+	ctx := d.Context()
+	for _, h := range []cuda.Stream{0, cuda.StreamLegacy} {
+		s, err := d.AdoptStream(uintptr(h))
+		if err != nil {
+			t.Fatalf("AdoptStream(%#x): %v", uintptr(h), err)
+		}
+		for _, mode := range []cuda.CaptureMode{cuda.CaptureModeGlobal, cuda.CaptureModeThreadLocal, cuda.CaptureModeRelaxed} {
+			err := ctx.StreamBeginCapture(h, mode)
+			if !errors.Is(err, gpu.ErrStreamCaptureUnsupported) {
+				if err == nil {
+					if g, err := ctx.StreamEndCapture(h); err == nil {
+						ctx.GraphDestroy(g)
+					}
+				}
+				t.Errorf("cuStreamBeginCapture(%#x, mode %d): %v, want %v", uintptr(h), mode, err, gpu.ErrStreamCaptureUnsupported)
+			}
+			if id := gpu.CaptureID(s); id != 0 {
+				t.Errorf("CaptureID of the legacy stream %#x: %d, want 0", uintptr(h), id)
+			}
+		}
+		if err := s.Destroy(); err != nil {
+			t.Errorf("Destroy of the adopted legacy stream %#x: %v", uintptr(h), err)
+		}
+	}
+}

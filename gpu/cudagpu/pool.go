@@ -22,7 +22,10 @@ type MemPool struct {
 	h         cuda.MemPool
 	isDefault bool
 	dead      atomic.Bool
-	borrowed  bool // adopted, not ours to destroy (foreign.go)
+	borrowed  bool           // adopted, not ours to destroy (foreign.go)
+	host      bool           // located on the host (managed.go)
+	handles   gpu.HandleType // the handle types it can be exported as (ipc.go)
+	imported  bool           // imported from another process (ipc.go)
 }
 
 // Handle is the driver's CUmemoryPool.

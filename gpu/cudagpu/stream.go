@@ -125,6 +125,8 @@ type Event struct {
 	dead     atomic.Bool
 	capt     atomic.Pointer[capture] // the capture of the stream it was last recorded on (capture.go)
 	borrowed bool                    // adopted, not ours to destroy (foreign.go)
+	ipc      bool                    // made by NewIPCEvent or ImportEvent (ipc.go)
+	imported bool                    // opened by ImportEvent: not to be recorded
 }
 
 // NewEvent creates an event; only timing events can measure time.
@@ -166,6 +168,9 @@ func (e *Event) Record(s gpu.Stream) error {
 	cs, err := e.dev.stream("Event.Record", s)
 	if err != nil {
 		return err
+	}
+	if e.imported {
+		return fmt.Errorf("cudagpu: Event.Record: an event imported from another process: %w", gpu.ErrNotSupported)
 	}
 	if err := e.dev.ctx.EventRecord(e.h, cs.h); err != nil {
 		return err

@@ -36,6 +36,14 @@ type Config struct {
 	// ordering fewer than History times since b was enqueued, and false
 	// for an older b. Memory is then bounded for any length of run.
 	History int
+	// PeerAccess[a][b] says whether device a can access device b's memory
+	// (cuDeviceCanAccessPeer), once granted (peer.go). Nil: every device
+	// can access every other. Entries missing from a shorter matrix are
+	// false; a device never counts as its own peer.
+	PeerAccess [][]bool
+	// IPCHandleTypes is the set of handle types a pool can be exported as
+	// (ipc.go); default gpu.HandlePOSIX. Negative: none.
+	IPCHandleTypes gpu.HandleType
 }
 
 // Defaults.
@@ -52,6 +60,7 @@ const (
 type Backend struct {
 	cfg     Config
 	devices []*Device
+	stride  uint64 // each device's share of the address space
 
 	hostMu  sync.Mutex
 	host    atomic.Pointer[hostClock]
@@ -87,7 +96,12 @@ func New(cfg Config) *Backend {
 	if cfg.History == 0 {
 		cfg.History = DefaultHistory
 	}
-	b := &Backend{cfg: cfg}
+	if cfg.IPCHandleTypes == 0 {
+		cfg.IPCHandleTypes = gpu.HandlePOSIX
+	} else if cfg.IPCHandleTypes < 0 {
+		cfg.IPCHandleTypes = gpu.HandleNone
+	}
+	b := &Backend{cfg: cfg, stride: max(uint64(vaStride), roundUp(4*cfg.Capacity, vaStride))}
 	b.active = make(map[*capture]struct{})
 	b.host.Store(&hostClock{})
 	for i := 0; i < cfg.Devices; i++ {

@@ -465,6 +465,9 @@ func (s *stream) CaptureStatus() (gpu.CaptureStatus, error) {
 	if s.isDestroyed() {
 		return 0, wrap(call, gpu.ErrDestroyed)
 	}
+	if err := s.dev.inject(OpStreamIsCapturing); err != nil {
+		return 0, err
+	}
 	b := s.dev.b
 	b.capMu.Lock()
 	defer b.capMu.Unlock()

@@ -99,17 +99,17 @@ func fill(b []byte, v byte) {
 func (d *Device) run(o *op) (err error) {
 	switch o.kind {
 	case opMemset:
-		return d.chunks(o.name, o.dst, o.n, func(_ int, b []byte) error {
+		return d.routedChunks(o.name, o.dst, o.n, func(_ int, b []byte) error {
 			fill(b, o.val)
 			return nil
 		})
 	case opCopyHtoD:
-		return d.chunks(o.name, o.dst, o.n, func(off int, b []byte) error {
+		return d.routedChunks(o.name, o.dst, o.n, func(off int, b []byte) error {
 			copy(b, o.host[off:])
 			return nil
 		})
 	case opCopyDtoH:
-		return d.chunks(o.name, o.src, o.n, func(off int, b []byte) error {
+		return d.routedChunks(o.name, o.src, o.n, func(off int, b []byte) error {
 			copy(o.host[off:], b)
 			return nil
 		})
@@ -117,14 +117,18 @@ func (d *Device) run(o *op) (err error) {
 		if !d.mapped(o.src, o.n) {
 			return driverErrf(o.name, gpu.ErrIllegalAddress, "source [%#x, +%d) is not inside one allocation", uint64(o.src), o.n)
 		}
-		return d.chunks(o.name, o.dst, o.n, func(off int, b []byte) error {
-			return d.chunks(o.name, o.src+gpu.DevicePtr(off), len(b), func(off2 int, sb []byte) error {
+		return d.routedChunks(o.name, o.dst, o.n, func(off int, b []byte) error {
+			return d.routedChunks(o.name, o.src+gpu.DevicePtr(off), len(b), func(off2 int, sb []byte) error {
 				copy(b[off2:], sb)
 				return nil
 			})
 		})
 	case opLaunch:
 		return d.runKernel(o)
+	case opPrefetch:
+		return d.runPrefetch(o)
+	case opCopyPeer:
+		return runCopyPeer(o)
 	}
 	return fmt.Errorf("sim: unknown operation kind %d", o.kind)
 }

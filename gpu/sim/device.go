@@ -62,8 +62,16 @@ type Device struct {
 	injCalls [opCount]int // calls of each Op since the injector was set
 	injSeq   int          // calls of any Op since then
 
-	foreign handleTable // raw handles and adopted wrappers (foreign.go)
-	vm      vmState     // reservations and physical allocations (vmm.go), under mu
+	foreign   handleTable     // raw handles and adopted wrappers (foreign.go)
+	vm        vmState         // reservations and physical allocations (vmm.go), under mu
+	managed   managedCounters // page faults and prefetches (managed.go)
+	hostPools []*hostMemPool  // host-located pools (hostmempool.go), under mu
+
+	// mallocPeers has bit b set when device b enabled access to this
+	// device's Malloc memory (peer.go); importVA is where imported memory
+	// is mapped (ipc.go), under mu.
+	mallocPeers atomic.Uint64
+	importVA    addrSpace
 }
 
 func newDevice(b *Backend, ordinal int) *Device {
@@ -84,8 +92,12 @@ func newDevice(b *Backend, ordinal int) *Device {
 		MemoryPoolsSupported: true,
 		Simulated:            true,
 	}
-	stride := max(uint64(vaStride), roundUp(4*b.cfg.Capacity, vaStride))
-	d.va = newAddrSpace(vaBase+uint64(ordinal)*stride, stride)
+	stride := b.stride
+	// The lower half of the device's addresses is its own memory's, the
+	// upper half the memory it imports from other processes (ipc.go), so
+	// that an exporter's address never works by accident in an importer.
+	d.va = newAddrSpace(vaBase+uint64(ordinal)*stride, stride/2)
+	d.importVA = newAddrSpace(vaBase+uint64(ordinal)*stride+stride/2, stride/2)
 	d.segs = newSegIndex(vaBase+uint64(ordinal)*stride, stride)
 	d.defPool = newMemPool(d, true)
 	d.pools = []*memPool{d.defPool}
@@ -280,6 +292,12 @@ func (d *Device) stream(name string, gs gpu.Stream) (*stream, error) {
 func (d *Device) event(name string, ge gpu.Event) (*event, error) {
 	if a, ok := ge.(*adoptedEvent); ok && a != nil {
 		return d.adoptedEvent(name, a)
+	}
+	if x, ok := ge.(*ipcEvent); ok && x != nil {
+		if x.dev != d {
+			return nil, wrap(name, fmt.Errorf("event imported on %v used on %v: %w", x.dev, d, gpu.ErrWrongDevice))
+		}
+		return x.resolve(name)
 	}
 	e, ok := ge.(*event)
 	if ge == nil || !ok || e == nil {

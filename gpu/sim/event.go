@@ -27,6 +27,9 @@ type event struct {
 	destroyed bool
 	rec       *op
 	capRec    *capRecord // the last record was in a capture (capture.go)
+
+	ipc      bool   // made by NewIPCEvent (ipc.go)
+	exportID uint64 // its number in the export registry, under exports.mu
 }
 
 var _ gpu.Event = (*event)(nil)

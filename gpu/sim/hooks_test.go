@@ -104,6 +104,7 @@ func TestFailNext(t *testing.T) {
 		{sim.OpStreamDestroy, "cuStreamDestroy", f.stream().Destroy},
 		{sim.OpStreamSynchronize, "cuStreamSynchronize", s.Synchronize},
 		{sim.OpStreamQuery, "cuStreamQuery", s.Query},
+		{sim.OpStreamIsCapturing, "cuStreamIsCapturing", func() error { _, err := s.(gpu.CaptureStream).CaptureStatus(); return err }},
 		{sim.OpStreamWaitEvent, "cuStreamWaitEvent", func() error { return s.WaitEvent(e0) }},
 		{sim.OpEventCreate, "cuEventCreate", func() error { _, err := f.dev.NewEvent(false); return err }},
 		{sim.OpEventDestroy, "cuEventDestroy", f.event(false).Destroy},

@@ -28,7 +28,8 @@ const (
 	allocMalloc allocKind = iota
 	allocManaged
 	allocPool
-	allocGraph // a graph's allocation node (graph.go)
+	allocGraph  // a graph's allocation node (graph.go)
+	allocImport // memory of another process, imported (ipc.go)
 )
 
 // allocation is a live allocation, by address in Device.allocs.
@@ -40,6 +41,7 @@ type allocation struct {
 	blk       *block   // allocPool
 	freeOp    *op      // async free of cuMemAlloc memory, pending
 	ga        *graphAlloc
+	legacy    bool // allocImport: opened with cuIpcOpenMemHandle, closed with cuIpcCloseMemHandle
 }
 
 func mallocCharge(size uint64) uint64 {
@@ -85,6 +87,10 @@ func (d *Device) mapLocked(call string, size, charge uint64) (*segment, error) {
 // unmapLocked undoes mapLocked.
 func (d *Device) unmapLocked(seg *segment, charge uint64) {
 	d.segs.remove(seg)
+	if seg.view != nil {
+		d.importVA.release(seg.base, roundUp(seg.size, align))
+		return
+	}
 	d.va.release(seg.base, roundUp(seg.size, align))
 	d.committed -= charge
 }
@@ -129,6 +135,11 @@ func (d *Device) malloc(op Op, size int, kind allocKind) (gpu.DevicePtr, error) 
 	if err != nil {
 		return 0, err
 	}
+	seg.peers = &d.mallocPeers
+	if kind == allocManaged {
+		seg.peers = &everyDevice
+		seg.res = newResidency(seg.size)
+	}
 	d.allocs[seg.base] = &allocation{ptr: seg.base, size: uint64(size), charge: charge, kind: kind, seg: seg}
 	return gpu.DevicePtr(seg.base), nil
 }
@@ -157,7 +168,7 @@ func (d *Device) Free(p gpu.DevicePtr) error {
 	}
 	d.mu.Lock()
 	a := d.allocs[uint64(p)]
-	if a == nil || a.kind == allocGraph {
+	if a == nil || a.kind == allocGraph || a.legacy {
 		d.mu.Unlock()
 		return driverErrf(call, gpu.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
 	}
@@ -254,7 +265,7 @@ func (d *Device) FreeAsync(p gpu.DevicePtr, gs gpu.Stream) error {
 		return d.captureFreeLocked(call, p, s)
 	}
 	a := d.allocs[uint64(p)]
-	if a == nil {
+	if a == nil || a.legacy {
 		return driverErrf(call, gpu.ErrInvalidValue, "%#x is not a live allocation of device %d", uint64(p), d.ordinal)
 	}
 	if a.kind == allocGraph {

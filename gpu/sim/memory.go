@@ -105,6 +105,17 @@ type segment struct {
 	// physical page mapped and accessible there, nil where the granule
 	// is unmapped or not accessible. pages is then unused.
 	vm []atomic.Pointer[vmPage]
+	// res, for managed memory only, is where each page resides
+	// (managed.go); set before the segment's address is handed out.
+	res *residency
+	// peers, if not nil, has bit b set when device b may access the
+	// segment (peer.go): the pool's mask for its chunks, the device's
+	// for Malloc memory. Read with race synchronization disabled.
+	peers *atomic.Uint64
+	// view, for memory imported from another process (ipc.go): the
+	// exporter's segment whose bytes from viewOff this one shows.
+	view    *segment
+	viewOff uint64
 }
 
 type page struct{ b []byte }
@@ -270,8 +281,18 @@ func (x *segIndex) remove(s *segment) {
 // the host maps at the same time, after the operation was enqueued).
 //
 //go:norace
-func (d *Device) lookup(p, n uint64) (*segment, uint64) {
+func (d *Device) lookup(p, n uint64) (*segment, uint64) { return d.lookupVia(p, n, false) }
+
+// lookupVia is lookup; with routed, memory of another device of the
+// backend is found whatever its peer access, as the driver routes copies
+// and sets between devices (peer.go).
+//
+//go:norace
+func (d *Device) lookupVia(p, n uint64, routed bool) (*segment, uint64) {
 	s := d.segs.find(p)
+	if s == nil {
+		s = d.peerSegment(p, routed)
+	}
 	if s == nil || p+n < p || p+n > s.base+s.size {
 		return nil, 0
 	}
@@ -287,6 +308,9 @@ func (d *Device) lookup(p, n uint64) (*segment, uint64) {
 //
 //go:norace
 func (s *segment) piece(off, n uint64) []byte {
+	if s.view != nil {
+		return s.view.piece(s.viewOff+off, n)
+	}
 	if s.vm != nil {
 		return s.vmPiece(off, n)
 	}
@@ -322,13 +346,23 @@ func (s *segment) piece(off, n uint64) []byte {
 // not inside one mapped segment, chunks touches nothing and returns an
 // error matching gpu.ErrIllegalAddress naming call.
 func (d *Device) chunks(call string, p gpu.DevicePtr, n int, fn func(off int, b []byte) error) error {
+	return d.chunksVia(call, p, n, false, fn)
+}
+
+// routedChunks is chunks for copies and sets, which reach the memory of
+// every device of the backend (lookupVia).
+func (d *Device) routedChunks(call string, p gpu.DevicePtr, n int, fn func(off int, b []byte) error) error {
+	return d.chunksVia(call, p, n, true, fn)
+}
+
+func (d *Device) chunksVia(call string, p gpu.DevicePtr, n int, routed bool, fn func(off int, b []byte) error) error {
 	if n <= 0 {
 		if n < 0 {
 			return driverErrf(call, gpu.ErrInvalidValue, "negative size %d", n)
 		}
 		return nil
 	}
-	s, off := d.lookup(uint64(p), uint64(n))
+	s, off := d.lookupVia(uint64(p), uint64(n), routed)
 	if s == nil {
 		return driverErrf(call, gpu.ErrIllegalAddress, "[%#x, +%d) is not inside one allocation of device %d", uint64(p), n, d.ordinal)
 	}
@@ -347,11 +381,12 @@ func (d *Device) chunks(call string, p gpu.DevicePtr, n int, fn func(off int, b 
 	return nil
 }
 
-// mapped reports whether [p, p+n) lies inside one mapped segment now.
+// mapped reports whether [p, p+n) lies inside one mapped segment now that
+// a copy or set of d may touch (lookupVia, routed).
 func (d *Device) mapped(p gpu.DevicePtr, n int) bool {
 	if n <= 0 {
 		return false
 	}
-	s, _ := d.lookup(uint64(p), uint64(n))
+	s, _ := d.lookupVia(uint64(p), uint64(n), true)
 	return s != nil
 }

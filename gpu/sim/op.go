@@ -51,6 +51,10 @@ const (
 	OpModuleUnload                          // cuModuleUnload
 	OpModuleGetFunction                     // cuModuleGetFunction
 	OpLaunch                                // cuLaunchKernel
+	OpMemPrefetch                           // cuMemPrefetchAsync
+	OpMemAdvise                             // cuMemAdvise
+	OpIPC                                   // the interprocess calls: cuMemPoolExportToShareableHandle and kin (ipc.go)
+	OpStreamIsCapturing                     // cuStreamIsCapturing (CaptureStatus)
 	opCount
 )
 
@@ -88,6 +92,10 @@ var opNames = [...]string{
 	OpModuleUnload:            "cuModuleUnload",
 	OpModuleGetFunction:       "cuModuleGetFunction",
 	OpLaunch:                  "cuLaunchKernel",
+	OpMemPrefetch:             "cuMemPrefetchAsync",
+	OpMemAdvise:               "cuMemAdvise",
+	OpIPC:                     "cuMemPoolExport*/Import*, cuIpc*",
+	OpStreamIsCapturing:       "cuStreamIsCapturing",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".

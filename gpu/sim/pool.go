@@ -54,6 +54,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -66,6 +67,7 @@ type memPool struct {
 	isDefault bool
 	raw       uintptr // the simulator's raw handle (foreign.go)
 	foreign   bool    // made by NewRawMemPool: users see adopted wrappers
+	managed   bool    // made by NewManagedPool: its chunks are managed memory
 
 	destroyed                                bool
 	followEvents, opportunistic, internalDep bool
@@ -79,6 +81,18 @@ type memPool struct {
 	// block of every chunk, so an allocation costs O(free blocks), not
 	// O(blocks) (a million live blocks made each one walk a million).
 	apart map[*block]struct{}
+
+	// peers has bit b set when device b may access the pool's memory,
+	// peerRead when that access is read-only (peer.go); read by workers
+	// with race synchronization disabled.
+	peers, peerRead atomic.Uint64
+	// handles are the handle types the pool can be exported as, exportID
+	// its number in the export registry once exported, and from, for a
+	// pool imported from another process, the exporter's pool (ipc.go).
+	handles  gpu.HandleType
+	exportID uint64
+	from     *memPool
+	file     string // the file a POSIX export's descriptors open
 }
 
 type chunk struct {
@@ -153,6 +167,9 @@ func (d *Device) pool(call string, gp gpu.MemPool) (*memPool, error) {
 	if a, ok := gp.(*adoptedPool); ok && a != nil {
 		return d.adoptedPool(call, a)
 	}
+	if hp, ok := gp.(*hostMemPool); ok && hp != nil {
+		return nil, driverErrf(call, gpu.ErrInvalidValue, "the pool is located on the host")
+	}
 	p, ok := gp.(*memPool)
 	if gp == nil || (ok && p == nil) {
 		return nil, wrap(call, fmt.Errorf("nil pool: %w", gpu.ErrInvalidHandle))
@@ -194,6 +211,9 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 	}
 	if p.destroyed {
 		return 0, wrap(call, fmt.Errorf("pool: %w", gpu.ErrDestroyed))
+	}
+	if p.from != nil {
+		return 0, wrap(call, fmt.Errorf("an imported pool allocates nothing: %w", gpu.ErrNotSupported))
 	}
 	if err := d.inject(which); err != nil {
 		return 0, err
@@ -299,6 +319,10 @@ func (p *memPool) growLocked(call string, need uint64) (*chunk, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.managed {
+		seg.res = newResidency(seg.size)
+	}
+	seg.peers = &p.peers
 	c := &chunk{seg: seg}
 	c.first = &block{pool: p, chunk: c, addr: seg.base, size: size, free: true}
 	p.listFree(c.first)
@@ -655,6 +679,7 @@ func (p *memPool) Destroy() error {
 		return err
 	}
 	p.destroyed = true
+	p.unexport()
 	p.dev.foreign.forgetPool(p)
 	p.dev.reapLocked()
 	return nil

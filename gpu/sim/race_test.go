@@ -49,6 +49,8 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
+	{"another process reads an import without waiting on the exporter's event", true, func(v *env) { ipcScenario(v, false) }},
+	{"another process reads an import after waiting on the exporter's event", false, func(v *env) { ipcScenario(v, true) }},
 	{"unordered writes on two streams", true, func(v *env) {
 		release := v.sd.Hold(v.s2)
 		check(v.k.Fill(v.s2, v.p, words, 2)) // runs after S1's fill, unordered with it
@@ -288,4 +290,51 @@ func TestRaceDetection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ipcScenario: the exporter writes an allocation of an exported pool on a
+// held stream and records an interprocess event; another simulated
+// process (a second Backend) imports the allocation and copies it out,
+// after waiting on the imported event or not.
+func ipcScenario(v *env, wait bool) {
+	pool, err := v.sd.NewExportableMemPool(gpu.HandlePOSIX)
+	check(err)
+	p, err := v.dev.MallocFromPoolAsync(4*words, pool, v.s1)
+	check(err)
+	check(v.s1.Synchronize())
+	release := v.sd.Hold(v.s1)
+	check(v.k.Fill(v.s1, p, words, 1))
+	ev, err := v.sd.NewIPCEvent()
+	check(err)
+	check(ev.Record(v.s1))
+	sh, err := v.sd.ExportMemPool(pool, gpu.HandlePOSIX)
+	check(err)
+	data, err := v.sd.ExportPointer(p)
+	check(err)
+	eh, err := v.sd.ExportEvent(ev)
+	check(err)
+
+	other, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	check(err)
+	imp := other.(*sim.Device)
+	ipool, err := imp.ImportMemPool(sh)
+	check(err)
+	sh.File.Close()
+	q, err := imp.ImportPointer(ipool, data)
+	check(err)
+	si, err := imp.NewStream()
+	check(err)
+	if wait {
+		iev, err := imp.ImportEvent(eh)
+		check(err)
+		check(si.WaitEvent(iev))
+	}
+	out := make([]byte, 4096)
+	check(imp.CopyDtoHAsync(out, q, si))
+	if !wait {
+		check(si.Synchronize()) // the read runs before the exporter's write
+	}
+	release()
+	check(si.Synchronize())
+	check(v.s1.Synchronize())
 }

@@ -63,7 +63,9 @@ const (
 	opCopyDtoH
 	opCopyDtoD
 	opLaunch
+	opPrefetch  // cuMemPrefetchAsync: dst, n, and toHost in val (managed.go)
 	opGraphJoin // a wait on another lane of a graph launch, taking its sticky error (graph.go)
+	opCopyPeer  // cuMemcpyPeerAsync between two devices (peer.go)
 )
 
 // op is one operation on a stream. Fields above next are written by the
@@ -85,6 +87,8 @@ type op struct {
 	acquires []*op  // opAlloc: due frees it reuses memory of (see due)
 	after    uint64 // seq of the last slow operation on the stream up to this one
 	hold     chan struct{}
+	dstDev   *Device // opCopyPeer: the devices of dst and src
+	srcDev   *Device
 
 	next atomic.Pointer[op]
 	at   atomic.Int64                // opRecord: completion time, since epoch

@@ -7,11 +7,14 @@
 // (pool, fixedsize, binning, arena) draws its chunks from an upstream that
 // Options.Upstream chooses, and the function New returns with it closes
 // the suballocator first and then the upstream, reporting both errors.
-// The zero Options build what trace replay measures: suballocators over
-// Direct, so that what they report as reserved is all the memory they
-// hold, and driver pools that return memory at each synchronization.
-// The benchmarks ask for an Async upstream that keeps what it reserved,
-// so that they time the suballocator and not the system's allocator.
+// The zero Options build suballocators over Direct and driver pools that
+// return memory at each synchronization. Trace replay builds them over
+// Async by default, as a program should (the README's stack), so that
+// its timings are not cuMemAlloc's, and over Direct when asked; what a
+// suballocator reports as reserved is what it took from its upstream
+// either way. The benchmarks ask for an Async upstream that keeps what it
+// reserved, so that they time the suballocator and not the system's
+// allocator.
 //
 // A Set is the names one command offers, in the order its "all" expands
 // to: All is the whole table (streamalloc bench and the benchmark suite),
@@ -63,8 +66,31 @@ const (
 	UpstreamAsync
 )
 
-// Options say how New builds a resource. The zero value is what trace
-// replay uses.
+// upstreamNames are the words for each Upstream, in its order.
+var upstreamNames = []string{UpstreamDirect: "direct", UpstreamAsync: "async"}
+
+// Upstreams returns the names ParseUpstream accepts.
+func Upstreams() []string { return slices.Clone(upstreamNames) }
+
+// String is the upstream's name ("direct", "async").
+func (u Upstream) String() string {
+	if u >= 0 && int(u) < len(upstreamNames) {
+		return upstreamNames[u]
+	}
+	return fmt.Sprintf("Upstream(%d)", int(u))
+}
+
+// ParseUpstream returns the Upstream called name; another name is an
+// error matching ErrUpstream.
+func ParseUpstream(name string) (Upstream, error) {
+	if i := slices.Index(upstreamNames, name); i >= 0 {
+		return Upstream(i), nil
+	}
+	return 0, fmt.Errorf("registry: %w %q (want one of %s)", ErrUpstream, name, strings.Join(upstreamNames, ", "))
+}
+
+// Options say how New builds a resource. The zero value builds
+// suballocators over Direct.
 type Options struct {
 	// Upstream is what a suballocator draws its chunks from; resources
 	// that stand alone ignore it.
@@ -77,6 +103,12 @@ type Options struct {
 	// MaxBlock is the largest request the resource will be asked for:
 	// fixedsize's block size (0: mr's default, 1 MiB).
 	MaxBlock int
+	// WrapUpstream, if set, is applied to the upstream before the
+	// suballocator is built over it: the suballocator draws from what it
+	// returns (a replay's timer, a logging adaptor), and the function New
+	// returns still closes the upstream itself. Resources that stand
+	// alone ignore it.
+	WrapUpstream func(mr.Resource) mr.Resource
 }
 
 // keptBytes is the release threshold of a pool that keeps everything it
@@ -210,6 +242,9 @@ func (r Resource) New(dev gpu.Device, o Options) (res mr.Resource, closeFn func(
 	up, closeUp, err := newUpstream(dev, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("upstream: %w", err)
+	}
+	if o.WrapUpstream != nil {
+		up = o.WrapUpstream(up)
 	}
 	if res, err = r.over(up, o); err != nil {
 		return nil, nil, errors.Join(err, closeUp())

@@ -299,3 +299,88 @@ func used(t *testing.T, dev gpu.Device) uint64 {
 	}
 	return total - free
 }
+
+func TestParseUpstream(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		want    Upstream
+		wantErr error
+	}{
+		{"direct", UpstreamDirect, nil},
+		{"async", UpstreamAsync, nil},
+		{"", 0, ErrUpstream},
+		{"Async", 0, ErrUpstream},
+		{"pool", 0, ErrUpstream},
+	} {
+		got, err := ParseUpstream(tc.name)
+		if !errors.Is(err, tc.wantErr) || got != tc.want {
+			t.Errorf("ParseUpstream(%q) = %v, %v; want %v, %v", tc.name, got, err, tc.want, tc.wantErr)
+		}
+		if err == nil && got.String() != tc.name {
+			t.Errorf("%q: String() = %q", tc.name, got.String())
+		}
+	}
+	if got := Upstream(7).String(); got != "Upstream(7)" {
+		t.Errorf("Upstream(7).String() = %q", got)
+	}
+	if got := Upstreams(); !slices.Equal(got, []string{"direct", "async"}) {
+		t.Errorf("Upstreams() = %v", got)
+	}
+}
+
+// countingUpstream counts the calls a suballocator makes to its upstream.
+type countingUpstream struct {
+	mr.Resource
+	allocs, frees int
+}
+
+func (c *countingUpstream) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	c.allocs++
+	return c.Resource.Allocate(size, s)
+}
+
+func (c *countingUpstream) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	c.frees++
+	return c.Resource.Deallocate(p, size, s)
+}
+
+// TestWrapUpstream: a suballocator draws its chunks through the wrapper;
+// a resource that stands alone is not wrapped; closing still closes the
+// upstream (its chunk goes back).
+func TestWrapUpstream(t *testing.T) {
+	dev, s := simStream(t)
+	for _, name := range []string{"pool", "arena", "binning", "fixedsize", "async"} {
+		var c *countingUpstream
+		wrap := func(up mr.Resource) mr.Resource {
+			c = &countingUpstream{Resource: up}
+			return c
+		}
+		base := used(t, dev)
+		res, closeFn, err := New(name, dev, Options{Upstream: UpstreamAsync, WrapUpstream: wrap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := res.Allocate(4<<10, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Deallocate(p, 4<<10, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := closeFn(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case name == "async" && c != nil:
+			t.Errorf("async: wrapped an upstream it does not have")
+		case name != "async" && (c == nil || c.allocs == 0 || c.allocs != c.frees):
+			t.Errorf("%s: upstream calls through the wrapper: %+v", name, c)
+		}
+		if held := used(t, dev) - base; held != 0 {
+			t.Errorf("%s: %d bytes still held after close", name, held)
+		}
+	}
+}

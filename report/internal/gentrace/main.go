@@ -11,22 +11,49 @@
 // Times advance by 1-40 µs per event.
 //
 //	go run ./report/internal/gentrace -n 1000000 > big.csv
+//
+// With -live it writes a trace/tracegen Churn log instead, for replay at
+// scale: a ramp to that many live blocks on -streams streams, random
+// churn, a drain (sizes -min to -max bytes, log-uniform):
+//
+//	go run ./report/internal/gentrace -n 10000000 -live 200000 -streams 10000 > scale.csv
 package main
 
 import (
 	"bufio"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"time"
+
+	"github.com/streamalloc/streamalloc/trace/tracegen"
 )
 
 func main() {
 	n := flag.Int("n", 1_000_000, "events to write")
+	live := flag.Int("live", 0, "write a churn log with this many blocks live at the peak")
+	streams := flag.Int("streams", 1, "streams of a churn log")
+	minSize := flag.Int64("min", 256, "smallest block of a churn log")
+	maxSize := flag.Int64("max", 64<<10, "largest block of a churn log")
+	cross := flag.Int("cross", 100, "one free in this many on another stream in a churn log (0: none)")
 	flag.Parse()
 	w := bufio.NewWriterSize(os.Stdout, 1<<20)
 	defer w.Flush()
+	if *live > 0 {
+		src, err := tracegen.Churn(tracegen.Config{Events: *n, Live: *live, Streams: *streams,
+			MinSize: *minSize, MaxSize: *maxSize, CrossEvery: *cross, Seed: 1})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gentrace:", err)
+			os.Exit(2)
+		}
+		if _, err := io.Copy(w, src); err != nil {
+			fmt.Fprintln(os.Stderr, "gentrace:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	rng := rand.New(rand.NewPCG(18, 2026))
 	const compute, copyStream = 0x0, 0x7f3a2c001200
 	t := 10 * time.Hour

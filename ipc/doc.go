@@ -1,0 +1,101 @@
+// Package ipc shares device memory between processes: an Exporter lends
+// allocations of its driver pool to importers in other processes over Unix
+// sockets, and the ordering rules the driver leaves to its users hold by
+// construction.
+//
+// # The driver's rules
+//
+// A pool created exportable (a POSIX file descriptor handle; fabric where
+// the system offers it) is exported once per importer; each allocation is
+// exported as 64 bytes of data and imported at an address of the
+// importer's own (gpu.IPC). The driver then asks two things it does not
+// check: the importer must not use the memory before the exporter's writes
+// to it are complete, and the exporter must not free it before every
+// importer's free of it has completed. Breaking either is a data race
+// between two processes on the card (TestBrokenProtocol shows the second
+// on the simulator: the exporter's next allocation gets the bytes an
+// importer is still writing).
+//
+// # The protocol
+//
+// One Unix stream socket per importer carries fixed-size frames (wire.go).
+// The exporter's Serve sends the pool's descriptor (SCM_RIGHTS, fd.go) and
+// the handle of its lend event; the importer's Accept answers with the
+// handle of its return event. Both events are interprocess events made
+// once per connection, each recorded only on a stream of its own side:
+//
+//   - Lend(p, size, s): the lend stream waits on s (an event of the
+//     exporter's cache), the lend event is recorded on the lend stream, the
+//     frame goes out. Receive(s) in the importer imports the pointer and
+//     makes s wait on the lend event. The lend event is only ever recorded
+//     on the one lend stream, so its latest record, which a wait takes,
+//     comes after every lent allocation's writes: one event serves every
+//     loan, and the importer never reads before the exporter's writes.
+//   - Release(s) in the importer: the import is freed on s (cuMemFreeAsync
+//     of an import only unmaps it), the return stream waits on s, the
+//     return event is recorded there, and the give-back frame goes out. The
+//     exporter makes the loan's stream wait on the return event before the
+//     loan counts as returned; until then Deallocate refuses the pointer
+//     (ErrLent), and after it a free on another stream is ordered after the
+//     loan's stream. So the exporter's free always runs after the
+//     importer's free and every use before it.
+//   - A buf.Buffer is lent with its block-use state (LendBuffer): the loan
+//     is a write use on the buffer's stream, after its last write and
+//     reads; when it comes back, the buffer's next users wait on the
+//     return.
+//
+// # A lost peer
+//
+// When a process exits, the driver destroys its contexts: an importer's
+// mappings of the exporter's memory are released with it, and the memory
+// stays allocated in the exporter's pool, the exporter's to free. The
+// socket reports the loss (end of stream) as the process's descriptors
+// close, which may come before the driver has finished tearing its context
+// down; so the exporter, where the system tells it the peer's process
+// (Linux: SO_PEERCRED), waits until that process has finished exiting
+// before it takes the loans back (Loan.Wait then returns ErrPeerLost and
+// the pointers may be freed). An importer that loses its exporter keeps its
+// imports mapped (the driver keeps the memory while any process maps it)
+// until Release or Close unmaps them. Neither side leaks: the H100 run
+// (scripts/gpu-ipc.sh) kills an importer holding 512 MiB of loans; the
+// exporter frees them and its pool trims to 0 bytes reserved, and the
+// device's free memory is back to its baseline once the pool is destroyed.
+// Driver 580 keeps imported blocks' memory on the device after the
+// exporter frees them and trims (the pool says 0 reserved) until the pool
+// is destroyed, whether the importer was killed or gave everything back,
+// so a long-lived exporter's footprint does not shrink with Trim once its
+// blocks have been imported.
+//
+// # Handle types
+//
+// The H100 offers POSIX descriptors and fabric handles (0x9), but refuses
+// a fabric export (CUDA_ERROR_NOT_PERMITTED) on a machine without an IMEX
+// channel; ExporterOptions.Handle picks the type, POSIX by default.
+//
+// # Costs
+//
+// A loan costs an export of 64 bytes, an event record and wait on each
+// side and one frame each way; the pool's descriptor crosses once per
+// importer. BENCHMARKS.md compares the round trip with the legacy
+// cuIpcGetMemHandle path.
+package ipc
+
+import "errors"
+
+// Errors of the protocol; each is wrapped with context.
+var (
+	// ErrLent: the allocation is lent to an importer and not yet given
+	// back, so it cannot be freed or lent again.
+	ErrLent = errors.New("ipc: allocation is lent to another process")
+	// ErrPeerLost: the other process closed the connection or exited.
+	ErrPeerLost = errors.New("ipc: peer process lost")
+	// ErrProtocol: a malformed message, or one out of turn.
+	ErrProtocol = errors.New("ipc: protocol error")
+	// ErrReleased: the import was released already.
+	ErrReleased = errors.New("ipc: import already released")
+	// ErrNotLendable: the memory is not a live allocation of the exporter
+	// (or the buffer's resource is not the exporter).
+	ErrNotLendable = errors.New("ipc: not an allocation of this exporter")
+	// ErrClosed: the exporter, link or importer was closed.
+	ErrClosed = errors.New("ipc: closed")
+)

@@ -1,0 +1,95 @@
+// The messages of the protocol: fixed 160-byte frames, little-endian, so
+// that a reader never trusts a length from the other side.
+//
+//	offset size field
+//	0      4    magic "SAIP"
+//	4      1    kind (hello, helloBack, lend, giveBack, bye)
+//	5      3    zero
+//	8      4    handle type (hello)
+//	12     4    zero
+//	16     8    id (lend, giveBack)
+//	24     8    size in bytes (lend)
+//	32     64   a: the pool's fabric handle (hello), the allocation's
+//	            export data (lend)
+//	96     64   b: an event handle (hello: the exporter's lend event;
+//	            helloBack: the importer's return event)
+//
+// A frame with another magic, an unknown kind or non-zero padding is
+// ErrProtocol.
+
+package ipc
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+)
+
+const frameSize = 160
+
+type kind uint8
+
+const (
+	kindHello     kind = 1 // exporter -> importer, with the pool's descriptor
+	kindHelloBack kind = 2 // importer -> exporter
+	kindLend      kind = 3 // exporter -> importer
+	kindGiveBack  kind = 4 // importer -> exporter
+	kindBye       kind = 5 // either way: no more frames but the answering bye
+)
+
+type frame struct {
+	kind   kind
+	handle int32
+	id     uint64
+	size   uint64
+	a, b   [64]byte
+}
+
+func (f *frame) marshal() []byte {
+	b := make([]byte, frameSize)
+	copy(b, "SAIP")
+	b[4] = byte(f.kind)
+	binary.LittleEndian.PutUint32(b[8:], uint32(f.handle))
+	binary.LittleEndian.PutUint64(b[16:], f.id)
+	binary.LittleEndian.PutUint64(b[24:], f.size)
+	copy(b[32:96], f.a[:])
+	copy(b[96:160], f.b[:])
+	return b
+}
+
+func parseFrame(b []byte) (frame, error) {
+	var f frame
+	if len(b) != frameSize || string(b[:4]) != "SAIP" {
+		return f, fmt.Errorf("ipc: not a frame of this protocol: %w", ErrProtocol)
+	}
+	if b[5]|b[6]|b[7]|b[12]|b[13]|b[14]|b[15] != 0 {
+		return f, fmt.Errorf("ipc: frame padding not zero: %w", ErrProtocol)
+	}
+	f.kind = kind(b[4])
+	if f.kind < kindHello || f.kind > kindBye {
+		return f, fmt.Errorf("ipc: frame kind %d: %w", f.kind, ErrProtocol)
+	}
+	f.handle = int32(binary.LittleEndian.Uint32(b[8:]))
+	f.id = binary.LittleEndian.Uint64(b[16:])
+	f.size = binary.LittleEndian.Uint64(b[24:])
+	copy(f.a[:], b[32:96])
+	copy(f.b[:], b[96:160])
+	return f, nil
+}
+
+// readFrame reads one frame of the wanted kind, or a bye (want 0: any).
+func readFrame(c net.Conn, want kind) (frame, error) {
+	b := make([]byte, frameSize)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return frame{}, lostIfEOF(err)
+	}
+	f, err := parseFrame(b)
+	if err != nil {
+		return f, err
+	}
+	if want != 0 && f.kind != want && f.kind != kindBye {
+		return f, fmt.Errorf("ipc: frame kind %d, want %d: %w", f.kind, want, ErrProtocol)
+	}
+	return f, nil
+}

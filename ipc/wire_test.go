@@ -1,0 +1,51 @@
+package ipc
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// FuzzParseFrame: any 160 bytes either parse into a frame that marshals
+// back to the same bytes, or are refused with ErrProtocol; nothing panics.
+func FuzzParseFrame(f *testing.F) {
+	good := (&frame{kind: kindLend, id: 7, size: 4096, a: [64]byte{1, 2, 3}}).marshal()
+	f.Add(good)
+	f.Add(make([]byte, frameSize))
+	f.Add((&frame{kind: kindHello, handle: 1, b: [64]byte{9}}).marshal())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := parseFrame(b)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("refusal %v does not match ErrProtocol", err)
+			}
+			return
+		}
+		if got := fr.marshal(); !bytes.Equal(got, b) {
+			t.Fatalf("round trip changed the frame:\n%x\n%x", b, got)
+		}
+	})
+}
+
+// TestParseFrameRefusals: each way a frame can be wrong.
+func TestParseFrameRefusals(t *testing.T) {
+	good := (&frame{kind: kindGiveBack, id: 3}).marshal()
+	for _, c := range []struct {
+		name string
+		edit func([]byte) []byte
+	}{
+		{"short", func(b []byte) []byte { return b[:frameSize-1] }},
+		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }},
+		{"kind 0", func(b []byte) []byte { b[4] = 0; return b }},
+		{"kind 6", func(b []byte) []byte { b[4] = 6; return b }},
+		{"padding", func(b []byte) []byte { b[13] = 1; return b }},
+	} {
+		b := c.edit(append([]byte(nil), good...))
+		if _, err := parseFrame(b); !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", c.name, err)
+		}
+	}
+	if _, err := parseFrame(good); err != nil {
+		t.Fatal(err)
+	}
+}
