@@ -14,8 +14,9 @@
 // backend reports, with CaptureStarted and CaptureFinished, every capture
 // that can make their CaptureID non-zero. Both backends' own streams do.
 // A stream the program adopted from other code (a PyTorch stream wrapped
-// by cudagpu) does not: its owner may begin a capture on it through the
-// driver, which no backend sees, so resources must keep asking it; so
+// by cudagpu) does not, unless it is the legacy default stream, which the
+// driver never lets capture: its owner may begin a capture on it through
+// the driver, which no backend sees, so resources must keep asking it; so
 // must they ask a CaptureStream of a backend, or of a wrapper, that does
 // not implement GatedCaptureStream.
 //
