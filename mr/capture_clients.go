@@ -51,7 +51,7 @@ func (p *Pool) knows(ptr gpu.DevicePtr, size int) error {
 		if h == nil {
 			return ErrUnknownPointer
 		}
-		h.mu.Lock()
+		h.lock()
 		if c.home.Load() != h {
 			h.mu.Unlock()
 			continue

@@ -265,14 +265,20 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if id := gpu.CaptureID(s); id != 0 {
-		return captureAllocate(p.captureClient(), id, size, s)
-	}
 	// A stream the pool knows was checked when it was added (IDs are
 	// never reused), so the hot path skips the device comparison (args.go).
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
+	}
+	if st == nil || !st.gated || gpu.CapturesActive() {
+		// A request on a capturing stream becomes part of the graph
+		// (capture.go). The capture gate lets a stream it covers skip the
+		// question while no capture is in progress (gpu/capturegate.go);
+		// a stream ID names one stream, so st.gated holds for s.
+		if id := gpu.CaptureID(s); id != 0 {
+			return captureAllocate(p.captureClient(), id, size, s)
+		}
 	}
 	if st == nil {
 		if err := checkStream("pool", opAllocate, p.dev, s); err != nil {
@@ -290,11 +296,16 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if p.closed.Load() {
 		return 0, fmt.Errorf("pool: allocate: %w", ErrClosed)
 	}
+	if st != nil {
+		if ptr := st.fastAllocate(size); ptr != 0 {
+			return ptr, nil // pool_fast.go
+		}
+	}
 	rounded := alignUp(size)
 	if st == nil {
 		st = p.streamOf(s)
 	}
-	st.mu.Lock()
+	st.lock()
 	// An error from absorb leaves blocks pending; the slow path reports
 	// it if it cannot serve the request some other way.
 	b, _ := st.serve(rounded)
@@ -312,12 +323,14 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	if id := gpu.CaptureID(s); id != 0 {
-		return captureDeallocate(p.captureClient(), id, ptr, size, s, p.knows)
-	}
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
+	}
+	if st == nil || !st.gated || gpu.CapturesActive() { // as in Allocate
+		if id := gpu.CaptureID(s); id != 0 {
+			return captureDeallocate(p.captureClient(), id, ptr, size, s, p.knows)
+		}
 	}
 	if st == nil {
 		if err := checkStream("pool", opDeallocate, p.dev, s); err != nil {
@@ -331,7 +344,10 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		return err
 	}
 	if st != nil {
-		st.mu.Lock()
+		if st.fastFree(ptr, size) {
+			return nil // pool_fast.go
+		}
+		st.lock()
 		if b := st.live.get(ptr); b != nil {
 			if b.req != size {
 				req := b.req
@@ -341,7 +357,9 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 			c := b.c
 			st.unlive(b)
 			if p.opts.ReleaseThreshold == 0 || c.live > 0 {
-				st.quickPut(b)
+				if !st.arm(b, size) {
+					st.quickPut(b)
+				}
 				st.mu.Unlock()
 				return nil
 			}
@@ -424,7 +442,7 @@ func (p *Pool) Close() error {
 		errs = append(errs, err)
 	}
 	for _, st := range p.streams.all() {
-		st.mu.Lock()
+		st.lock()
 		for _, e := range st.events {
 			if err := e.Destroy(); err != nil {
 				errs = append(errs, err)

@@ -56,6 +56,28 @@ func (p *Pool) checkInvariants() error {
 func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// The fast slot (pool_fast.go), as the fast path sees it: an armed
+	// slot holds a block of this stream counted as cached, at the address
+	// the fast path reads. Settling it then files the block as the rest
+	// of the checks expect.
+	if v := st.fstate.Load(); v != fastEmpty {
+		b := st.fblock
+		switch {
+		case b == nil:
+			return fmt.Errorf("fast slot %#x armed without a block", v)
+		case v&fastTag != fastCached && v&fastTag != fastLive:
+			return fmt.Errorf("fast slot %#x: bad tag", v)
+		case b.state != blockCached || b.c.cached < 1 || b.c.home.Load() != st:
+			return fmt.Errorf("fast slot block %#x: state %d, chunk cached %d, home %p", b.ptr, b.state, b.c.cached, b.c.home.Load())
+		case st.fptr.Load() != uint64(b.ptr):
+			return fmt.Errorf("fast slot block %#x at address %#x", b.ptr, st.fptr.Load())
+		case fastReq(v) > b.size || fastReq(v) <= b.size-Alignment || fastReq(v) > fastMaxReq:
+			return fmt.Errorf("fast slot block %#x of %d bytes for requests of %d", b.ptr, b.size, fastReq(v))
+		case !st.dirty:
+			return fmt.Errorf("fast slot armed on a stream not listed dirty")
+		}
+		st.settle()
+	}
 	used := 0
 	liveSeen := 0
 	pendingBytes := 0

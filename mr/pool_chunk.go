@@ -73,6 +73,12 @@ type poolChunk struct {
 	pending int // pending blocks
 	cached  int // blocks in the home's quick cache
 	homeIdx int // index in home.homed
+
+	// Every pair of the home changes live and cached. Chunks of different
+	// streams are often allocated one after the other (each stream's first
+	// growth), so without this line of padding two streams' pairs would
+	// write one cache line.
+	_ [cacheLine]byte
 }
 
 // idle reports whether no block of c is live, pending or cached, which

@@ -35,7 +35,7 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, e
 	defer p.mu.Unlock()
 	// Release may have forgotten st since the caller looked it up: a
 	// chunk homed at a forgotten state would be lost to lookups.
-	st.mu.Lock()
+	st.lock()
 	dropped := st.dropped
 	st.mu.Unlock()
 	if dropped {
@@ -124,7 +124,7 @@ var errPoolLimit = fmt.Errorf("pool: MaxSize reached: %w", ErrOutOfMemory)
 
 // tryOwn serves the request from st's lists, absorbing pending blocks.
 func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, error) {
-	st.mu.Lock()
+	st.lock()
 	defer st.mu.Unlock()
 	b, err := st.serve(rounded)
 	if b == nil {
@@ -147,7 +147,7 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 		if o == st || gpu.Capturing(o.s) {
 			continue
 		}
-		o.mu.Lock()
+		o.lock()
 		o.quickFlush()
 		var best *poolChunk
 		for _, c := range o.homed {
@@ -167,7 +167,7 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 		o.mu.Unlock()
 
 		p.wide.steals++
-		st.mu.Lock()
+		st.lock()
 		st.attach(best)
 		err := st.absorb()
 		st.mu.Unlock()
@@ -202,7 +202,7 @@ const poolGiantShare = 16
 // (pluggable's trace_test.go). Caller holds p.mu.
 func (p *Pool) splitLarger(st *poolStream, size, rounded int) (gpu.DevicePtr, bool) {
 	giant := int(p.usage.peakReserved.Load()) / poolGiantShare
-	st.mu.Lock()
+	st.lock()
 	defer st.mu.Unlock()
 	st.quickFlush()
 	b := st.large.findFit(rounded, func(b *poolBlock) bool {
@@ -286,7 +286,7 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 	c := &poolChunk{base: ptr, size: g, small: small}
 	p.chunks.add(c.base, c.size, c)
 	p.usage.addReserved(g)
-	st.mu.Lock()
+	st.lock()
 	defer st.mu.Unlock()
 	b := st.newBlock()
 	b.ptr, b.size, b.c = ptr, g, c
@@ -318,7 +318,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		if gpu.Capturing(o.s) {
 			continue // its chunks cannot be freed on it now (capture.go)
 		}
-		o.mu.Lock()
+		o.lock()
 		o.quickFlush()
 		for _, c := range o.homed {
 			if !c.inUse() && (force || o == requester || !o.isWorking(c)) {
@@ -337,7 +337,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			break
 		}
 		c, o := x.c, x.home
-		o.mu.Lock()
+		o.lock()
 		if c.home.Load() != o || c.inUse() {
 			// o's own allocations (which take no p.mu) used it since
 			// the candidates were listed.
@@ -371,7 +371,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		o.mu.Unlock()
 
 		if err := p.upstreamFree(c, o, requester); err != nil {
-			o.mu.Lock()
+			o.lock()
 			b := o.newBlock()
 			b.ptr, b.size, b.c = c.base, c.size, c
 			c.first = b
@@ -464,7 +464,7 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 			// Created before h.mu is taken: creating takes the table lock.
 			from = p.streamOf(s)
 		}
-		h.mu.Lock()
+		h.lock()
 		if c.home.Load() != h {
 			h.mu.Unlock()
 			continue

@@ -96,7 +96,7 @@ func (p *Pool) Layout() PoolLayout {
 	defer p.mu.Unlock()
 	var l PoolLayout
 	for _, st := range p.streams.all() {
-		st.mu.Lock()
+		st.lock()
 		for _, c := range st.homed {
 			cl := ChunkLayout{Base: c.base, Size: c.size, Stream: st.id, Small: c.small}
 			for b := c.first; b != nil; b = b.next {
@@ -134,7 +134,7 @@ func (p *Pool) Layout() PoolLayout {
 func (p *Pool) largestFreeLocked() uint64 {
 	var best int
 	for _, st := range p.streams.all() {
-		st.mu.Lock()
+		st.lock()
 		for _, c := range st.homed {
 			for b := c.first; b != nil; b = b.next {
 				if (b.state == blockFree || b.state == blockCached) && b.size > best {

@@ -65,6 +65,7 @@ func TestPoolQuickReuse(t *testing.T) {
 			q := mustAlloc(t, p, tc.size, s)
 			mustFree(t, p, q, tc.size, s)
 			st := p.streams.lookup(s.ID())
+			settleFast(st)
 			if st.nquick != 1 {
 				t.Fatalf("after a free on the home, %d blocks cached, want 1", st.nquick)
 			}
@@ -214,4 +215,12 @@ func TestPoolQuickDoubleFree(t *testing.T) {
 	if r := mustAlloc(t, p, 4096, s1); r != q {
 		t.Errorf("reuse after the double frees gave %#x, want %#x", r, q)
 	}
+}
+
+// settleFast files the block of st's fast slot, if any, in the quick
+// cache (pool_fast.go), as every holder of st's mutex does first, so that
+// a test can look at the quick cache itself.
+func settleFast(st *poolStream) {
+	st.lock()
+	st.mu.Unlock()
 }

@@ -69,7 +69,7 @@ func (p *Pool) Stats() PoolStats {
 		Waits:            f.waits,
 	}
 	for _, st := range p.streams.all() {
-		st.mu.Lock()
+		st.lock()
 		c := st.stats
 		live := st.live.len()
 		st.mu.Unlock()

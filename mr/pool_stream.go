@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -54,10 +55,23 @@ type poolPending struct {
 }
 
 type poolStream struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // taken with lock, which settles the fast slot
 	id   uint64
 	s    gpu.Stream
 	pool *Pool
+	// gated: the capture gate covers s (gpu.CaptureGated), so requests
+	// skip asking it for its capture while no capture is in progress.
+	gated bool
+
+	// The fast slot (pool_fast.go): fstate and fptr are read and swapped
+	// without mu; fblock and fepoch change under mu.
+	fstate atomic.Uint64
+	fptr   atomic.Uint64
+	fblock *poolBlock
+	fepoch uint64
+	// last is the block the stream handed out last (markLive), the one
+	// arm accepts.
+	last *poolBlock
 
 	small, large tlsf
 	live         ptrMap
@@ -94,7 +108,7 @@ type poolStream struct {
 }
 
 func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
-	return &poolStream{id: s.ID(), s: s, pool: p}
+	return &poolStream{id: s.ID(), s: s, pool: p, gated: gpu.CaptureGated(s)}
 }
 
 func (st *poolStream) binsOf(c *poolChunk) *tlsf {
@@ -188,6 +202,7 @@ func (st *poolStream) markLive(b *poolBlock, req int) {
 	b.state = blockLive
 	b.handed = true
 	b.req = req
+	st.last = b
 	st.stats.allocs++
 	st.working[b.c.class()] = b.c
 	st.live.put(b.ptr, b)

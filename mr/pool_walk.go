@@ -62,7 +62,7 @@ func (p *Pool) flushDirty() {
 	p.dirty = nil
 	p.aux.Unlock()
 	for _, st := range list {
-		st.mu.Lock()
+		st.lock()
 		if st.unflushed != 0 {
 			p.flushUsed(st.unflushed)
 			st.unflushed = 0
@@ -122,7 +122,7 @@ func (p *Pool) candidates() []*poolStream {
 func (p *Pool) forgetEmptyStreams() error {
 	var errs []error
 	p.streams.dropIf(func(st *poolStream) bool {
-		st.mu.Lock()
+		st.lock()
 		defer st.mu.Unlock()
 		st.quickFlush()
 		if len(st.homed) > 0 || st.pendingBytes > 0 || len(st.pendingLists) > 0 || st.live.len() > 0 {

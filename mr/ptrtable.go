@@ -16,6 +16,13 @@
 // chosen by address, never one lock for the whole resource, so goroutines
 // that free different pointers rarely contend.
 //
+// Within a shard, the live allocations are an open-addressing hash table
+// (ptrSlots: linear probing over a power-of-two array, indexed by the
+// hash bits below the shard's, deletion by backward shift, so there are no
+// tombstones), not a Go map: an insert and a delete of a map cost an
+// adaptor's pair about four times what the rest of it costs, and a map
+// emptied by a delete draws a random number to reseed its hash.
+//
 // Padding. Every shard ends with a whole cache line of padding. A table
 // lives inside its owner's struct at whatever offset, so rounding a shard
 // up to a multiple of the line would not keep two shards off one line; a
@@ -49,13 +56,17 @@
 // no log whose order the lock would keep. Between take and restore a
 // racing free of p reads as a double free.
 //
-// Invariants: a pointer is in at most one shard's live map (its own); a
-// failed take changes nothing.
+// Invariants: a pointer is in at most one shard's table (its own); a
+// failed take changes nothing. In a shard's table, keys are non-zero (0
+// marks an empty slot), every key is reachable from its home slot without
+// crossing an empty slot, and the table is at most 3/4 full; it grows (the
+// only time it allocates) by doubling and never shrinks, like a Go map.
 
 package mr
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -66,6 +77,9 @@ const (
 	freedRing    = 32
 	// cacheLine is the size of a cache line on amd64 and arm64 servers.
 	cacheLine = 64
+	// ptrSlotsMin is the size of a shard's table when it first holds an
+	// allocation.
+	ptrSlotsMin = 8
 )
 
 // address is the type of a table's keys: a device pointer, or a host
@@ -80,7 +94,7 @@ type ptrRecord[V any] struct {
 
 type ptrShard[K address, V any] struct {
 	mu    sync.Mutex
-	live  map[K]ptrRecord[V]
+	live  ptrSlots[K, V]
 	next  int // where the next free goes in freed
 	freed [freedRing]K
 	_     [cacheLine]byte // see the file comment
@@ -90,10 +104,27 @@ type ptrTable[K address, V any] struct {
 	shards [ptrShards]ptrShard[K, V]
 }
 
+// ptrHash spreads an address over 64 bits: allocations are aligned, so
+// the low bits say nothing, and a Fibonacci multiply moves the rest into
+// the high ones. The top ptrShardBits choose the shard, the bits below
+// them the home slot in the shard's table.
+func ptrHash[K address](p K) uint64 { return uint64(p) * 0x9E3779B97F4A7C15 }
+
 func (t *ptrTable[K, V]) shard(p K) *ptrShard[K, V] {
-	// Allocations are aligned, so the low bits say nothing; a Fibonacci
-	// multiply spreads the high ones over the shard index.
-	return &t.shards[(uint64(p)*0x9E3779B97F4A7C15)>>(64-ptrShardBits)]
+	return &t.shards[t.shardIndex(p)]
+}
+
+// shardIndex is the index of p's shard, for owners that keep something
+// per shard beside the table, guarded by the shard's lock (changed in
+// insert's then or take's free, read in underShard).
+func (t *ptrTable[K, V]) shardIndex(p K) int { return int(ptrHash(p) >> (64 - ptrShardBits)) }
+
+// underShard runs fn under the lock of shard i.
+func (t *ptrTable[K, V]) underShard(i int, fn func()) {
+	sh := &t.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	fn()
 }
 
 // insert records p as live with size and v. If then is not nil it runs
@@ -105,11 +136,7 @@ func (t *ptrTable[K, V]) shard(p K) *ptrShard[K, V] {
 func (t *ptrTable[K, V]) insert(p K, size int, v V, then func()) (old ptrRecord[V], replaced bool) {
 	sh := t.shard(p)
 	sh.mu.Lock()
-	if sh.live == nil {
-		sh.live = make(map[K]ptrRecord[V])
-	}
-	old, replaced = sh.live[p]
-	sh.live[p] = ptrRecord[V]{size: size, v: v}
+	old, replaced = sh.live.put(p, ptrRecord[V]{size: size, v: v})
 	if then != nil {
 		then()
 	}
@@ -127,16 +154,12 @@ func (t *ptrTable[K, V]) take(p K, size int, free func(v V) error) (V, error) {
 	sh := t.shard(p)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	r, ok := sh.live[p]
-	if !ok {
+	i := sh.live.find(p)
+	if i < 0 {
 		var zero V
-		for _, f := range sh.freed {
-			if f == p {
-				return zero, pointerError(gpu.DevicePtr(p), ErrDoubleFree)
-			}
-		}
-		return zero, pointerError(gpu.DevicePtr(p), ErrUnknownPointer)
+		return zero, sh.unknown(p)
 	}
+	r := sh.live.slots[i].r
 	if r.size != size {
 		return r.v, sizeMismatchError(gpu.DevicePtr(p), r.size, size)
 	}
@@ -144,11 +167,23 @@ func (t *ptrTable[K, V]) take(p K, size int, free func(v V) error) (V, error) {
 		if err := free(r.v); err != nil {
 			return r.v, err
 		}
+		// free ran under the lock: p is still in slot i.
 	}
-	delete(sh.live, p)
+	sh.live.delAt(i)
 	sh.freed[sh.next] = p
 	sh.next = (sh.next + 1) % freedRing
 	return r.v, nil
+}
+
+// unknown is the error of a free of p, which is not live: a double free if
+// p is among the shard's recent frees. Called with sh.mu.
+func (sh *ptrShard[K, V]) unknown(p K) error {
+	for _, f := range sh.freed {
+		if f == p {
+			return pointerError(gpu.DevicePtr(p), ErrDoubleFree)
+		}
+	}
+	return pointerError(gpu.DevicePtr(p), ErrUnknownPointer)
 }
 
 // restore makes p live again with size and v after take(p, size, nil)
@@ -160,8 +195,10 @@ func (t *ptrTable[K, V]) lookup(p K) (ptrRecord[V], bool) {
 	sh := t.shard(p)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	r, ok := sh.live[p]
-	return r, ok
+	if i := sh.live.find(p); i >= 0 {
+		return sh.live.slots[i].r, true
+	}
+	return ptrRecord[V]{}, false
 }
 
 // each calls fn for every live allocation, one shard at a time under that
@@ -170,8 +207,10 @@ func (t *ptrTable[K, V]) each(fn func(p K, size int, v V)) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		for p, r := range sh.live {
-			fn(p, r.size, r.v)
+		for _, s := range sh.live.slots {
+			if s.key != 0 {
+				fn(s.key, s.r.size, s.r.v)
+			}
 		}
 		sh.mu.Unlock()
 	}
@@ -184,4 +223,101 @@ func (t *ptrTable[K, V]) count() (n int, bytes uint64) {
 		bytes += uint64(size)
 	})
 	return n, bytes
+}
+
+// ptrSlots is the hash table of one shard: open addressing with linear
+// probing over a power-of-two array, home slots taken from the hash bits
+// just below the shard's. The zero value is empty.
+type ptrSlots[K address, V any] struct {
+	slots []ptrSlot[K, V]
+	n     int  // keys in slots
+	shift uint // 64 - log2(len(slots))
+}
+
+type ptrSlot[K address, V any] struct {
+	key K
+	r   ptrRecord[V]
+}
+
+func (m *ptrSlots[K, V]) home(k K) int {
+	return int((ptrHash(k) << ptrShardBits) >> m.shift)
+}
+
+// find returns the slot of k, or -1.
+func (m *ptrSlots[K, V]) find(k K) int {
+	if m.n == 0 || k == 0 {
+		return -1
+	}
+	mask := len(m.slots) - 1
+	for i := m.home(k); ; i = (i + 1) & mask {
+		switch m.slots[i].key {
+		case k:
+			return i
+		case 0:
+			return -1
+		}
+	}
+}
+
+// put sets k's record and returns the one it replaces, if any.
+func (m *ptrSlots[K, V]) put(k K, r ptrRecord[V]) (old ptrRecord[V], replaced bool) {
+	if (m.n+1)*4 > len(m.slots)*3 {
+		m.grow()
+	}
+	mask := len(m.slots) - 1
+	i := m.home(k)
+	for ; m.slots[i].key != 0; i = (i + 1) & mask {
+		if m.slots[i].key == k {
+			old = m.slots[i].r
+			m.slots[i].r = r
+			return old, true
+		}
+	}
+	m.slots[i] = ptrSlot[K, V]{key: k, r: r}
+	m.n++
+	return old, false
+}
+
+// delAt empties slot i, which holds a key, and moves later keys of its
+// probe run back into the hole unless that would put them before their
+// home slot.
+func (m *ptrSlots[K, V]) delAt(i int) {
+	mask := len(m.slots) - 1
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		k := m.slots[j].key
+		if k == 0 {
+			break
+		}
+		// The key at j may move to i iff i lies cyclically in [home, j).
+		if h := m.home(k); (j-h)&mask >= (j-i)&mask {
+			m.slots[i] = m.slots[j]
+			i = j
+		}
+	}
+	m.slots[i] = ptrSlot[K, V]{}
+	m.n--
+}
+
+func (m *ptrSlots[K, V]) grow() {
+	old := m.slots
+	size := max(ptrSlotsMin, 2*len(old))
+	// A line of spare capacity after the slots keeps the next object on
+	// the heap, often another shard's slots, off the line of the last
+	// ones: goroutines on different streams write different shards at
+	// once.
+	m.slots = make([]ptrSlot[K, V], size, size+(cacheLine+int(unsafe.Sizeof(ptrSlot[K, V]{}))-1)/int(unsafe.Sizeof(ptrSlot[K, V]{})))
+	m.shift = uint(64 - log2(size))
+	m.n = 0
+	mask := size - 1
+	for _, s := range old {
+		if s.key == 0 {
+			continue
+		}
+		i := m.home(s.key)
+		for m.slots[i].key != 0 {
+			i = (i + 1) & mask
+		}
+		m.slots[i] = s
+		m.n++
+	}
 }

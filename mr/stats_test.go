@@ -1,14 +1,19 @@
 package mr_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/streamalloc/streamalloc/bench"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
@@ -183,6 +188,23 @@ func BenchmarkAdaptors(b *testing.B) {
 		}
 		b.Run(ac.name, func(b *testing.B) { benchPairs(b, r, s) })
 	}
+	// Logging as a program logs: to a file, through a buffer.
+	b.Run("logging-file", func(b *testing.B) {
+		f, err := os.Create(filepath.Join(b.TempDir(), "log.csv"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		w := bufio.NewWriterSize(f, 1<<16)
+		l := mr.NewLogging(up, w, mr.LoggingOptions{})
+		benchPairs(b, l, s)
+		if err := l.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 // BenchmarkStatsOverAsync is the same comparison over the async resource
@@ -219,4 +241,33 @@ func ExampleStats() {
 	st.Deallocate(q, 1<<10, s)
 	// Output:
 	// current: 1024 peak: 1049600 total: 1049600
+}
+
+// BenchmarkStatsStreams runs bench.Streams (goroutines each on a stream
+// of its own, 4 KiB pairs) on a pool, bare and under Stats, on the
+// device of internal/testdev: the adaptor's cost per pair is the
+// difference of the two, and with 16 goroutines it shows whether the
+// adaptor shares anything between streams.
+func BenchmarkStatsStreams(b *testing.B) {
+	for _, g := range []int{1, 16} {
+		for _, wrap := range []string{"bare", "stats"} {
+			b.Run(fmt.Sprintf("goroutines=%d/%s", g, wrap), func(b *testing.B) {
+				dev := testdev.Device(b)
+				var streams []gpu.Stream
+				for range g {
+					s, err := dev.NewStream()
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { s.Synchronize(); s.Destroy() })
+					streams = append(streams, s)
+				}
+				var r mr.Resource = bench.NewResource(b, "pool", dev, bench.StreamsSize)
+				if wrap == "stats" {
+					r = mr.NewStats(r, mr.StatsOptions{})
+				}
+				bench.Streams(b, r, streams, bench.StreamsSize)
+			})
+		}
+	}
 }

@@ -98,3 +98,29 @@ func TestStreamTableManyStreams(t *testing.T) {
 		t.Errorf("after dropping: all has %d states", len(all))
 	}
 }
+
+// An ID of 0, which no backend hands out, is still a key like any other
+// once the table hashes (more than streamScan streams), and IDs that
+// share a home slot are all found.
+func TestStreamTableHashedKeys(t *testing.T) {
+	type state struct{ id uint64 }
+	var tab streamTable[state]
+	ids := []uint64{0}
+	for i := range 3 * streamScan {
+		ids = append(ids, uint64(i+1)<<40) // the same low bits: collisions are likely
+	}
+	for _, id := range ids {
+		tab.get(id, func() *state { return &state{id: id} })
+	}
+	tab.mu.Lock()
+	tab.publishLocked()
+	tab.mu.Unlock()
+	for _, id := range ids {
+		if s := tab.lookup(id); s == nil || s.id != id {
+			t.Errorf("lookup(%#x) = %v", id, s)
+		}
+	}
+	if s := tab.lookup(12345); s != nil {
+		t.Errorf("lookup of an absent ID = %v", s)
+	}
+}

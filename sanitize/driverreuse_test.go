@@ -22,8 +22,11 @@ import (
 // through its instrumented device, sees the driver-level frees and
 // allocations and models the driver's rule that reused memory is ordered
 // after its free. Every buffer is filled by a kernel and checked before its
-// free, so a reuse the driver did not order would also corrupt data. Each
-// set of the driver pool's policies is run. (TestDriverReuseAfterCompletedFree
+// free, so a reuse the driver did not order would also corrupt data; and
+// every driver allocation that reuses memory freed on another stream is
+// checked against the simulator's own happens-before relation (reuseOrder):
+// none may be unordered, so the sanitizer's silence is not bought by
+// missing a hazard. Each set of the driver pool's policies is run. (TestDriverReuseAfterCompletedFree
 // is the false report itself, as simply as it happens.)
 func TestPoolOverDriverPoolClean(t *testing.T) {
 	for _, tc := range []struct {
@@ -40,7 +43,8 @@ func TestPoolOverDriverPoolClean(t *testing.T) {
 			z := sanitize.New(sanitize.Options{OnReport: func(r *sanitize.Report) { reps = append(reps, r) }, StackDepth: -1})
 			raw, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
 			must(t, err)
-			dev := z.Device(raw)
+			order := newReuseOrder(raw, raw.(*sim.Device))
+			dev := z.Device(order)
 			a, err := mr.NewAsync(dev, tc.opts)
 			must(t, err)
 			pool, err := mr.NewPool(a, mr.PoolOptions{ReleaseThreshold: tc.threshold})
@@ -116,6 +120,13 @@ func TestPoolOverDriverPoolClean(t *testing.T) {
 			}
 			if out[0] != 0 {
 				t.Errorf("%d words corrupted", out[0])
+			}
+			order.mu.Lock()
+			checked, unordered := order.checked, order.unordered
+			order.mu.Unlock()
+			t.Logf("%d driver reuses across streams checked against the simulator's happens-before", checked)
+			if checked == 0 || unordered != 0 {
+				t.Errorf("%d of %d driver reuses across streams not ordered after their free", unordered, checked)
 			}
 			if st := pool.Stats(); st.Releases == 0 {
 				t.Errorf("the pool gave nothing back to the driver: %+v", st)

@@ -25,11 +25,17 @@
 // host's memory (Go heap, resident set) and the stack's counters, and
 // writes a line to Options.Log.
 //
-// At the end everything is freed and the streams synchronized; the result
-// says how many words were corrupted, how many bytes the stack still
-// counts as used or reserved after a release, how much device memory did
-// not come back after the pool was closed, and whether the counters of
-// the Stats adaptor and of the Pool agree with the operations made. OK
+// Before the load, a warm-up does once on every stream what the run does
+// (a stack built, an allocation filled, checked on another stream behind
+// an event and freed, the stack closed) and waits for the device; only
+// then is the device's free memory taken as the baseline, so that what
+// the driver keeps from a context's first use is not counted against the
+// stack. At the end everything is freed and the streams synchronized; the
+// result says how many words were corrupted, how many bytes the stack
+// still counts as used or reserved after a release, how much device
+// memory did not come back against the baseline after the pool was
+// closed (no difference is allowed), and whether the counters of the
+// Stats adaptor and of the Pool agree with the operations made. OK
 // reports the verdict.
 package soak
 
@@ -131,7 +137,8 @@ type Result struct {
 	// LeakedBytes is what the stack still counted as used after every
 	// allocation was freed, plus what the pool still reserved after a
 	// release; DeviceBytesNotReturned is the device memory missing after
-	// the pool and its driver pool were closed, against before the run.
+	// the pool and its driver pool were closed, against the baseline
+	// taken after the warm-up.
 	LeakedBytes, DeviceBytesNotReturned uint64
 	// Stats and Pool are the counters at the end.
 	Stats mr.StatsSnapshot
@@ -167,44 +174,65 @@ type handoff struct {
 // Run runs the soak on dev; see the package comment. Errors are the
 // stack's or the device's failures (which stop the run); corruption and
 // leaks are in the Result.
-func Run(ctx context.Context, dev gpu.Device, opts Options) (*Result, error) {
+func Run(ctx context.Context, dev gpu.Device, opts Options) (res *Result, err error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
+	}
+	build := opts.Stack
+	if build == nil {
+		build = recommended
 	}
 	k, err := kernels.Load(dev)
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
+	// The streams and the error counters live from before the baseline of
+	// device memory until after the measure against it, so that both
+	// measures see them and the difference is the stack's alone.
+	streams := make([]gpu.Stream, 0, opts.Goroutines)
+	defer func() {
+		for _, s := range streams {
+			err = errors.Join(err, s.Destroy())
+		}
+	}()
+	for range opts.Goroutines {
+		s, err := dev.NewStream()
+		if err != nil {
+			return nil, fmt.Errorf("soak: %w", err)
+		}
+		streams = append(streams, s)
+	}
+	counters, err := dev.Malloc(4 * opts.Goroutines)
+	if err != nil {
+		return nil, fmt.Errorf("soak: error counters: %w", err)
+	}
+	defer func() { err = errors.Join(err, dev.Free(counters)) }()
+	r := &runner{opts: opts, dev: dev, k: k, streams: streams, counters: counters,
+		inbox: make([]chan handoff, opts.Goroutines)}
+	for i := range r.inbox {
+		r.inbox[i] = make(chan handoff, 2*opts.Live)
+	}
+	warmCorrupted, err := r.warmUp(build)
+	if err != nil {
+		return nil, err
+	}
 	freeBefore, _, err := dev.MemGetInfo()
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
-	}
-	build := opts.Stack
-	if build == nil {
-		build = recommended
 	}
 	res0, closeRes, err := build(dev)
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	stats := mr.NewStats(res0, mr.StatsOptions{})
+	r.top = stats
 	var pool *mr.Pool
 	for _, x := range mr.Chain(res0) {
 		if p, ok := x.(*mr.Pool); ok {
 			pool = p
 		}
 	}
-	counters, err := dev.Malloc(4 * opts.Goroutines)
-	if err != nil {
-		closeRes()
-		return nil, fmt.Errorf("soak: error counters: %w", err)
-	}
-	r := &runner{opts: opts, dev: dev, k: k, top: stats, counters: counters,
-		inbox: make([]chan handoff, opts.Goroutines)}
-	for i := range r.inbox {
-		r.inbox[i] = make(chan handoff, 2*opts.Live)
-	}
-	res := &Result{Device: dev.Properties().Name, Goroutines: opts.Goroutines}
+	res = &Result{Device: dev.Properties().Name, Goroutines: opts.Goroutines}
 	runErr := r.run(ctx)
 	res.Raw, res.HandedOff, res.Buffers = r.raw.Load(), r.handed.Load(), r.bufs.Load()
 	res.Operations = res.Raw + res.HandedOff + res.Buffers
@@ -214,7 +242,7 @@ func Run(ctx context.Context, dev gpu.Device, opts Options) (*Result, error) {
 		res.HeapGrowth = int64(r.samples[n-1].HeapBytes) - int64(r.samples[n/2].HeapBytes)
 	}
 	words, cerr := r.corrupted()
-	res.CorruptedWords = words
+	res.CorruptedWords = warmCorrupted + words
 	res.Stats = stats.Snapshot()
 	res.LeakedBytes = usage(res0).Used
 	_, relErr := mr.Reclaim(res0, true)
@@ -225,12 +253,84 @@ func Run(ctx context.Context, dev gpu.Device, opts Options) (*Result, error) {
 		res.Pool = pool.Stats()
 		res.CountersAgree = res.CountersAgree && res.Pool.Allocations == res.Operations && res.Pool.Frees == res.Operations
 	}
-	closeErr := errors.Join(dev.Free(counters), closeRes(), dev.Synchronize())
-	if freeAfter, _, err := dev.MemGetInfo(); err == nil && freeAfter < freeBefore {
+	closeErr := errors.Join(closeRes(), dev.Synchronize())
+	// The check allows no difference. cuMemGetInfo counts the device's
+	// memory as the driver maps and unmaps it, in pages of its allocation
+	// granularity (2 MiB on current GPUs), so any memory the stack still
+	// holds, however small, shows as at least a page; and once the
+	// warm-up has made the driver take what it keeps for a context's
+	// first use (the module's code, a launch's local memory, the state of
+	// memory pools, streams and events), nothing else on the device
+	// changes between the two measures.
+	freeAfter, _, merr := dev.MemGetInfo()
+	if merr == nil && freeAfter < freeBefore {
 		res.DeviceBytesNotReturned = freeBefore - freeAfter
 	}
 	r.summary(res)
-	return res, errors.Join(runErr, cerr, relErr, closeErr)
+	return res, errors.Join(runErr, cerr, relErr, closeErr, merr)
+}
+
+// warmUp makes the driver take, before the baseline of device memory,
+// what it keeps from a context's first use of each thing the run does:
+// it builds a stack like the run's and, on every stream, allocates from
+// it, fills and checks the memory by the kernels, hands it to the next
+// stream behind an event and frees it there; then it closes the stack,
+// reads the error counters (returning what they found) and waits for the
+// device. Without it, memory the driver keeps after the first kernel
+// launch (8 MiB on an H100) reads as memory the stack did not return.
+func (r *runner) warmUp(build func(gpu.Device) (mr.Resource, func() error, error)) (uint64, error) {
+	n := len(r.streams)
+	if err := r.dev.MemsetD8Async(r.counters, 0, 4*n, r.streams[0]); err != nil {
+		return 0, fmt.Errorf("soak: warm-up: %w", err)
+	}
+	if err := r.streams[0].Synchronize(); err != nil {
+		return 0, fmt.Errorf("soak: warm-up: %w", err)
+	}
+	stack, closeStack, err := build(r.dev)
+	if err != nil {
+		return 0, fmt.Errorf("soak: warm-up: %w", err)
+	}
+	const words = 1024
+	var werr error
+	for i, s := range r.streams {
+		next := r.streams[(i+1)%n]
+		if werr = r.warmStream(stack, s, next, r.counters+gpu.DevicePtr(4*i), words, uint32(i)); werr != nil {
+			break
+		}
+	}
+	werr = errors.Join(werr, closeStack(), r.dev.Synchronize())
+	if werr != nil {
+		return 0, fmt.Errorf("soak: warm-up: %w", werr)
+	}
+	words0, err := r.corrupted()
+	if err != nil {
+		return 0, fmt.Errorf("soak: warm-up: %w", err)
+	}
+	return words0, nil
+}
+
+// warmStream is warmUp's work on stream s, handing off to next.
+func (r *runner) warmStream(stack mr.Resource, s, next gpu.Stream, counter gpu.DevicePtr, words int, seed uint32) error {
+	p, err := stack.Allocate(4*words, s)
+	if err != nil {
+		return err
+	}
+	e, err := r.dev.NewEvent(false)
+	if err != nil {
+		return errors.Join(err, stack.Deallocate(p, 4*words, s))
+	}
+	err = r.k.Fill(s, p, words, seed)
+	if err == nil {
+		err = e.Record(s)
+	}
+	if err != nil {
+		return errors.Join(err, e.Destroy(), stack.Deallocate(p, 4*words, s))
+	}
+	err = next.WaitEvent(e)
+	if err == nil {
+		err = r.k.Check(next, p, words, seed, counter)
+	}
+	return errors.Join(err, e.Destroy(), stack.Deallocate(p, 4*words, next))
 }
 
 // runner is one run's shared state.
@@ -239,6 +339,7 @@ type runner struct {
 	dev      gpu.Device
 	k        *kernels.Kernels
 	top      mr.Resource
+	streams  []gpu.Stream // one per goroutine
 	counters gpu.DevicePtr
 	inbox    []chan handoff
 
@@ -252,17 +353,7 @@ func (r *runner) run(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Duration)
 	defer cancel()
 	r.start = time.Now()
-	streams := make([]gpu.Stream, r.opts.Goroutines)
-	for i := range streams {
-		s, err := r.dev.NewStream()
-		if err != nil {
-			for _, s := range streams[:i] {
-				s.Destroy()
-			}
-			return fmt.Errorf("soak: %w", err)
-		}
-		streams[i] = s
-	}
+	streams := r.streams
 	if err := r.dev.MemsetD8Async(r.counters, 0, 4*r.opts.Goroutines, streams[0]); err != nil {
 		return fmt.Errorf("soak: %w", err)
 	}
@@ -309,9 +400,6 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	r.elapsed = time.Since(r.start)
 	r.sample()
-	for _, s := range streams {
-		serr = append(serr, s.Destroy())
-	}
 	return errors.Join(append(errs, serr...)...)
 }
 
@@ -471,11 +559,7 @@ func (r *runner) size(rng *rand.Rand) int {
 // corrupted reads the goroutines' error counters.
 func (r *runner) corrupted() (uint64, error) {
 	out := make([]byte, 4*r.opts.Goroutines)
-	s, err := r.dev.NewStream()
-	if err != nil {
-		return 0, err
-	}
-	defer s.Destroy()
+	s := r.streams[0]
 	if err := r.dev.CopyDtoHAsync(out, r.counters, s); err != nil {
 		return 0, err
 	}

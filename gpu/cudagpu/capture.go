@@ -51,10 +51,10 @@ import (
 )
 
 var (
-	_ gpu.CaptureStream = (*Stream)(nil)
-	_ gpu.GraphDevice   = (*Device)(nil)
-	_ gpu.Graph         = (*Graph)(nil)
-	_ gpu.GraphExec     = (*GraphExec)(nil)
+	_ gpu.GatedCaptureStream = (*Stream)(nil)
+	_ gpu.GraphDevice        = (*Device)(nil)
+	_ gpu.Graph              = (*Graph)(nil)
+	_ gpu.GraphExec          = (*GraphExec)(nil)
 )
 
 // capture is one capture in progress, shared by its member streams.
@@ -131,6 +131,7 @@ func (s *Stream) BeginCapture(mode gpu.CaptureMode) error {
 		return err
 	}
 	s.dev.captures.Add(1)
+	gpu.CaptureStarted() // before any stream reports it (capturegate.go)
 	s.capt.Store(&capture{id: id, mode: mode, origin: s, thread: t})
 	return nil
 }
@@ -175,6 +176,7 @@ func (c *capture) end() {
 	for _, m := range members {
 		m.capt.CompareAndSwap(c, nil)
 	}
+	gpu.CaptureFinished() // after no stream reports it (capturegate.go)
 	c.thread.stop()
 }
 
@@ -212,6 +214,16 @@ func (s *Stream) CaptureID() uint64 {
 		}
 	}
 	return 0
+}
+
+// CaptureGated reports whether the process-wide capture gate covers s
+// (gpu.CaptureGated): whether CaptureID never asks the driver for it. True
+// for a stream of ours, whose captures begin and end here, and for an
+// adopted legacy default stream, which the driver never lets capture;
+// false for any other adopted stream, whose owner may capture it through
+// the driver.
+func (s *Stream) CaptureGated() bool {
+	return !(queryForeignCapture && s.borrowed && !s.legacy())
 }
 
 // legacy reports whether s is the legacy default stream, which the driver

@@ -112,6 +112,9 @@ func testCaptureReplay(t *testing.T, dev gpu.Device) {
 	if cs.CaptureID() == 0 {
 		t.Fatal("CaptureID 0 while capturing")
 	}
+	if gpu.CaptureGated(s) && !gpu.CapturesActive() {
+		t.Fatal("the capture gate is closed while a gated stream captures")
+	}
 	st, err := cs.CaptureStatus()
 	must(t, err)
 	if st != gpu.CaptureActive {
@@ -175,6 +178,9 @@ func testCaptureForkJoin(t *testing.T, dev gpu.Device) {
 	must(t, s2.WaitEvent(fork))
 	if c2.CaptureID() != c1.CaptureID() {
 		t.Fatalf("the waiting stream's CaptureID %d, want the capture's %d", c2.CaptureID(), c1.CaptureID())
+	}
+	if gpu.CaptureGated(s2) && !gpu.CapturesActive() {
+		t.Fatal("the capture gate is closed while a gated stream that joined a capture captures")
 	}
 	must(t, k.Check(s2, p, n, 5, errs.p))
 	must(t, join.Record(s2))

@@ -7,6 +7,8 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -33,8 +35,10 @@ type Config struct {
 	// operations each stream remembers for HappensBefore (default
 	// DefaultHistory; negative: all of them, memory growing with the run).
 	// HappensBefore(a, b) is exact while b's stream has changed its
-	// ordering fewer than History times since b was enqueued, and false
-	// for an older b. Memory is then bounded for any length of run.
+	// ordering fewer than History times since b was enqueued (and, where
+	// only the host orders a before b, while the host has learned of a's
+	// stream's progress fewer than History times since), and false
+	// otherwise. Memory is then bounded for any length of run.
 	History int
 	// PeerAccess[a][b] says whether device a can access device b's memory
 	// (cuDeviceCanAccessPeer), once granted (peer.go). Nil: every device
@@ -62,18 +66,14 @@ type Backend struct {
 	devices []*Device
 	stride  uint64 // each device's share of the address space
 
+	// hostMu guards every stream's hostLog. hostGen is the host clock's
+	// generation: it grows when the host learns of a completion it did
+	// not know (hostJoin, vclock.go).
 	hostMu  sync.Mutex
-	host    atomic.Pointer[hostClock]
-	streams sync.Map // stream ID -> *stream, for HappensBefore
+	hostGen atomic.Uint64
+	streams sync.Map // stream ID -> *stream, for HappensBefore and the host clock
 
 	captureState // captures of all devices (capture.go)
-}
-
-// hostClock is an immutable snapshot of the host's vector clock; gen
-// changes whenever the clock grows.
-type hostClock struct {
-	gen uint64
-	vc  vclock
 }
 
 // New returns a simulated backend.
@@ -103,7 +103,6 @@ func New(cfg Config) *Backend {
 	}
 	b := &Backend{cfg: cfg, stride: max(uint64(vaStride), roundUp(4*cfg.Capacity, vaStride))}
 	b.active = make(map[*capture]struct{})
-	b.host.Store(&hostClock{})
 	for i := 0; i < cfg.Devices; i++ {
 		b.devices = append(b.devices, newDevice(b, i))
 	}
@@ -141,13 +140,68 @@ func (b *Backend) Device(ordinal int) (gpu.Device, error) {
 	return b.devices[ordinal], nil
 }
 
-// hostJoin records that the host has observed completion of everything
-// ordered before vc.
-func (b *Backend) hostJoin(vc vclock) {
+// hostJoin records that the host has observed the completion of o, and
+// so of everything ordered before it: o, its explicit clock, and what the
+// host knew when o was enqueued (known already). It visits only the runs
+// of o's clock that the last operation it observed on o's stream did not
+// have (runs are immutable and shared, so one seen is learned), so
+// observing a stream again and again costs O(what its clock gained), not
+// O(its clock) each time. o may be another backend's (the record of an
+// interprocess event, ipc.go): then what the host learns is what o's
+// clock says of b's own streams; the other process's streams are not in
+// b's relation (HappensBefore answers false across backends).
+func (b *Backend) hostJoin(o *op) {
 	b.hostMu.Lock()
 	defer b.hostMu.Unlock()
-	h := b.host.Load()
-	if nv, grew := h.vc.join(vc); grew {
-		b.host.Store(&hostClock{gen: h.gen + 1, vc: nv})
+	g := b.hostGen.Load() + 1
+	own := o.s.dev.b == b
+	grew := false
+	var seen clock
+	if own {
+		grew = o.s.hostLearnLocked(o.seq, g)
+		seen = o.s.hostSeen
 	}
+	for _, r := range o.deps {
+		if slices.ContainsFunc(seen, func(q vclock) bool { return len(q) == len(r) && &q[0] == &r[0] }) {
+			continue
+		}
+		for _, t := range r {
+			if st := b.stream(t.id); st != nil {
+				grew = st.hostLearnLocked(t.seq, g) || grew
+			}
+		}
+	}
+	if own {
+		o.s.hostSeen = o.deps
+	}
+	if grew {
+		b.hostGen.Store(g) // after the streams' entries: see hostKnows
+	}
+}
+
+// stream returns the stream of ID id, or nil.
+func (b *Backend) stream(id uint64) *stream {
+	if v, ok := b.streams.Load(id); ok {
+		return v.(*stream)
+	}
+	return nil
+}
+
+// hostKnows reports whether, at host generation gen, the host knew
+// operation seq of s complete. Answered from s's latest entry, it may say
+// false for a generation older than that entry (callers then keep what
+// they would have dropped); hostKnewAt answers exactly from the log.
+func (b *Backend) hostKnows(s *stream, seq, gen uint64) bool {
+	last := s.hostLast.Load()
+	return last != nil && last.gen <= gen && last.seq >= seq
+}
+
+// hostKnewAt reports whether, at host generation gen, the host knew
+// operation seq of s complete: exactly, unless s's log has dropped the
+// entries that would say (then false).
+func (b *Backend) hostKnewAt(s *stream, seq, gen uint64) bool {
+	b.hostMu.Lock()
+	defer b.hostMu.Unlock()
+	i, _ := slices.BinarySearchFunc(s.hostLog, seq, func(t hostTick, seq uint64) int { return cmp.Compare(t.seq, seq) })
+	return i < len(s.hostLog) && s.hostLog[i].gen <= gen
 }

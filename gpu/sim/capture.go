@@ -69,8 +69,8 @@ import (
 )
 
 var (
-	_ gpu.CaptureStream = (*stream)(nil)
-	_ gpu.GraphDevice   = (*Device)(nil)
+	_ gpu.GatedCaptureStream = (*stream)(nil)
+	_ gpu.GraphDevice        = (*Device)(nil)
 )
 
 // captureIDs numbers captures; IDs are unique in the process.
@@ -138,6 +138,7 @@ func (c *capture) endLocked() {
 		s.cs.tail = nil
 		s.cs.lane = 0
 	}
+	gpu.CaptureFinished() // after no stream reports it (gpu/capturegate.go)
 }
 
 // forbidden is the error of a call refused by a capture.
@@ -366,6 +367,7 @@ func (s *stream) BeginCapture(mode gpu.CaptureMode) error {
 	if mode == gpu.CaptureGlobal {
 		b.global.Add(1)
 	}
+	gpu.CaptureStarted() // before any stream reports it (gpu/capturegate.go)
 	s.cs.tail, s.cs.lane = nil, 0
 	s.cs.capt.Store(c)
 	return nil
@@ -440,6 +442,10 @@ func (c *capture) unjoined() *stream {
 	}
 	return nil
 }
+
+// CaptureGated is true: every capture a simulated stream can be part of
+// begins and ends here, and is counted by the process-wide capture gate.
+func (s *stream) CaptureGated() bool { return true }
 
 // CaptureID is the ID of the capture s is part of, or 0.
 func (s *stream) CaptureID() uint64 {

@@ -309,7 +309,7 @@ func (x *graphExec) enqueue(s *stream) {
 		return x.lanes[i]
 	}
 	waitOn := func(ls *stream, kind opKind, r *op) {
-		ls.joinLocked(r.vc())
+		ls.joinOpLocked(r)
 		ls.enqueueLocked(&op{kind: kind, rec: r, name: "cuGraphLaunch"})
 	}
 	s.mu.Lock()

@@ -3,7 +3,8 @@
 // The relation costs memory: each stream keeps one clock per change of
 // what is ordered before it (tens of bytes each, vclock.go), up to the last
 // Config.History changes (between History and twice that), and a stream
-// destroyed and drained keeps only its last. Streams stay registered after
+// destroyed and drained keeps only its last; and as many entries of what
+// the host learned of it (16 bytes each). Streams stay registered after
 // Destroy (a few hundred bytes each), so that HappensBefore and Completed
 // can answer for their recent operations.
 
@@ -69,10 +70,11 @@ func (d *Device) Completed(op OpID) bool {
 // HappensBefore reports whether operation a is ordered before operation b:
 // by stream order, event waits, pool dependencies, or the host having
 // observed a's completion before enqueuing b. It is false if either is
-// zero or unknown, for a == b, and for a b older than its stream's
-// remembered history (Config.History: b's stream changed its ordering that
-// many times since b), so a test asks about operations it has just
-// enqueued.
+// zero or unknown, for a == b, for a b older than its stream's remembered
+// history (Config.History: b's stream changed its ordering that many times
+// since b), and when only the host orders them and the host has since
+// learned of a's stream's progress that many times, so a test asks about
+// operations it has just enqueued.
 func (d *Device) HappensBefore(a, b OpID) bool {
 	if a.IsZero() || b.IsZero() || a == b {
 		return false
@@ -94,15 +96,16 @@ func (d *Device) HappensBefore(a, b OpID) bool {
 	if a.stream == b.stream {
 		return a.seq < b.seq
 	}
-	deps, ok := bs.depsAtLocked(b.seq)
-	return ok && deps.get(a.stream) >= a.seq
+	deps, gen, ok := bs.depsAtLocked(b.seq)
+	return ok && (deps.get(a.stream) >= a.seq || d.b.hostKnewAt(as, a.seq, gen))
 }
 
-// depsAtLocked returns the deps operation seq was enqueued with, and
-// false if the history no longer holds them.
-func (s *stream) depsAtLocked(seq uint64) (vclock, bool) {
+// depsAtLocked returns the clock operation seq was enqueued with (its
+// explicit part and host generation), and false if the history no longer
+// holds it.
+func (s *stream) depsAtLocked(seq uint64) (clock, uint64, bool) {
 	if seq < s.exactFrom {
-		return nil, false
+		return nil, 0, false
 	}
 	lo, hi := 0, len(s.hist)
 	for lo < hi {
@@ -114,7 +117,7 @@ func (s *stream) depsAtLocked(seq uint64) (vclock, bool) {
 		}
 	}
 	if lo == 0 {
-		return nil, true
+		return nil, 0, true
 	}
-	return s.hist[lo-1].deps, true
+	return s.hist[lo-1].deps, s.hist[lo-1].gen, true
 }

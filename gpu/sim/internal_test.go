@@ -9,27 +9,83 @@ import (
 	"testing"
 )
 
+// flat is c as one run: each stream's component.
+func flat(c clock) vclock {
+	var out vclock
+	for _, r := range c {
+		out = mergeRuns(out, r, func(tick) bool { return true })
+	}
+	return out
+}
+
 func TestVClock(t *testing.T) {
-	a := vclock{{1, 5}, {3, 2}}
-	b := vclock{{2, 7}, {3, 4}}
-	j, grew := a.join(b)
-	if !grew || !slices.Equal(j, vclock{{1, 5}, {2, 7}, {3, 4}}) {
-		t.Errorf("join = %v, %v", j, grew)
-	}
-	if j2, grew := j.join(a); grew || &j2[0] != &j[0] {
-		t.Error("joining a smaller clock made a new one")
-	}
-	if a.get(2) != 0 || a.get(3) != 2 || j.get(2) != 7 {
+	a := clock{{{1, 5}, {3, 2}}}
+	never := func(id, seq uint64) bool { return false }
+	if a.get(2) != 0 || a.get(3) != 2 || a.get(1) != 5 {
 		t.Error("get")
 	}
-	if w := j.with(4, 1); w.get(4) != 1 || len(w) != 4 || len(j) != 3 {
-		t.Errorf("with: %v (original %v)", w, j)
+	for _, tc := range []struct {
+		name  string
+		w     clock
+		x     tick
+		self  uint64
+		known func(id, seq uint64) bool
+		want  vclock
+		grew  bool
+	}{
+		{"pointwise max", clock{{{2, 7}, {3, 4}}}, tick{}, 0, never, vclock{{1, 5}, {2, 7}, {3, 4}}, true},
+		{"over several runs", clock{{{2, 7}, {3, 4}}, {{2, 9}}}, tick{}, 0, never, vclock{{1, 5}, {2, 9}, {3, 4}}, true},
+		{"nothing new", clock{{{1, 4}, {3, 2}}}, tick{3, 1}, 0, never, vclock{{1, 5}, {3, 2}}, false},
+		{"the tick alone", nil, tick{2, 9}, 0, never, vclock{{1, 5}, {2, 9}, {3, 2}}, true},
+		{"the tick raises a component", clock{{{3, 3}}}, tick{3, 6}, 0, never, vclock{{1, 5}, {3, 6}}, true},
+		{"the tick first", nil, tick{0, 1}, 9, never, vclock{{0, 1}, {1, 5}, {3, 2}}, true},
+		{"own stream left out", clock{{{4, 1}, {9, 8}}}, tick{9, 9}, 9, never, vclock{{1, 5}, {3, 2}, {4, 1}}, true},
+		{"only the own stream: nothing new", clock{{{9, 8}}}, tick{9, 9}, 9, never, vclock{{1, 5}, {3, 2}}, false},
+		{"what the host knows is dropped, from the old run too", clock{{{2, 7}, {4, 1}}}, tick{}, 0,
+			func(id, seq uint64) bool { return id == 1 || id == 4 }, vclock{{2, 7}, {3, 2}}, true},
+		{"what the host knows adds nothing", clock{{{4, 1}}}, tick{6, 2}, 0,
+			func(id, seq uint64) bool { return id >= 4 }, vclock{{1, 5}, {3, 2}}, false},
+	} {
+		got, grew := a.joinPruned(tc.w, tc.x, tc.self, tc.known)
+		if grew != tc.grew || !slices.Equal(flat(got), tc.want) {
+			t.Errorf("%s: joinPruned = %v, %v; want %v, %v", tc.name, got, grew, tc.want, tc.grew)
+		}
+		if !grew && &got[0] != &a[0] {
+			t.Errorf("%s: nothing added, but a new clock made", tc.name)
+		}
 	}
-	if w := j.with(9, 0); len(w) != 3 {
-		t.Error("with seq 0 added a component")
+	if !slices.Equal(flat(a), vclock{{1, 5}, {3, 2}}) || len(a) != 1 {
+		t.Errorf("joinPruned changed its receiver: %v", a)
 	}
-	if w := j.without(2); !slices.Equal(w, vclock{{1, 5}, {3, 4}}) || j.get(2) != 7 {
-		t.Errorf("without: %v", w)
+}
+
+// A clock that one stream after another joins keeps O(log n) runs and
+// every component, and each clock made on the way stays as it was.
+func TestClockRuns(t *testing.T) {
+	never := func(id, seq uint64) bool { return false }
+	var c clock
+	var kept []clock
+	const n = 5000
+	for i := range uint64(n) {
+		next, grew := c.joinPruned(nil, tick{i + 1, i + 2}, 0, never)
+		if !grew {
+			t.Fatalf("stream %d added nothing", i+1)
+		}
+		c = next
+		if i%1000 == 0 {
+			kept = append(kept, c)
+		}
+	}
+	if len(c) > 2*14 { // 2 log2(5000)
+		t.Errorf("%d runs for %d components", len(c), n)
+	}
+	if got := flat(c); len(got) != n || got[0] != (tick{1, 2}) || got[n-1] != (tick{n, n + 1}) {
+		t.Errorf("%d components, first %v, last %v", len(got), got[0], got[len(got)-1])
+	}
+	for k, old := range kept {
+		if got := len(flat(old)); got != 1000*k+1 {
+			t.Errorf("the clock kept after %d joins has %d components", 1000*k+1, got)
+		}
 	}
 }
 
@@ -146,7 +202,13 @@ func TestPoolModel(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(seed, 1))
-			poolModel(t, 300, rnd.IntN)
+			// Half the seeds use more streams than a block lists
+			// frees of before it indexes them (depIndexFrom).
+			streams := 3
+			if seed%2 == 1 {
+				streams = 2 * depIndexFrom
+			}
+			poolModel(t, streams, 300, rnd.IntN)
 		})
 	}
 }
@@ -165,22 +227,22 @@ func FuzzPoolModel(f *testing.F) {
 			i++
 			return v % n
 		}
-		poolModel(t, min(len(data), 200), next)
+		poolModel(t, 1+next(2*depIndexFrom), min(len(data), 200), next)
 	})
 }
 
-// poolModel runs steps pool operations chosen by next(n) (in [0, n)) and
+// poolModel runs, on the given number of streams, steps pool operations chosen by next(n) (in [0, n)) and
 // checks after each: used is the sum of the live blocks (rounded to 256),
 // reserved covers them in whole 2 MiB chunks, blocks tile their chunks and
 // free neighbours are coalesced unless one's free is pending on a stream
 // the other's is not, the free list holds exactly the free
 // blocks, live blocks are disjoint, and the device charge equals what is
 // reserved. At the end everything is freed and trimmed back to zero.
-func poolModel(t *testing.T, steps int, next func(int) int) {
+func poolModel(t *testing.T, streams, steps int, next func(int) int) {
 	t.Helper()
 	d := New(Config{Capacity: 64 << 20}).devices[0]
 	var ss []*stream
-	for range 3 {
+	for range streams {
 		gs, err := d.NewStream()
 		if err != nil {
 			t.Fatal(err)
@@ -248,8 +310,18 @@ func poolModel(t *testing.T, steps int, next func(int) int) {
 			end := h.seg.base
 			var last *block
 			for b := h.first; b != nil; b = b.next {
-				if b.addr != end || b.heap != h || (b.next != nil && b.free && b.next.free && !b.settled() && !b.next.settled() && sameStreams(b.deps, b.next.deps)) {
+				if b.addr != end || b.heap != h || (b.next != nil && b.free && b.next.free && !b.settled() && !b.next.settled() && sameStreams(b, b.next)) {
 					t.Fatalf("step %d: heap blocks not contiguous or not coalesced", step)
+				}
+				seen := map[*stream]bool{}
+				for i, f := range b.deps {
+					if seen[f.s] || b.depOn(f.s) != i || (b.allDue && !f.due()) {
+						t.Fatalf("step %d: a block's frees: two on one stream, the index wrong, or one pending though all are due", step)
+					}
+					seen[f.s] = true
+				}
+				if b.depAt != nil && len(b.depAt) != len(b.deps) || !b.free && (b.deps != nil || b.depAt != nil) {
+					t.Fatalf("step %d: a block's frees and their index disagree, or an allocated block keeps frees", step)
 				}
 				if _, ok := p.apart[b]; b.next != nil && b.free && b.next.free && !ok {
 					t.Fatalf("step %d: free neighbours kept apart, the first not noted for settleLocked", step)

@@ -484,7 +484,7 @@ func (x *ipcEvent) Synchronize() error {
 // observed orders the importer's host after e's record.
 func (x *ipcEvent) observed(e *event) {
 	if r := e.current(); r != nil && r.seq != 0 {
-		x.dev.b.hostJoin(r.vc())
+		x.dev.b.hostJoin(r)
 	}
 }
 

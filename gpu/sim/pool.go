@@ -146,7 +146,16 @@ type block struct {
 	heap       *heap
 	addr, size uint64
 	free       bool
-	deps       []*op // free operations to be ordered after (free blocks)
+	deps       []*op // free operations to be ordered after (free blocks), one per stream
+	// depAt indexes deps by stream once there are more than
+	// depIndexFrom, so that merging the frees of two neighbours costs
+	// O(the smaller's), not O(both), and sameStreams O(their number):
+	// a block that coalesces the frees of n streams one by one costs
+	// O(n), not O(n^2).
+	depAt map[*stream]int
+	// allDue: every free in deps is known to be due. Due is for good
+	// once true, so settled answers from it without visiting deps again.
+	allDue bool
 	// pending marks a free block whose frees the pool has not yet
 	// processed (flushLocked): only its own stream reuses it, first.
 	pending    bool
@@ -283,10 +292,10 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 		return 0, err
 	}
 	for _, f := range waits {
-		s.joinLocked(f.vc())
+		s.joinOpLocked(f)
 	}
 	for _, f := range acquires {
-		s.joinLocked(f.vc())
+		s.joinOpLocked(f)
 	}
 	s.enqueueLocked(&op{kind: opAlloc, name: call, waits: waits, acquires: acquires})
 	d.allocs[b.addr] = &allocation{ptr: b.addr, size: uint64(size), kind: allocPool, blk: b}
@@ -295,11 +304,11 @@ func (d *Device) mallocAsync(which Op, size int, p *memPool, gs gpu.Stream) (gpu
 
 // usable reports whether free block b may go to stream s, and which frees
 // the allocation must wait for or acquire.
-func (p *memPool) usable(b *block, s *stream, host vclock) (ok bool, waits, acquires []*op) {
-	deps := s.deps // host order already joined by nextDepsLocked
+func (p *memPool) usable(b *block, s *stream) (ok bool, waits, acquires []*op) {
+	deps, host := s.deps, p.dev.b // s's host generation brought up to date by allocLocked
 	for _, f := range b.deps {
 		switch {
-		case f.s == s, host.get(f.s.id) >= f.seq:
+		case f.s == s, host.hostKnows(f.s, f.seq, s.hostGen):
 		case p.followEvents && deps.get(f.s.id) >= f.seq:
 		case p.opportunistic && f.due():
 			acquires = append(acquires, f)
@@ -322,8 +331,7 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	need := roundUp(max(size, 1), poolAlign)
 	p.settleLocked()
 	s.nextDepsLocked()
-	host := p.dev.b.host.Load().vc
-	rq := &mapFor{s: s, host: host}
+	rq := &mapFor{s: s}
 	var best *block
 	for x := p.free; x != nil; x = x.fnext {
 		if x.pending && x.size >= need && onlyOn(x.deps, s) &&
@@ -340,11 +348,11 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	// fits without.
 	var c candidates
 	if need <= poolGranule {
-		c = p.scanLocked(s, host, need, false)
+		c = p.scanLocked(s, need, false)
 	}
 	if c.best == nil {
 		p.flushLocked()
-		c = p.scanLocked(s, host, need, true)
+		c = p.scanLocked(s, need, true)
 	}
 	best = c.best
 	bestAcq, bestWait, bestWaits, bestWaitAcq := c.acq, c.wait, c.waits, c.waitAcq
@@ -380,14 +388,14 @@ type candidates struct {
 // scanLocked finds the best fitting free blocks of at least need bytes
 // that s may use; the free end of the range, withTail, only if no other
 // block fits.
-func (p *memPool) scanLocked(s *stream, host vclock, need uint64, withTail bool) candidates {
+func (p *memPool) scanLocked(s *stream, need uint64, withTail bool) candidates {
 	var c candidates
 	tail := p.tail()
 	for x := p.free; x != nil; x = x.fnext {
 		if x.size < need || x == tail {
 			continue
 		}
-		ok, w, a := p.usable(x, s, host)
+		ok, w, a := p.usable(x, s)
 		switch {
 		case !ok:
 		case len(w) == 0:
@@ -401,7 +409,7 @@ func (p *memPool) scanLocked(s *stream, host vclock, need uint64, withTail bool)
 		}
 	}
 	if c.best == nil && withTail && tail != nil && tail.size >= need {
-		if ok, w, a := p.usable(tail, s, host); ok && len(w) == 0 {
+		if ok, w, a := p.usable(tail, s); ok && len(w) == 0 {
 			c.best, c.acq = tail, a
 		}
 	}
@@ -459,7 +467,7 @@ func (p *memPool) growLocked(call string, rq *mapFor, need uint64) (*block, []*o
 		start, tail := h.end, (*block)(nil)
 		var acq []*op
 		if l := h.last; l != nil && l.free && !l.pending {
-			if ok, w, a := p.usable(l, rq.s, rq.host); ok && len(w) == 0 {
+			if ok, w, a := p.usable(l, rq.s); ok && len(w) == 0 {
 				start, tail, acq = l.addr-h.seg.base, l, a
 			}
 		}
@@ -528,7 +536,7 @@ func (p *memPool) extendLocked(call string, rq *mapFor, h *heap, start, need uin
 func (p *memPool) carveLocked(b *block, need uint64) {
 	if b.size > need {
 		rest := &block{pool: p, heap: b.heap, addr: b.addr + need, size: b.size - need, free: true,
-			deps: append([]*op(nil), b.deps...), pending: b.pending, freed: b.freed, prev: b, next: b.next}
+			deps: b.deps, depAt: b.depAt, allDue: b.allDue, pending: b.pending, freed: b.freed, prev: b, next: b.next}
 		if b.next != nil {
 			b.next.prev = rest
 		} else {
@@ -540,7 +548,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		p.noteApart(rest)
 	}
 	p.unlistFree(b)
-	b.free, b.deps, b.pending = false, nil, false
+	b.free, b.deps, b.depAt, b.allDue, b.pending = false, nil, nil, false, false
 	p.used += b.size
 	p.usedHigh = max(p.usedHigh, p.used)
 }
@@ -550,7 +558,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 func (p *memPool) freeBlockLocked(b *block, f *op) {
 	p.used -= b.size
 	b.free = true
-	b.deps = nil
+	b.deps, b.depAt, b.allDue = nil, nil, f == nil
 	p.frees++
 	b.freed = p.frees
 	b.pending = f != nil
@@ -591,14 +599,14 @@ func (p *memPool) noteApart(b *block) {
 // one: the card reuses a block its stream freed before the blocks around
 // it, and only that stream may.
 func coalescible(a, b *block) bool {
-	return !a.pending && !b.pending || a.pending && b.pending && sameStreams(a.deps, b.deps)
+	return !a.pending && !b.pending || a.pending && b.pending && sameStreams(a, b)
 }
 
 // absorb makes b's next neighbour n, free and not listed, part of b.
 func (b *block) absorb(n *block) {
 	delete(b.pool.apart, n)
 	b.size += n.size
-	b.deps = mergeDeps(b.deps, n.deps)
+	b.mergeDeps(n)
 	b.freed = max(b.freed, n.freed)
 	b.next = n.next
 	if n.next != nil {
@@ -610,30 +618,78 @@ func (b *block) absorb(n *block) {
 
 // settled reports whether every free b depends on has completed.
 func (b *block) settled() bool {
+	if b.allDue {
+		return true
+	}
 	for _, f := range b.deps {
 		if !f.due() {
+			return false
+		}
+	}
+	b.allDue = true
+	return true
+}
+
+// sameStreams reports whether the frees a and b list (at most one per
+// stream) are on the same streams.
+func sameStreams(a, b *block) bool {
+	if len(a.deps) != len(b.deps) {
+		return false
+	}
+	for _, f := range a.deps {
+		if b.depOn(f.s) < 0 {
 			return false
 		}
 	}
 	return true
 }
 
-// sameStreams reports whether the frees a and b list (at most one per
-// stream) are on the same streams.
-func sameStreams(a, b []*op) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, f := range a {
-		found := false
-		for _, g := range b {
-			found = found || f.s == g.s
+// depIndexFrom is how many frees a block lists before it indexes them.
+const depIndexFrom = 8
+
+// depOn returns the index in b.deps of the free on stream s, or -1.
+func (b *block) depOn(s *stream) int {
+	if b.depAt != nil {
+		if i, ok := b.depAt[s]; ok {
+			return i
 		}
-		if !found {
-			return false
+		return -1
+	}
+	for i, f := range b.deps {
+		if f.s == s {
+			return i
 		}
 	}
-	return true
+	return -1
+}
+
+// mergeDeps makes b's frees those of b and n, keeping per stream the
+// later; n's list is taken over or dropped. The longer list absorbs the
+// shorter.
+func (b *block) mergeDeps(n *block) {
+	if len(n.deps) > len(b.deps) {
+		b.deps, n.deps = n.deps, b.deps
+		b.depAt, n.depAt = n.depAt, b.depAt
+	}
+	b.allDue = b.allDue && n.allDue
+	for _, f := range n.deps {
+		if i := b.depOn(f.s); i >= 0 {
+			if f.seq > b.deps[i].seq {
+				b.deps[i] = f
+			}
+			continue
+		}
+		b.deps = append(b.deps, f)
+		if b.depAt != nil {
+			b.depAt[f.s] = len(b.deps) - 1
+		} else if len(b.deps) > depIndexFrom {
+			b.depAt = make(map[*stream]int, len(b.deps))
+			for i, g := range b.deps {
+				b.depAt[g.s] = i
+			}
+		}
+	}
+	n.deps, n.depAt = nil, nil
 }
 
 // settleLocked coalesces the free neighbours that were kept apart while a
@@ -669,34 +725,16 @@ func (p *memPool) settleLocked() {
 	}
 }
 
-// mergeDeps keeps, per stream, the later of the frees of a and b.
-func mergeDeps(a, b []*op) []*op {
-	out := append([]*op(nil), a...)
-next:
-	for _, f := range b {
-		for i, g := range out {
-			if g.s == f.s {
-				if f.seq > g.seq {
-					out[i] = f
-				}
-				continue next
-			}
-		}
-		out = append(out, f)
-	}
-	return out
-}
-
 // seenComplete reports whether every free b depends on is due and the
 // host has seen at least one of them complete (it synchronized with it).
 // A block freed by nothing (never used) counts as seen.
-func (b *block) seenComplete(host vclock) bool {
+func (b *block) seenComplete(host *Backend, gen uint64) bool {
 	seen := len(b.deps) == 0
 	for _, f := range b.deps {
 		if !f.due() {
 			return false
 		}
-		seen = seen || host.get(f.s.id) >= f.seq
+		seen = seen || host.hostKnows(f.s, f.seq, gen)
 	}
 	return seen
 }
@@ -708,12 +746,7 @@ func (b *block) seenComplete(host vclock) bool {
 // only if at least keep bytes stay reserved after it.
 func (p *memPool) releaseLocked(keep uint64, atSync bool) {
 	p.flushLocked()
-	var host *vclock
-	if atSync {
-		vc := p.dev.b.host.Load().vc
-		host = &vc
-	}
-	for _, c := range p.idleGranules(host) {
+	for _, c := range p.idleGranules(atSync) {
 		if atSync && p.reserved <= keep {
 			break
 		}

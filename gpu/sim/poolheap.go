@@ -97,13 +97,12 @@ func (h *heap) unmappedIn(lo, hi uint64) int {
 	return n
 }
 
-// mapFor is the allocation a mapping serves: its stream, the host's
-// clock, and the frees the allocation must acquire because the memory
-// reclaimLocked moved for it was freed on other streams.
+// mapFor is the allocation a mapping serves: its stream, and the frees
+// the allocation must acquire because the memory reclaimLocked moved for
+// it was freed on other streams.
 type mapFor struct {
-	s    *stream
-	host vclock
-	acq  []*op
+	s   *stream
+	acq []*op
 }
 
 // mapLocked maps every unmapped page of the granules that [lo, hi)
@@ -141,14 +140,14 @@ func (p *memPool) mapLocked(call string, rq *mapFor, h *heap, lo, hi uint64) err
 // as for blocks); the frees it must be ordered after go to rq.acq.
 func (p *memPool) reclaimLocked(rq *mapFor, h *heap, lo, hi, want uint64) {
 	var got uint64
-	for _, c := range p.idleGranules(nil) {
+	for _, c := range p.idleGranules(false) {
 		if got >= want {
 			return
 		}
 		if c.h == h && c.g*poolGranule < hi && (c.g+1)*poolGranule > lo {
 			continue
 		}
-		ok, w, a := p.usable(c.b, rq.s, rq.host)
+		ok, w, a := p.usable(c.b, rq.s)
 		if !ok || len(w) > 0 {
 			continue
 		}
@@ -166,12 +165,13 @@ type granuleRef struct {
 
 // idleGranules lists the mapped granules that one free block covers (up
 // to the end of its heap's range) whose frees the pool processed and
-// which have completed, and, if host is not nil, of which the host has
-// seen one complete; the highest addresses first.
-func (p *memPool) idleGranules(host *vclock) []granuleRef {
+// which have completed, and, if seen, of which the host has seen one
+// complete; the highest addresses first.
+func (p *memPool) idleGranules(seen bool) []granuleRef {
 	var out []granuleRef
+	b, gen := p.dev.b, p.dev.b.hostGen.Load()
 	for x := p.free; x != nil; x = x.fnext {
-		if x.pending || !x.settled() || host != nil && !x.seenComplete(*host) {
+		if x.pending || !x.settled() || seen && !x.seenComplete(b, gen) {
 			continue
 		}
 		h := x.heap

@@ -245,7 +245,7 @@ func TestRaceScenario(t *testing.T) {
 // bookkeeping matches functions of the simulator that must never be the
 // place of a reported access: only data movement (chunks, copies, kernels)
 // and the test's own code may be.
-var bookkeeping = regexp.MustCompile(`gpu/sim\.\((\*stream|\*event|\*memPool|\*segment|\*segTable|\*addrSpace|\*Backend)\)|gpu/sim\.vclock|gpu/sim\.\(\*Device\)\.(lookup|inject|mallocAsync|syncAll|enqueueMem)`)
+var bookkeeping = regexp.MustCompile(`gpu/sim\.\((\*stream|\*event|\*memPool|\*segment|\*segTable|\*addrSpace|\*Backend)\)|gpu/sim\.vclock|gpu/sim\.clock|gpu/sim\.\(\*Device\)\.(lookup|inject|mallocAsync|syncAll|enqueueMem)`)
 
 // bookkeepingFrame returns the top frame of the first access in a race
 // report that lies in the simulator's bookkeeping, or "".

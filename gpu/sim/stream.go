@@ -74,7 +74,11 @@ type op struct {
 	kind opKind
 	s    *stream
 	seq  uint64
-	deps vclock // what happens before this op, other than its stream's earlier ops
+	// What happens before this op, other than its stream's earlier ops:
+	// deps, and what the host had observed complete at host generation
+	// gen (vclock.go).
+	deps clock
+	gen  uint64
 	name string // driver call, for errors
 
 	dst, src gpu.DevicePtr
@@ -99,9 +103,6 @@ type stickyError struct{ err error }
 
 var epoch = time.Now()
 
-// vc is the clock of the operation itself.
-func (o *op) vc() vclock { return o.deps.with(o.s.id, o.seq) }
-
 // stream implements gpu.Stream.
 type stream struct {
 	dev *Device
@@ -116,13 +117,21 @@ type stream struct {
 	tail      *op
 	seq       uint64 // == tail.seq
 	lastSlow  uint64 // seq of the last slow operation enqueued
-	deps      vclock
-	hostGen   uint64
+	deps      clock  // explicit clock of the next operation, pruned of what the host knows
+	hostGen   uint64 // host generation of the next operation
 	hist      []histEntry
 	// exactFrom is the first sequence number whose deps hist still
 	// holds: older entries are dropped beyond Config.History (vclock.go).
 	exactFrom uint64
 	cs        capState // its part in a capture (capture.go)
+
+	// What the host knows of this stream's operations: hostLog, guarded
+	// by Backend.hostMu, lists (generation, seq) as the host learned of
+	// later ones, at most twice Config.History entries; hostLast is its
+	// last entry, read without the lock.
+	hostLog  []hostTick
+	hostLast atomic.Pointer[hostTick]
+	hostSeen clock // the clock of the last operation the host observed here (Backend.hostMu)
 
 	tailSync byte // race-detector address chaining the stream's workers
 
@@ -186,19 +195,52 @@ func (s *stream) setSticky(err error) {
 	}
 }
 
-// joinLocked adds vc to what happens before the stream's next operation.
-// The stream's own component is left out: stream order already has it.
-func (s *stream) joinLocked(vc vclock) {
-	if own := vc.get(s.id); own != 0 {
-		vc = vc.without(s.id)
+// joinOpLocked orders the stream's next operation after o (an event's
+// record, a free whose memory it reuses): it adds o and o's explicit clock
+// to the stream's, leaving out the stream's own component (stream order
+// has it) and every tick the host knows at the stream's host generation
+// (the next operation's host generation covers them). o's own host
+// generation is older than the stream's, so covered too.
+func (s *stream) joinOpLocked(o *op) {
+	s.nextDepsLocked()
+	b, gen := s.dev.b, s.hostGen
+	known := func(id, seq uint64) bool {
+		st := b.stream(id)
+		return st != nil && b.hostKnows(st, seq, gen)
 	}
-	if nd, grew := s.deps.join(vc); grew {
+	if nd, grew := s.deps.joinPruned(o.deps, tick{o.s.id, o.seq}, s.id, known); grew {
 		s.deps = nd
-		s.hist = append(s.hist, histEntry{from: s.seq + 1, deps: nd})
-		if keep := s.dev.b.cfg.History; keep > 0 && len(s.hist) >= 2*keep {
-			s.forgetLocked(len(s.hist) - keep)
-		}
+		s.noteLocked()
 	}
+}
+
+// noteLocked records the stream's clock (deps, hostGen) in its history,
+// for the operations from the next one on.
+func (s *stream) noteLocked() {
+	if n := len(s.hist); n > 0 && s.hist[n-1].from == s.seq+1 {
+		s.hist[n-1].deps, s.hist[n-1].gen = s.deps, s.hostGen
+		return
+	}
+	s.hist = append(s.hist, histEntry{from: s.seq + 1, deps: s.deps, gen: s.hostGen})
+	if keep := s.dev.b.cfg.History; keep > 0 && len(s.hist) >= 2*keep {
+		s.forgetLocked(len(s.hist) - keep)
+	}
+}
+
+// hostLearnLocked records that the host knows operation seq of s
+// complete from generation gen on, and whether that is news. Backend.hostMu
+// is held.
+func (s *stream) hostLearnLocked(seq, gen uint64) bool {
+	if last := s.hostLast.Load(); last != nil && last.seq >= seq {
+		return false
+	}
+	if keep := s.dev.b.cfg.History; keep > 0 && len(s.hostLog) >= 2*keep {
+		s.hostLog = append(s.hostLog[:0:0], s.hostLog[len(s.hostLog)-keep:]...)
+	}
+	s.hostLog = append(s.hostLog, hostTick{gen: gen, seq: seq})
+	t := s.hostLog[len(s.hostLog)-1]
+	s.hostLast.Store(&t)
+	return true
 }
 
 // forgetLocked drops the oldest n entries of the history: HappensBefore
@@ -209,18 +251,19 @@ func (s *stream) forgetLocked(n int) {
 	s.hist = append(s.hist[:0:0], s.hist[n:]...)
 }
 
-// nextDepsLocked is the clock of the next operation, host order included.
-func (s *stream) nextDepsLocked() vclock {
-	if h := s.dev.b.host.Load(); h.gen != s.hostGen {
-		s.joinLocked(h.vc)
-		s.hostGen = h.gen
+// nextDepsLocked brings the clock of the next operation up to date: the
+// host's current generation.
+func (s *stream) nextDepsLocked() {
+	if g := s.dev.b.hostGen.Load(); g != s.hostGen {
+		s.hostGen = g
+		s.noteLocked()
 	}
-	return s.deps
 }
 
 // enqueueLocked appends o and makes sure a worker runs it. s.mu is held.
 func (s *stream) enqueueLocked(o *op) {
-	o.deps = s.nextDepsLocked()
+	s.nextDepsLocked()
+	o.deps, o.gen = s.deps, s.hostGen
 	s.seq++
 	o.s, o.seq = s, s.seq
 	if o.slow() {
@@ -415,7 +458,7 @@ func (s *stream) observed(o *op) {
 		return
 	}
 	raceAcquire(unsafe.Pointer(o))
-	s.dev.b.hostJoin(o.vc())
+	s.dev.b.hostJoin(o)
 }
 
 // Synchronize blocks until all work enqueued so far has completed.
@@ -490,7 +533,7 @@ func (s *stream) WaitEvent(ge gpu.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rec != nil && rec.s != s {
-		s.joinLocked(rec.vc())
+		s.joinOpLocked(rec)
 	} else {
 		rec = nil // same stream or never recorded: nothing to wait for
 	}

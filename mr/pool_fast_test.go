@@ -1,0 +1,173 @@
+package mr
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+// fastArmed reports whether st's fast slot holds a block, and whether it
+// is live.
+func fastArmed(st *poolStream) (armed, live bool) {
+	v := st.fstate.Load()
+	return v != fastEmpty, v&fastTag == fastLive
+}
+
+// A repeated pair is served by the fast slot after the first, and counts,
+// used bytes and peaks come out as they do through the mutex.
+func TestPoolFastPair(t *testing.T) {
+	p, _, s := quickPool(t, PoolOptions{})
+	const n, pairs = 4000, 1000 // more than fastGenMax: the counter folds
+	first := mustAlloc(t, p, n, s)
+	mustFree(t, p, first, n, s)
+	st := p.streams.lookup(s.ID())
+	if armed, _ := fastArmed(st); !armed {
+		t.Fatal("the slot is empty after a pair")
+	}
+	for i := range pairs {
+		q := mustAlloc(t, p, n, s)
+		if q != first {
+			t.Fatalf("pair %d got %#x, want the same block %#x", i, q, first)
+		}
+		if i == pairs/2 {
+			if _, live := fastArmed(st); !live {
+				t.Fatal("the slot's block is not live while handed out")
+			}
+			if u := p.Usage(); u.Used != n || u.PeakUsed != n {
+				t.Fatalf("Usage while a fast block is live: %+v, want used and peak %d", u, n)
+			}
+		}
+		mustFree(t, p, q, n, s)
+	}
+	s1 := p.Stats()
+	if s1.Allocations != pairs+1 || s1.Frees != pairs+1 || s1.QuickHits != pairs {
+		t.Errorf("Stats after %d pairs: %+v", pairs+1, s1)
+	}
+	if u := p.Usage(); u.Used != 0 || u.PeakUsed != n {
+		t.Errorf("Usage after the pairs: %+v", u)
+	}
+	mustCheck(t, p)
+}
+
+// Bad frees of the slot's block get the errors they get without the slot,
+// and change nothing.
+func TestPoolFastBadFrees(t *testing.T) {
+	p, _, s := quickPool(t, PoolOptions{})
+	other := newPFStream(p.dev.(*pfDevice))
+	const n = 8192
+	q := mustAlloc(t, p, n, s)
+	mustFree(t, p, q, n, s)
+	q = mustAlloc(t, p, n, s) // from the slot
+	for _, tc := range []struct {
+		name string
+		free func() error
+		want error
+	}{
+		{"wrong size", func() error { return p.Deallocate(q, n-1, s) }, ErrSizeMismatch},
+		{"inside the block", func() error { return p.Deallocate(q+Alignment, n, s) }, ErrUnknownPointer},
+		{"free", func() error { return p.Deallocate(q, n, s) }, nil},
+		{"double free", func() error { return p.Deallocate(q, n, s) }, ErrDoubleFree},
+		{"double free on another stream", func() error { return p.Deallocate(q, n, other) }, ErrDoubleFree},
+	} {
+		err := tc.free()
+		if (tc.want == nil) != (err == nil) || !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		mustCheck(t, p)
+	}
+	if s := p.Stats(); s.Allocations != 2 || s.Frees != 2 {
+		t.Errorf("Stats after the bad frees: %+v", s)
+	}
+}
+
+// A block handed out by the fast slot and freed on another stream becomes
+// pending, as any block freed there.
+func TestPoolFastForeignFree(t *testing.T) {
+	p, _, s := quickPool(t, PoolOptions{})
+	other := newPFStream(p.dev.(*pfDevice))
+	const n = 1 << 20 // fastMaxReq
+	q := mustAlloc(t, p, n, s)
+	mustFree(t, p, q, n, s)
+	q = mustAlloc(t, p, n, s)
+	if _, live := fastArmed(p.streams.lookup(s.ID())); !live {
+		t.Fatal("not served by the fast slot")
+	}
+	mustFree(t, p, q, n, other)
+	if st := p.Stats(); st.CrossStreamFrees != 1 || st.Frees != 2 {
+		t.Errorf("Stats after a cross-stream free: %+v", st)
+	}
+	mustCheck(t, p)
+}
+
+// No slot where a free must decide to give memory back, nor for requests
+// above fastMaxReq.
+func TestPoolFastNotArmed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts PoolOptions
+		size int
+	}{
+		{"release threshold", PoolOptions{ReleaseThreshold: 1}, 4096},
+		{"above the quantum", PoolOptions{}, fastMaxReq + Alignment},
+	} {
+		p, _, s := quickPool(t, tc.opts)
+		q := mustAlloc(t, p, tc.size, s)
+		mustFree(t, p, q, tc.size, s)
+		if armed, _ := fastArmed(p.streams.lookup(s.ID())); armed {
+			t.Errorf("%s: the slot is armed", tc.name)
+		}
+		mustCheck(t, p)
+	}
+}
+
+// Goroutines that share one stream race for its slot while others read
+// the pool's counters and release it: every pair is counted once and the
+// invariants hold after (go test -race checks the accesses).
+func TestPoolFastRace(t *testing.T) {
+	p, _, s := quickPool(t, PoolOptions{})
+	const goroutines, pairs, n = 4, 2000, 4096
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range pairs {
+				q, err := p.Allocate(n, s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := p.Deallocate(q, n, s); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if u := p.Usage(); u.Used > goroutines*n {
+				t.Errorf("Used %d with at most %d goroutines holding %d bytes", u.Used, goroutines, n)
+			}
+			p.Stats()
+			if err := p.Release(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	if st := p.Stats(); st.Allocations != goroutines*pairs || st.Frees != goroutines*pairs {
+		t.Errorf("Stats after %d pairs: %+v", goroutines*pairs, st)
+	}
+	if u := p.Usage(); u.Used != 0 || u.PeakUsed > goroutines*n {
+		t.Errorf("Usage after the pairs: %+v", u)
+	}
+	mustCheck(t, p)
+}
