@@ -100,6 +100,9 @@ func (p *Pool) Layout() PoolLayout {
 		for _, c := range st.homed {
 			cl := ChunkLayout{Base: c.base, Size: c.size, Stream: st.id, Small: c.small}
 			for b := c.first; b != nil; b = b.next {
+				if b.state == blockUnmapped {
+					continue // a growable chunk's address space with no memory
+				}
 				bl := BlockLayout{Ptr: b.ptr, Size: b.size}
 				switch b.state {
 				case blockLive:

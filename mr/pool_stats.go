@@ -35,6 +35,13 @@ type PoolStats struct {
 	// BigSplits is how many big requests split a larger free block
 	// instead of growing the pool (PoolOptions.SplitBig).
 	BigSplits uint64
+	// Over an upstream that grows in place (Grower, pool_vgrow.go):
+	// InPlaceGrowths counts growths of a chunk at its end (not counted
+	// in Growths), TailShrinks the free tails given back from the end of
+	// a chunk, and AddressSpace is the address space the growable chunks
+	// keep reserved now, of which Usage's Reserved is mapped.
+	InPlaceGrowths, TailShrinks uint64
+	AddressSpace                uint64
 }
 
 // poolStreamStats are the counters of one stream, guarded by its mutex.
@@ -48,6 +55,7 @@ type poolStreamStats struct {
 // poolWideStats are the counters of the slow paths, guarded by Pool.mu.
 type poolWideStats struct {
 	steals, growths, releases, bigSplits uint64
+	inPlace, shrinks                     uint64
 }
 
 // Stats returns the pool's counters. It takes the pool's lock and each
@@ -61,6 +69,9 @@ func (p *Pool) Stats() PoolStats {
 		Growths:          p.wide.growths,
 		Releases:         p.wide.releases,
 		BigSplits:        p.wide.bigSplits,
+		InPlaceGrowths:   p.wide.inPlace,
+		TailShrinks:      p.wide.shrinks,
+		AddressSpace:     p.addressSpace(),
 		Chunks:           p.chunks.len(),
 		Allocations:      f.allocs,
 		QuickHits:        f.quickHits,
