@@ -200,9 +200,9 @@ type Pool struct {
 	vgrow     map[*poolStream]*poolChunk
 	vlist     []*poolChunk
 	growLimit int
-	// spare is an unmapped block a commit is about to use: releaseIdle
-	// keeps its chunk and decommitFree its free neighbours.
-	spare *poolBlock
+	// spare is where a commit is about to place a request: releaseIdle
+	// keeps its chunk, and decommitFree the free blocks it overlaps.
+	spare poolPlace
 }
 
 // poolTune holds the pool's sizing constants; tests vary them to measure

@@ -331,7 +331,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		o.mu.Lock()
 		o.quickFlush()
 		for _, c := range o.homed {
-			if !c.inUse() && (force || o == requester || !o.isWorking(c)) && (p.spare == nil || p.spare.c != c) {
+			if !c.inUse() && (force || o == requester || !o.isWorking(c)) && (p.spare.u == nil || p.spare.u.c != c) {
 				cands = append(cands, cand{c, o})
 			}
 		}

@@ -115,14 +115,15 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 		}
 		st.mu.Lock()
 		st.quickFlush()
-		u, off, n, ok := c.placeCommit(rounded, gran, blocked)
+		pl, ok := c.placeCommit(rounded, gran, blocked)
 		st.mu.Unlock()
 		if !ok {
 			break // the range is full: start another
 		}
-		// Make room elsewhere: u and the free blocks beside it, which the
-		// request will use, stay as they are.
-		if err := p.makeRoom(st, n, u); err != nil {
+		u, off, n := pl.u, pl.off, pl.n
+		// Make room elsewhere: the blocks the request will use stay as
+		// they are.
+		if err := p.makeRoom(st, n, pl); err != nil {
 			return 0, err
 		}
 		if err := p.grower.Commit(c.base, off, n, st.s); err != nil {
@@ -152,7 +153,7 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 		// in the chunk; commit again.
 	}
 	g := poolRoundUp(rounded, gran)
-	if err := p.makeRoom(st, g, nil); err != nil {
+	if err := p.makeRoom(st, g, poolPlace{}); err != nil {
 		return 0, err
 	}
 	ptr, err := p.newGrowable(st, g, size, rounded)
@@ -170,9 +171,9 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 // raises neither the high-water mark of reserved memory nor crosses
 // ReleaseThreshold or MaxSize while the pool holds idle memory; it fails
 // with errPoolLimit if MaxSize leaves no room for n bytes. Caller holds
-// p.mu. It leaves alone unmapped block keep and its free neighbours (nil:
-// none).
-func (p *Pool) makeRoom(st *poolStream, n int, keep *poolBlock) error {
+// p.mu. It leaves alone the chunk of place and the free blocks the
+// placed request overlaps (place.u nil: none).
+func (p *Pool) makeRoom(st *poolStream, n int, place poolPlace) error {
 	target := max(int(p.usage.peakReserved.Load())-n, p.opts.InitialSize)
 	if p.opts.ReleaseThreshold > 0 {
 		target = min(target, p.opts.ReleaseThreshold-n)
@@ -181,9 +182,9 @@ func (p *Pool) makeRoom(st *poolStream, n int, keep *poolBlock) error {
 		target = min(target, p.opts.MaxSize-n)
 	}
 	if int(p.usage.reserved.Load()) > target {
-		p.spare = keep
+		p.spare = place
 		_, err := p.releaseIdle(st, max(target, 0), false)
-		p.spare = nil
+		p.spare = poolPlace{}
 		if err != nil {
 			return err
 		}
@@ -194,14 +195,42 @@ func (p *Pool) makeRoom(st *poolStream, n int, keep *poolBlock) error {
 	return nil
 }
 
+// poolPlace is where a commit places a request: the granules [off, off+n)
+// (offsets from the chunk's base) of unmapped block u are committed, and
+// the request will lie at [lo, hi), on them and on the free blocks beside
+// u.
+type poolPlace struct {
+	u      *poolBlock
+	off, n int
+	lo, hi gpu.DevicePtr
+}
+
+// overlaps reports whether block b is one the placed request will use.
+func (pl poolPlace) overlaps(b *poolBlock) bool {
+	return pl.u != nil && b.c == pl.u.c && b.ptr < pl.hi && b.end() > pl.lo
+}
+
+// outside returns the granules [a, z) of block b that the placed request
+// does not use: all of b's whole granules if the request does not overlap
+// b, else those above the request, or if there are none those below it.
+func (pl poolPlace) outside(b *poolBlock, gran int) (a, z gpu.DevicePtr) {
+	a, z = poolRoundUpPtr(b.ptr, gran), b.end()&^gpu.DevicePtr(gran-1)
+	if !pl.overlaps(b) {
+		return a, z
+	}
+	if above := max(a, poolRoundUpPtr(pl.hi, gran)); z > above {
+		return above, z
+	}
+	return a, min(z, pl.lo&^gpu.DevicePtr(gran-1))
+}
+
 // placeCommit finds where in growable chunk c a request of rounded bytes
-// costs the fewest granules to commit: an unmapped block u, with the free
-// blocks on either side of it, and the range [off, off+n) of u to commit
-// (an offset from c.base); the request then lies at the start of the free
-// bytes before u, or ends at the end of the free bytes after it. Ties go
+// costs the fewest granules to commit: an unmapped block, with the free
+// blocks on either side of it; the request lies at the start of the free
+// bytes before it, or ends at the end of the free bytes after it. Ties go
 // to the lowest address. ok is false if no unmapped block but skip can
 // hold it. Caller holds the home's mutex.
-func (c *poolChunk) placeCommit(rounded, gran int, skip *poolBlock) (u *poolBlock, off, n int, ok bool) {
+func (c *poolChunk) placeCommit(rounded, gran int, skip *poolBlock) (pl poolPlace, ok bool) {
 	for b := c.first; b != nil; b = b.next {
 		if b.state != blockUnmapped || b == skip {
 			continue
@@ -226,12 +255,12 @@ func (c *poolChunk) placeCommit(rounded, gran int, skip *poolBlock) (u *poolBloc
 			if z <= a {
 				continue
 			}
-			if k := int(z - a); !ok || k < n {
-				u, off, n, ok = b, int(a-c.base), k, true
+			if k := int(z - a); !ok || k < pl.n {
+				pl, ok = poolPlace{u: b, off: int(a - c.base), n: k, lo: r[0], hi: r[1]}, true
 			}
 		}
 	}
-	return u, off, n, ok
+	return pl, ok
 }
 
 func poolRoundUpPtr(p gpu.DevicePtr, m int) gpu.DevicePtr {
@@ -359,8 +388,8 @@ func (p *Pool) decommitFree(keep int) (int, error) {
 		reserved := int(p.usage.reserved.Load())
 		for b := c.last(); b != nil && (keep <= 0 || reserved > keep); {
 			prev := b.prev
-			a, z := poolRoundUpPtr(b.ptr, gran), b.end()&^gpu.DevicePtr(gran-1)
-			if b.state == blockFree && z > a && !(p.spare != nil && (b == p.spare.prev || b == p.spare.next)) {
+			a, z := p.spare.outside(b, gran)
+			if b.state == blockFree && z > a {
 				o.large.remove(b)
 				mid := o.cutBlock(b, a, int(z-a))
 				mid.state = blockUnmapped
