@@ -120,12 +120,19 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 		if !ok {
 			break // the range is full: start another
 		}
-		u, off, n := pl.u, pl.off, pl.n
-		// Make room elsewhere: the blocks the request will use stay as
-		// they are.
-		if err := p.makeRoom(st, n, pl); err != nil {
+		// Make room elsewhere: the blocks the request will use keep
+		// their memory. Decommits beside them may have merged their
+		// unmapped neighbours: place the request again.
+		if err := p.makeRoom(st, pl.n, pl); err != nil {
 			return 0, err
 		}
+		st.mu.Lock()
+		pl, ok = c.placeCommit(rounded, gran, blocked)
+		st.mu.Unlock()
+		if !ok {
+			break
+		}
+		u, off, n := pl.u, pl.off, pl.n
 		if err := p.grower.Commit(c.base, off, n, st.s); err != nil {
 			if errors.Is(err, ErrGrowBlocked) {
 				// Its memory went to another range's commit and is

@@ -33,8 +33,11 @@
 //   - committed counts the committed granules, held the mapped ones;
 //   - freed: Deallocate decommitted every granule; the range is freed
 //     when held reaches 0;
-//   - stats.Mapped counts each handle once, whatever maps it;
-//     stats.Pending the waiting granules not handed on; stats.Live the
+//   - stats.Mapped counts each handle once, whatever maps it, until the
+//     last of its mappings is unmapped and it is released (a granule that
+//     received it, unmapped while the granule that handed it on still
+//     waits, leaves the release to that one); stats.Pending counts the
+//     waiting granules not handed on; stats.Live the
 //     committed bytes of growable allocations and the live bytes of the
 //     others.
 
@@ -447,12 +450,18 @@ func (v *Virtual) reapGrowablesLocked(wait bool) error {
 			continue
 		}
 		if !g.handed {
-			if err := v.vm.ReleasePhysical(g.h); err != nil {
-				errs = append(errs, fmt.Errorf("%s: release the memory of a granule of %#x: %w", virtualName, uint64(w.gr.p), err))
+			if d := v.donorLocked(g.h); d != nil {
+				// The memory came from a granule whose unmap waits
+				// still: that one gives it back when it is unmapped.
+				d.handed = false
+			} else {
+				if err := v.vm.ReleasePhysical(g.h); err != nil {
+					errs = append(errs, fmt.Errorf("%s: release the memory of a granule of %#x: %w", virtualName, uint64(w.gr.p), err))
+				}
+				v.stats.Mapped -= v.g
+				v.stats.Pending -= v.g
+				v.usage.subReserved(int(v.g))
 			}
-			v.stats.Mapped -= v.g
-			v.stats.Pending -= v.g
-			v.usage.subReserved(int(v.g))
 		}
 		v.putWaitEvent(g.ev)
 		*g = vgran{}
@@ -470,6 +479,17 @@ func (v *Virtual) reapGrowablesLocked(wait bool) error {
 	clear(v.waiting[len(kept):])
 	v.waiting = kept
 	return errors.Join(errs...)
+}
+
+// donorLocked returns the waiting granule that handed its memory, handle
+// h, on and still maps it, or nil.
+func (v *Virtual) donorLocked(h gpu.Physical) *vgran {
+	for _, w := range v.waiting {
+		if g := &w.gr.gran[w.i]; g.handed && g.h == h {
+			return g
+		}
+	}
+	return nil
 }
 
 // liveGrowablesLocked counts the growable allocations not freed, and
