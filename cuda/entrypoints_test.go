@@ -109,7 +109,7 @@ func entryPoints() []entryPoint {
 		{"Context.StreamContext", func() error { return first(ctx.StreamContext(s)) }},
 		{"Context.Device", func() error { return first(ctx.Device()) }},
 	}
-	return append(append(eps, captureEntryPoints()...), vmmEntryPoints()...)
+	return append(append(append(eps, captureEntryPoints()...), vmmEntryPoints()...), managedEntryPoints()...)
 }
 
 // checkAll reports every entry point whose error does not match want.

@@ -386,6 +386,31 @@ func rawMemGetAllocationGranularity(c Context, d Device, opt GranularityOption) 
 	return Result(r.r), uint64(r.v)
 }
 
+// The managed-memory wing: prefetch, advice, pools by type and location,
+// allocations from pools located on the host.
+
+func rawMemPrefetchAsync(c Context, p DevicePtr, n uint64, loc Location, s Stream) Result {
+	return Result(C.sa_mem_prefetch_async(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(n), C.int(loc.Type), C.int(loc.ID), C.uintptr_t(s)))
+}
+
+func rawMemAdvise(c Context, p DevicePtr, n uint64, a Advice, loc Location) Result {
+	return Result(C.sa_mem_advise(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(n), C.int(a), C.int(loc.Type), C.int(loc.ID)))
+}
+
+func rawMemPoolCreateAt(c Context, t AllocationType, loc Location) (Result, uint64) {
+	r := C.sa_mem_pool_create_at(C.uintptr_t(c), C.int(t), C.int(loc.Type), C.int(loc.ID))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemAllocHostFromPoolAsync(c Context, size uint64, pool MemPool, s Stream) (Result, unsafe.Pointer) {
+	r := C.sa_mem_alloc_host_from_pool_async(C.uintptr_t(c), C.uint64_t(size), C.uintptr_t(pool), C.uintptr_t(s))
+	return Result(r.r), r.p
+}
+
+func rawMemFreeHostAsync(c Context, p unsafe.Pointer, s Stream) Result {
+	return Result(C.sa_mem_free_host_async(C.uintptr_t(c), p, C.uintptr_t(s)))
+}
+
 // cstring returns the text of a NUL-terminated byte buffer.
 func cstring(b []byte) string {
 	for i, c := range b {

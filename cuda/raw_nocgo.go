@@ -130,3 +130,15 @@ func rawMemSetAccess(Context, DevicePtr, uint64, Device) Result { return ErrNotI
 func rawMemGetAllocationGranularity(Context, Device, GranularityOption) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
+
+func rawMemPrefetchAsync(Context, DevicePtr, uint64, Location, Stream) Result {
+	return ErrNotInitialized
+}
+func rawMemAdvise(Context, DevicePtr, uint64, Advice, Location) Result { return ErrNotInitialized }
+func rawMemPoolCreateAt(Context, AllocationType, Location) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawMemAllocHostFromPoolAsync(Context, uint64, MemPool, Stream) (Result, unsafe.Pointer) {
+	return ErrNotInitialized, nil
+}
+func rawMemFreeHostAsync(Context, unsafe.Pointer, Stream) Result { return ErrNotInitialized }

@@ -161,6 +161,23 @@ static CUresult (*p_cuMemUnmap)(CUdeviceptr, size_t);
 static CUresult (*p_cuMemSetAccess)(CUdeviceptr, size_t, const sa_access_desc *, size_t);
 static CUresult (*p_cuMemGetAllocationGranularity)(size_t *, const sa_alloc_prop *, int);
 
+// The managed-memory wing. CUmemLocation is {CUmemLocationType type; int
+// id}, 8 bytes, passed by value. cuMemPrefetchAsync_v2 and cuMemAdvise_v2
+// (CUDA 12.2 on; the only forms CUDA 13's cuda.h names) take a location;
+// the older exports take a device ordinal and are not used.
+typedef struct {
+	int type;
+	int id;
+} sa_mem_location;
+enum {
+	SA_MEM_ALLOCATION_TYPE_MANAGED = 2,
+	SA_MEM_LOCATION_TYPE_NONE = 0,
+	SA_MEM_LOCATION_TYPE_HOST = 2,
+	SA_MEM_LOCATION_TYPE_HOST_NUMA = 3,
+};
+static CUresult (*p_cuMemPrefetchAsync)(CUdeviceptr, size_t, sa_mem_location, unsigned, CUstream);
+static CUresult (*p_cuMemAdvise)(CUdeviceptr, size_t, int, sa_mem_location);
+
 // One entry point: its name as the Go side knows it (the unversioned API
 // name), the exported symbols to try in order, where to store it, and
 // whether loading fails without it.
@@ -251,6 +268,9 @@ static const sa_entry entries[] = {
 	E(cuMemUnmap, "cuMemUnmap", NULL, 0),
 	E(cuMemSetAccess, "cuMemSetAccess", NULL, 0),
 	E(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL, 0),
+	// The managed-memory wing.
+	E(cuMemPrefetchAsync, "cuMemPrefetchAsync_v2", NULL, 0),
+	E(cuMemAdvise, "cuMemAdvise_v2", NULL, 0),
 };
 #undef E
 
@@ -1001,4 +1021,55 @@ sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option) {
 	sa_ret out = {p_cuMemGetAllocationGranularity(&g, &prop, option), 0};
 	out.v = g;
 	return out;
+}
+
+// --- The managed-memory wing ---------------------------------------------
+
+int sa_mem_prefetch_async(uintptr_t ctx, uint64_t p, uint64_t n, int loc_type, int loc_id, uintptr_t s) {
+	NEED(cuMemPrefetchAsync);
+	BIND(ctx);
+	sa_mem_location loc = {loc_type, loc_id};
+	return p_cuMemPrefetchAsync((CUdeviceptr)p, (size_t)n, loc, 0, (CUstream)s);
+}
+
+int sa_mem_advise(uintptr_t ctx, uint64_t p, uint64_t n, int advice, int loc_type, int loc_id) {
+	NEED(cuMemAdvise);
+	BIND(ctx);
+	sa_mem_location loc = {loc_type, loc_id};
+	return p_cuMemAdvise((CUdeviceptr)p, (size_t)n, advice, loc);
+}
+
+// sa_mem_pool_create_at is cuMemPoolCreate of a pool of allocation type
+// alloc_type (1 pinned, 2 managed) located at (loc_type, loc_id), with no
+// exportable handles.
+sa_ret sa_mem_pool_create_at(uintptr_t ctx, int alloc_type, int loc_type, int loc_id) {
+	NEEDR(sa_ret, cuMemPoolCreate);
+	BINDR(sa_ret, ctx);
+	sa_pool_props props;
+	memset(&props, 0, sizeof props);
+	props.allocType = alloc_type;
+	props.handleTypes = SA_MEM_HANDLE_TYPE_NONE;
+	props.locationType = loc_type;
+	props.locationId = loc_id;
+	CUmemoryPool p = NULL;
+	sa_ret out = {p_cuMemPoolCreate(&p, &props), 0};
+	out.v = (uint64_t)(uintptr_t)p;
+	return out;
+}
+
+// sa_mem_alloc_host_from_pool_async is cuMemAllocFromPoolAsync from a pool
+// located on the host: the address is host memory, returned as a C pointer.
+sa_ptr sa_mem_alloc_host_from_pool_async(uintptr_t ctx, uint64_t size, uintptr_t pool, uintptr_t s) {
+	NEEDR(sa_ptr, cuMemAllocFromPoolAsync);
+	BINDR(sa_ptr, ctx);
+	CUdeviceptr p = 0;
+	sa_ptr out = {p_cuMemAllocFromPoolAsync(&p, (size_t)size, (CUmemoryPool)pool, (CUstream)s), NULL};
+	out.p = (void *)(uintptr_t)p;
+	return out;
+}
+
+int sa_mem_free_host_async(uintptr_t ctx, void *p, uintptr_t s) {
+	NEED(cuMemFreeAsync);
+	BIND(ctx);
+	return p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, (CUstream)s);
 }

@@ -180,4 +180,14 @@ int sa_mem_unmap(uintptr_t ctx, uint64_t p, uint64_t size);
 int sa_mem_set_access(uintptr_t ctx, uint64_t p, uint64_t size, int dev);
 sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option);
 
+// The managed-memory wing: cuMemPrefetchAsync_v2 (flags 0) and
+// cuMemAdvise_v2 with the location as (type, id); pools of a given
+// allocation type and location; stream-ordered allocations from a pool
+// located on the host, whose addresses cross as C pointers, never as Go's.
+int sa_mem_prefetch_async(uintptr_t ctx, uint64_t p, uint64_t n, int loc_type, int loc_id, uintptr_t s);
+int sa_mem_advise(uintptr_t ctx, uint64_t p, uint64_t n, int advice, int loc_type, int loc_id);
+sa_ret sa_mem_pool_create_at(uintptr_t ctx, int alloc_type, int loc_type, int loc_id);
+sa_ptr sa_mem_alloc_host_from_pool_async(uintptr_t ctx, uint64_t size, uintptr_t pool, uintptr_t s);
+int sa_mem_free_host_async(uintptr_t ctx, void *p, uintptr_t s);
+
 #endif

@@ -114,6 +114,13 @@ type AsyncOptions struct {
 	// adopted with gpu.Device.AdoptMemPool. Close leaves it alone. It must
 	// be of the resource's device.
 	Pool gpu.MemPool
+	// ManagedPool makes the resource create a pool of managed memory of
+	// its own (gpu.ManagedMemory.NewManagedPool, CUDA 13 on), destroyed by
+	// Close: stream-ordered managed memory, which the host and every
+	// device may address, prefetched and advised through the device's
+	// gpu.ManagedMemory. A driver without managed pools fails NewAsync
+	// with its error.
+	ManagedPool bool
 	// CurrentPool allocates from the device's current pool
 	// (cuDeviceGetMemPool, read once by NewAsync), not owned: the pool
 	// another library may have made current instead of the default one.
@@ -205,18 +212,18 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 		return nil, fmt.Errorf("async: initial pool size %d: %w", opts.InitialPoolSize, ErrInvalidSize)
 	}
 	choices := 0
-	for _, c := range []bool{opts.OwnPool, opts.Pool != nil, opts.CurrentPool} {
+	for _, c := range []bool{opts.OwnPool, opts.Pool != nil, opts.CurrentPool, opts.ManagedPool} {
 		if c {
 			choices++
 		}
 	}
 	if choices > 1 {
-		return nil, fmt.Errorf("async: OwnPool, Pool and CurrentPool are exclusive: %w", gpu.ErrInvalidValue)
+		return nil, fmt.Errorf("async: OwnPool, Pool, CurrentPool and ManagedPool are exclusive: %w", gpu.ErrInvalidValue)
 	}
 	if opts.Pool != nil && opts.Pool.Device() != dev {
 		return nil, fmt.Errorf("async: pool of device %d: %w", opts.Pool.Device().Ordinal(), gpu.ErrWrongDevice)
 	}
-	r := &Async{dev: dev, own: opts.OwnPool, fromPool: choices == 1, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
+	r := &Async{dev: dev, own: opts.OwnPool || opts.ManagedPool, fromPool: choices == 1, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}
 	if r.pending == nil {
 		r.pending = new(PendingFrees)
 	}
@@ -228,6 +235,11 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 		r.pool = opts.Pool
 	case opts.CurrentPool:
 		r.pool, err = dev.CurrentMemPool()
+	case opts.ManagedPool:
+		var mm gpu.ManagedMemory
+		if mm, err = gpu.ManagedMemoryOf(dev); err == nil {
+			r.pool, err = mm.NewManagedPool()
+		}
 	default:
 		r.pool, err = dev.DefaultMemPool()
 	}

@@ -234,3 +234,44 @@ func (p *Pinned) FreeAfterContext(ctx context.Context, b []byte, s gpu.Stream) e
 	}
 	return p.Free(b)
 }
+
+// ReleaseContext is Release with its wait bounded by ctx. It waits,
+// without holding the pool's lock, for the frees of the blocks cached when
+// it is called; if ctx ends first it releases nothing and returns an error
+// matching ctx.Err(). Then it gives back every cached block whose free has
+// completed (a block freed after the call began may stay cached) and
+// returns the bytes released, with the errors of frees that failed (a
+// stream's sticky fault), whose blocks stay cached.
+func (p *HostPool) ReleaseContext(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("host pool: release: %w", err)
+	}
+	p.mu.Lock()
+	var marks []hostMark
+	for _, list := range p.free {
+		for _, b := range list {
+			marks = append(marks, b.done...)
+		}
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, m := range marks {
+		if err := WaitEvent(ctx, m.e); err != nil {
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("host pool: release: %w", err)
+			}
+			if errors.Is(err, gpu.ErrDestroyed) {
+				continue // the block was reused meanwhile and its mark given up
+			}
+			errs = append(errs, fmt.Errorf("wait for stream %d: %w", m.s.ID(), err))
+		}
+	}
+	n, err := p.release(false)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("host pool: release: %w", errors.Join(errs...))
+	}
+	return n, nil
+}

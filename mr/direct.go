@@ -70,6 +70,9 @@ type syncCore struct {
 	managed bool // cuMemAllocManaged instead of cuMemAlloc
 	live    ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage   usageMeter
+	// spans, for managed memory only, finds the allocation holding an
+	// address (Managed.Prefetch and Advise take interior ranges).
+	spans spanIndex[int]
 }
 
 func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
@@ -111,6 +114,9 @@ func (c *syncCore) allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 			c.name, size, uint64(p), gpu.ErrInvalidValue)
 	}
 	c.live.insert(p, size, s, nil)
+	if c.managed {
+		c.spans.add(p, size, size)
+	}
 	c.usage.addUsed(size)
 	c.usage.addReserved(size)
 	return p, nil
@@ -138,6 +144,9 @@ func (c *syncCore) deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if err := c.dev.Free(p); err != nil {
 		c.live.restore(p, size, alloc)
 		return fmt.Errorf("%s: deallocate %#x: %w", c.name, uint64(p), err)
+	}
+	if c.managed {
+		c.spans.remove(map[gpu.DevicePtr]bool{p: true})
 	}
 	c.usage.subUsed(size)
 	c.usage.subReserved(size)

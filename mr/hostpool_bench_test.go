@@ -6,7 +6,13 @@ package mr_test
 //	BenchmarkHostPair/alloc=A/size=S  one allocation and free of S bytes of
 //	                                  page-locked memory: A=pool is HostPool's
 //	                                  Allocate+Free on a stream, A=driver
-//	                                  cuMemAllocHost+cuMemFreeHost
+//	                                  cuMemAllocHost+cuMemFreeHost,
+//	                                  A=pool-ordered HostPool's AllocateOrdered+Free,
+//	                                  A=driverpool DriverHostPool's Allocate+Free
+//	                                  (the driver's host-located pool, memory kept),
+//	                                  A=driverpool-sync the same with the stream
+//	                                  synchronized before the free, as a host
+//	                                  that writes the memory must
 //	BenchmarkHtoD/src=K/size=S        one host-to-device copy of S bytes and
 //	                                  a stream synchronization, from a pooled
 //	                                  page-locked buffer (K=pinned) or from
@@ -14,6 +20,7 @@ package mr_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/internal/testdev"
@@ -39,6 +46,51 @@ func BenchmarkHostPair(b *testing.B) {
 			}
 			b.ReportMetric(float64(p.Stats().Misses), "mallochost")
 		})
+		b.Run(fmt.Sprintf("alloc=pool-ordered/size=%s", mr.FormatBytes(uint64(size))), func(b *testing.B) {
+			p := mr.NewHostPool(dev)
+			defer p.Release()
+			for b.Loop() {
+				buf, err := p.AllocateOrdered(size, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Free(buf, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(p.Stats().Misses), "mallochost")
+		})
+		for _, sync := range []bool{false, true} {
+			name := "driverpool"
+			if sync {
+				name = "driverpool-sync"
+			}
+			b.Run(fmt.Sprintf("alloc=%s/size=%s", name, mr.FormatBytes(uint64(size))), func(b *testing.B) {
+				p, err := mr.NewDriverHostPool(dev, mr.DriverHostPoolOptions{ReleaseThreshold: math.MaxUint64})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close()
+				for b.Loop() {
+					buf, err := p.Allocate(size, s)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if sync {
+						if err := s.Synchronize(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := p.Free(buf, s); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(p.Usage().PeakReserved), "reserved-bytes")
+			})
+		}
 		b.Run(fmt.Sprintf("alloc=driver/size=%s", mr.FormatBytes(uint64(size))), func(b *testing.B) {
 			for b.Loop() {
 				buf, err := dev.MallocHost(size)

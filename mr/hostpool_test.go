@@ -2,10 +2,12 @@ package mr_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -556,5 +558,47 @@ func TestHostPoolRecordStream(t *testing.T) {
 	}
 	if err := p.RecordStream(c, s2); !errors.Is(err, mr.ErrDoubleFree) {
 		t.Errorf("RecordStream of a freed slice: %v, want ErrDoubleFree", err)
+	}
+}
+
+// ReleaseContext waits for the copies before a free without holding the
+// pool, gives up when its context ends changing nothing, and releases the
+// block once the copies are done.
+func TestHostPoolReleaseContext(t *testing.T) {
+	dev, s, _ := hostPoolDevice(t, sim.Config{})
+	p := mr.NewHostPool(dev)
+	d := must[gpu.DevicePtr](t)(dev.Malloc(64 << 10))
+	defer dev.Free(d)
+	b := must[[]byte](t)(p.Allocate(64<<10, s))
+	release := dev.Hold(s)
+	if err := dev.CopyHtoDAsync(d, b, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(b, s); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	n, err := p.ReleaseContext(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || n != 0 {
+		t.Fatalf("ReleaseContext while the copy is held: %d, %v; want 0, DeadlineExceeded", n, err)
+	}
+	if u, st := p.Usage(), p.Stats(); u.Reserved != 64<<10 || st.Released != 0 {
+		t.Fatalf("after a cancelled release: reserved %d, released %d blocks; want 64 KiB kept", u.Reserved, st.Released)
+	}
+	cancelled, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := p.ReleaseContext(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("ReleaseContext with a cancelled context: %v", err)
+	}
+	release()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	n, err = p.ReleaseContext(ctx2)
+	if err != nil || n != 64<<10 {
+		t.Fatalf("ReleaseContext after the copy: %d, %v; want 64 KiB", n, err)
+	}
+	if u := p.Usage(); u.Reserved != 0 || p.Stats().Released != 1 {
+		t.Errorf("after release: %+v, %+v", u, p.Stats())
 	}
 }

@@ -14,10 +14,25 @@
 // single request larger than the device's total memory with an
 // *OutOfMemoryError whose Limit is that total; oversubscription by many
 // smaller requests is left to the driver.
+//
+// Prefetch and advice. Pages of managed memory move to the processor that
+// touches them, each move a page fault that stalls the kernel touching it.
+// Prefetch moves a range ahead of use in a stream's order (a kernel that
+// follows a prefetch to its device takes no faults), and Advise records
+// how a range will be used (gpu/managed.go lists the advice). Both take
+// any range inside one live allocation of the resource, interior and
+// unaligned ranges included (the driver rounds them out to whole pages),
+// found through an index of the allocations by address. For the
+// stream-ordered form of managed memory, a driver pool of managed memory,
+// see AsyncOptions.ManagedPool.
 
 package mr
 
-import "github.com/streamalloc/streamalloc/gpu"
+import (
+	"fmt"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
 
 // Managed is a resource of unified (managed) memory. It is safe for
 // concurrent use.
@@ -51,3 +66,66 @@ func (m *Managed) Usage() Usage { return m.core.usage.snapshot() }
 
 // ResetPeaks lowers the peaks of Usage to the current values.
 func (m *Managed) ResetPeaks() { m.core.usage.resetPeaks() }
+
+// Prefetch moves [p, p+size), inside one live allocation of m, to loc in
+// s's order: after the work enqueued on s before it, before the work
+// enqueued after it. It never blocks the host. A range not inside one
+// live allocation matches ErrUnknownPointer (p outside every allocation)
+// or ErrInvalidSize (a size that is not positive, or one running past the
+// allocation's end); a nil stream or one of another device
+// gpu.ErrInvalidHandle or gpu.ErrWrongDevice; a capturing stream
+// ErrStreamCapturing; a location of an unknown kind gpu.ErrInvalidValue,
+// another device gpu.ErrInvalidDevice; a device without managed-memory
+// control gpu.ErrNotSupported.
+func (m *Managed) Prefetch(p gpu.DevicePtr, size int, loc gpu.Location, s gpu.Stream) error {
+	const op = "prefetch"
+	if err := checkStream(m.core.name, op, m.core.dev, s); err != nil {
+		return err
+	}
+	mm, err := m.managedRange(op, p, size)
+	if err != nil {
+		return err
+	}
+	if gpu.Capturing(s) {
+		return fmt.Errorf("managed: prefetch on stream %d: %w", s.ID(), ErrStreamCapturing)
+	}
+	if err := mm.PrefetchAsync(p, size, loc, s); err != nil {
+		return fmt.Errorf("managed: prefetch %#x (%d bytes) to %v: %w", uint64(p), size, loc, err)
+	}
+	return nil
+}
+
+// Advise applies a to [p, p+size), inside one live allocation of m; loc is
+// the preferred location or the accessing processor, ignored by the
+// read-mostly advice. Its errors are Prefetch's, and an unknown advice
+// matches gpu.ErrInvalidValue.
+func (m *Managed) Advise(p gpu.DevicePtr, size int, a gpu.Advice, loc gpu.Location) error {
+	mm, err := m.managedRange("advise", p, size)
+	if err != nil {
+		return err
+	}
+	if err := mm.Advise(p, size, a, loc); err != nil {
+		return fmt.Errorf("managed: advise %v on %#x (%d bytes) for %v: %w", a, uint64(p), size, loc, err)
+	}
+	return nil
+}
+
+// managedRange checks that [p, p+size) lies inside one live allocation and
+// returns the device's managed-memory control.
+func (m *Managed) managedRange(op string, p gpu.DevicePtr, size int) (gpu.ManagedMemory, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("managed: %s %d bytes: %w", op, size, ErrInvalidSize)
+	}
+	n, base, ok := m.core.spans.find(p)
+	if !ok {
+		return nil, fmt.Errorf("managed: %s %#x: %w", op, uint64(p), ErrUnknownPointer)
+	}
+	if end := uint64(base) + uint64(n); uint64(p)+uint64(size) > end || uint64(p)+uint64(size) < uint64(p) {
+		return nil, fmt.Errorf("managed: %s %#x: %d bytes run past the allocation's end %#x: %w", op, uint64(p), size, end, ErrInvalidSize)
+	}
+	mm, err := gpu.ManagedMemoryOf(m.core.dev)
+	if err != nil {
+		return nil, fmt.Errorf("managed: %s: %w", op, err)
+	}
+	return mm, nil
+}

@@ -73,6 +73,8 @@ type LevelStats struct {
 	Tracked *TrackedStats
 	// History: what a History adaptor recorded.
 	History *HistoryStats
+	// Host: a HostPool's counters (summary_host.go).
+	Host *HostPoolStats
 }
 
 // StreamStats is a Stats adaptor's counters of one stream.
@@ -414,6 +416,11 @@ func (l LevelStats) write(w *bufio.Writer) {
 	if t := l.Tracked; t != nil {
 		fmt.Fprintf(w, "  %s live (%s) from %s\n", plural(uint64(t.Live), "allocation", "allocations"),
 			FormatBytes(t.LiveBytes), plural(uint64(t.CallSites), "call site", "call sites"))
+	}
+	if h := l.Host; h != nil {
+		fmt.Fprintf(w, "  %s from the cache (%d ordered by an event wait), %s, %s given back\n",
+			plural(h.Hits, "request", "requests"), h.Waits, plural(h.Misses, "page-locked allocation", "page-locked allocations"),
+			plural(h.Released, "block", "blocks"))
 	}
 }
 

@@ -345,3 +345,67 @@ func TestStatsOfAsync(t *testing.T) {
 		t.Errorf("%%v of async = %q", got)
 	}
 }
+
+// The host resources have a summary of their own: usage and a HostPool's
+// counters.
+func TestHostSummary(t *testing.T) {
+	dev, err := sim.New(sim.Config{}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	hp := mr.NewHostPool(dev)
+	b, err := hp.Allocate(5000, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hp.Free(b, s); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = hp.Allocate(6000, s); err != nil {
+		t.Fatal(err)
+	}
+	cs := mr.HostStatsOf(hp)
+	if len(cs.Levels) != 1 || cs.Levels[0].Name != "host pool" || cs.Levels[0].Host == nil {
+		t.Fatalf("HostStatsOf(HostPool) = %+v", cs)
+	}
+	if h := *cs.Levels[0].Host; h.Hits != 1 || h.Misses != 1 {
+		t.Errorf("host counters %+v, want 1 hit and 1 miss", h)
+	}
+	if u := cs.Usage(); u.Used != 6000 || u.Reserved != 8<<10 {
+		t.Errorf("usage %+v, want 6000 used of 8 KiB", u)
+	}
+	text := mr.HostSummary(hp)
+	for _, want := range []string{"chain: host pool", "1 request from the cache", "1 page-locked allocation", "8.0 KiB"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("summary lacks %q:\n%s", want, text)
+		}
+	}
+	if err := hp.Free(b, s); err != nil {
+		t.Fatal(err)
+	}
+	dp, err := mr.NewDriverHostPool(dev, mr.DriverHostPoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	db, err := dp.Allocate(3000, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Free(db, s)
+	cs = mr.HostStatsOf(dp)
+	if len(cs.Levels) != 1 || cs.Levels[0].Name != "driver host pool" || cs.Levels[0].Host != nil {
+		t.Fatalf("HostStatsOf(DriverHostPool) = %+v", cs)
+	}
+	if u := cs.Usage(); u.Used != 3000 || u.Reserved != 4<<10 {
+		t.Errorf("driver host pool usage %+v, want 3000 used of 4 KiB", u)
+	}
+	if got := mr.HostStatsOf(nil); len(got.Levels) != 0 {
+		t.Errorf("HostStatsOf(nil) = %+v", got)
+	}
+}

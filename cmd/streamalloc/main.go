@@ -3,6 +3,7 @@
 //
 //	streamalloc info                       devices, driver, pool support
 //	streamalloc replay [flags] TRACE...    replay RMM CSV logs or PyTorch snapshots
+//	streamalloc convert TRACE OUT          write a trace as an RMM CSV log
 //	streamalloc bench [flags]              the resource benchmark suite
 //	streamalloc soak [flags]               the recommended stack under load, every byte checked
 //
@@ -32,6 +33,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("device", "auto", "backend: auto, sim or cuda")
-	root.AddCommand(newInfoCmd(), newReplayCmd(), newBenchCmd(), newSoakCmd())
+	root.AddCommand(newInfoCmd(), newReplayCmd(), newConvertCmd(), newBenchCmd(), newSoakCmd())
 	return root
 }

@@ -170,7 +170,7 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{ordinal: ordinal, dev: cd, ctx: ctx, props: props, host: make(map[*byte]int)}
+	d := &Device{ordinal: ordinal, dev: cd, ctx: ctx, props: props, host: make(map[*byte]int), poolHost: make(map[*byte]int)}
 	if props.MemoryPoolsSupported {
 		h, err := cd.DefaultMemPool()
 		if err != nil {

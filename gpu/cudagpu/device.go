@@ -28,6 +28,9 @@ type Device struct {
 
 	hostMu sync.Mutex
 	host   map[*byte]int // live MallocHost allocations: first byte -> size
+	// poolHost are the live allocations from host-located pools: first
+	// byte -> size (managed.go).
+	poolHost map[*byte]int
 
 	captures atomic.Int32 // captures begun and not ended (capture.go)
 	foreign  handleTable  // raw handle -> wrapper (foreign.go)
@@ -103,6 +106,9 @@ func (d *Device) MallocFromPoolAsync(n int, pool gpu.MemPool, s gpu.Stream) (gpu
 	cp, err := d.pool("MallocFromPoolAsync", pool)
 	if err != nil {
 		return 0, err
+	}
+	if cp.host {
+		return 0, fmt.Errorf("cudagpu: MallocFromPoolAsync: the pool is located on the host (MallocHostFromPoolAsync): %w", gpu.ErrInvalidValue)
 	}
 	if err := allocSize("MallocFromPoolAsync", n); err != nil {
 		return 0, err

@@ -23,6 +23,7 @@ type MemPool struct {
 	isDefault bool
 	dead      atomic.Bool
 	borrowed  bool // adopted, not ours to destroy (foreign.go)
+	host      bool // located on the host (managed.go)
 }
 
 // Handle is the driver's CUmemoryPool.

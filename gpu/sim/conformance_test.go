@@ -16,3 +16,13 @@ func TestConformance(t *testing.T) {
 	}
 	gputest.Run(t, dev)
 }
+
+// TestManagedConformance runs the managed-memory and host-pool suite on
+// the simulator.
+func TestManagedConformance(t *testing.T) {
+	dev, err := sim.New(sim.Config{}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gputest.RunManaged(t, dev)
+}

@@ -125,6 +125,8 @@ func (d *Device) run(o *op) (err error) {
 		})
 	case opLaunch:
 		return d.runKernel(o)
+	case opPrefetch:
+		return d.runPrefetch(o)
 	}
 	return fmt.Errorf("sim: unknown operation kind %d", o.kind)
 }

@@ -62,8 +62,10 @@ type Device struct {
 	injCalls [opCount]int // calls of each Op since the injector was set
 	injSeq   int          // calls of any Op since then
 
-	foreign handleTable // raw handles and adopted wrappers (foreign.go)
-	vm      vmState     // reservations and physical allocations (vmm.go), under mu
+	foreign   handleTable     // raw handles and adopted wrappers (foreign.go)
+	vm        vmState         // reservations and physical allocations (vmm.go), under mu
+	managed   managedCounters // page faults and prefetches (managed.go)
+	hostPools []*hostMemPool  // host-located pools (hostmempool.go), under mu
 }
 
 func newDevice(b *Backend, ordinal int) *Device {

@@ -48,7 +48,10 @@
 //   - a pool grows rather than insert a dependency between two streams;
 //     inserted waits are used only when it cannot grow;
 //   - MallocHost is Go memory, page-locked only in the model; managed
-//     memory is device memory.
+//     memory is device memory whose pages also have a residency (host,
+//     device or both), moved by kernels' touches, HostAccess and
+//     prefetches, with page faults counted (managed.go); copies do not
+//     move it.
 //
 // # Races
 //

@@ -85,6 +85,7 @@ func (l *Launch) ArgUint32(i int) (uint32, error) {
 // an error matching gpu.ErrIllegalAddress. An error from fn stops the
 // walk and is returned.
 func (l *Launch) Chunks(p gpu.DevicePtr, n int, fn func(off int, b []byte) error) error {
+	l.dev.touchManaged(p, n)
 	return l.dev.chunks("cuLaunchKernel", p, n, fn)
 }
 

@@ -129,6 +129,9 @@ func (d *Device) malloc(op Op, size int, kind allocKind) (gpu.DevicePtr, error) 
 	if err != nil {
 		return 0, err
 	}
+	if kind == allocManaged {
+		seg.res = newResidency(seg.size)
+	}
 	d.allocs[seg.base] = &allocation{ptr: seg.base, size: uint64(size), charge: charge, kind: kind, seg: seg}
 	return gpu.DevicePtr(seg.base), nil
 }

@@ -105,6 +105,9 @@ type segment struct {
 	// physical page mapped and accessible there, nil where the granule
 	// is unmapped or not accessible. pages is then unused.
 	vm []atomic.Pointer[vmPage]
+	// res, for managed memory only, is where each page resides
+	// (managed.go); set before the segment's address is handed out.
+	res *residency
 }
 
 type page struct{ b []byte }

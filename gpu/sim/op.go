@@ -51,6 +51,8 @@ const (
 	OpModuleUnload                          // cuModuleUnload
 	OpModuleGetFunction                     // cuModuleGetFunction
 	OpLaunch                                // cuLaunchKernel
+	OpMemPrefetch                           // cuMemPrefetchAsync
+	OpMemAdvise                             // cuMemAdvise
 	opCount
 )
 
@@ -88,6 +90,8 @@ var opNames = [...]string{
 	OpModuleUnload:            "cuModuleUnload",
 	OpModuleGetFunction:       "cuModuleGetFunction",
 	OpLaunch:                  "cuLaunchKernel",
+	OpMemPrefetch:             "cuMemPrefetchAsync",
+	OpMemAdvise:               "cuMemAdvise",
 }
 
 // String returns the driver function's name, e.g. "cuMemAllocAsync".

@@ -66,6 +66,7 @@ type memPool struct {
 	isDefault bool
 	raw       uintptr // the simulator's raw handle (foreign.go)
 	foreign   bool    // made by NewRawMemPool: users see adopted wrappers
+	managed   bool    // made by NewManagedPool: its chunks are managed memory
 
 	destroyed                                bool
 	followEvents, opportunistic, internalDep bool
@@ -152,6 +153,9 @@ func (d *Device) NewMemPool() (gpu.MemPool, error) {
 func (d *Device) pool(call string, gp gpu.MemPool) (*memPool, error) {
 	if a, ok := gp.(*adoptedPool); ok && a != nil {
 		return d.adoptedPool(call, a)
+	}
+	if hp, ok := gp.(*hostMemPool); ok && hp != nil {
+		return nil, driverErrf(call, gpu.ErrInvalidValue, "the pool is located on the host")
 	}
 	p, ok := gp.(*memPool)
 	if gp == nil || (ok && p == nil) {
@@ -298,6 +302,9 @@ func (p *memPool) growLocked(call string, need uint64) (*chunk, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if p.managed {
+		seg.res = newResidency(seg.size)
 	}
 	c := &chunk{seg: seg}
 	c.first = &block{pool: p, chunk: c, addr: seg.base, size: size, free: true}

@@ -63,6 +63,7 @@ const (
 	opCopyDtoH
 	opCopyDtoD
 	opLaunch
+	opPrefetch  // cuMemPrefetchAsync: dst, n, and toHost in val (managed.go)
 	opGraphJoin // a wait on another lane of a graph launch, taking its sticky error (graph.go)
 )
 

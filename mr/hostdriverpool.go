@@ -1,0 +1,218 @@
+// DriverHostPool: the driver's own stream-ordered allocator over pinned
+// host memory, a memory pool located on the host (cuMemPoolCreate with a
+// host location, CUDA 12.2 on), beside HostPool's cache of our own.
+//
+// The two differ in what an allocation promises. HostPool.Allocate hands
+// out memory the host may write at once (a cached block is reused only
+// once the copies before its free have completed); the driver's pool, like
+// a device pool, hands out memory for work enqueued on the stream from now
+// on: the host may touch it only after synchronizing with that stream
+// (HostPool.AllocateOrdered's promise). A free is enqueued on its stream;
+// the driver reuses the memory for the next allocation on that stream at
+// once, and for another stream once that stream is ordered after the free
+// (its reuse policies). The pool keeps freed memory up to its release
+// threshold across synchronizations (DriverHostPoolOptions).
+//
+// Bad frees are refused before the driver sees them: a slice the pool
+// never handed out matches ErrUnknownPointer (a recent one freed already
+// ErrDoubleFree); the right start with another length ErrSizeMismatch; a
+// nil stream or one of another device gpu.ErrInvalidHandle or
+// gpu.ErrWrongDevice. A failed free leaves the slice allocated.
+//
+// Invariants: every slice handed out and not freed is in live, keyed by
+// its first byte's address with its length; Usage().Used is the sum of
+// those lengths, exact on every path.
+
+package mr
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/streamalloc/streamalloc/gpu"
+)
+
+// DriverHostPoolOptions configure a DriverHostPool. The zero value is a
+// pool at the host that keeps nothing across synchronizations.
+type DriverHostPoolOptions struct {
+	// Location is where the memory lives: gpu.HostLocation() (the zero
+	// value means it too) or a host NUMA node.
+	Location gpu.Location
+	// ReleaseThreshold, if not zero, is the pool's release threshold:
+	// the reserved bytes it keeps across synchronizations.
+	// math.MaxUint64 keeps everything until Trim.
+	ReleaseThreshold uint64
+}
+
+// DriverHostPool is a resource of pinned host memory over the driver's
+// host-located pool. It is safe for concurrent use.
+type DriverHostPool struct {
+	dev   gpu.Device
+	hp    gpu.HostMemPools
+	pool  gpu.MemPool
+	live  ptrTable[uintptr, gpu.Stream]
+	usage usageMeter
+
+	closeMu sync.RWMutex // Allocate and Free hold it shared; Close exclusively
+	closed  bool
+}
+
+// NewDriverHostPool creates a host-located pool on dev's driver. A device
+// without host-located pools fails with an error matching
+// gpu.ErrNotSupported; a location that is not on the host with one
+// matching gpu.ErrInvalidValue.
+func NewDriverHostPool(dev gpu.Device, opts DriverHostPoolOptions) (*DriverHostPool, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("driver host pool: nil device: %w", gpu.ErrInvalidHandle)
+	}
+	hp, err := gpu.HostMemPoolsOf(dev)
+	if err != nil {
+		return nil, fmt.Errorf("driver host pool: %w", err)
+	}
+	loc := opts.Location
+	if loc == (gpu.Location{}) {
+		loc = gpu.HostLocation()
+	}
+	pool, err := hp.NewHostMemPool(loc)
+	if err != nil {
+		return nil, fmt.Errorf("driver host pool: create at %v: %w", loc, err)
+	}
+	if opts.ReleaseThreshold != 0 {
+		if err := pool.SetAttribute(gpu.PoolReleaseThreshold, opts.ReleaseThreshold); err != nil {
+			pool.Destroy()
+			return nil, fmt.Errorf("driver host pool: set release threshold: %w", err)
+		}
+	}
+	return &DriverHostPool{dev: dev, hp: hp, pool: pool}, nil
+}
+
+// Device is the device whose driver holds the pool.
+func (p *DriverHostPool) Device() gpu.Device { return p.dev }
+
+// Allocate returns n bytes (len and cap n) of pinned host memory for work
+// enqueued on s from now on; the host may read or write it only after it
+// has synchronized with s. A size of 0 returns nil and no error; a
+// negative one matches ErrInvalidSize; a nil stream or one of another
+// device gpu.ErrInvalidHandle or gpu.ErrWrongDevice; a capturing stream
+// ErrStreamCapturing; a closed pool ErrClosed; the driver's refusal for
+// want of memory an *OutOfMemoryError.
+func (p *DriverHostPool) Allocate(n int, s gpu.Stream) ([]byte, error) {
+	if err := checkStream("driver host pool", opAllocate, p.dev, s); err != nil {
+		return nil, err
+	}
+	if zero, err := checkAllocSize("driver host pool", n); zero || err != nil {
+		return nil, err
+	}
+	if gpu.Capturing(s) {
+		return nil, fmt.Errorf("driver host pool: allocate: stream %d: %w", s.ID(), ErrStreamCapturing)
+	}
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		return nil, fmt.Errorf("driver host pool: allocate: %w", ErrClosed)
+	}
+	b, err := p.hp.MallocHostFromPoolAsync(n, p.pool, s)
+	if err != nil {
+		if errors.Is(err, gpu.ErrOutOfMemory) {
+			u := p.Usage()
+			return nil, &OutOfMemoryError{Resource: "driver host pool", Requested: n, Stream: s.ID(), Reserved: u.Reserved, Used: u.Used, Err: err}
+		}
+		return nil, fmt.Errorf("driver host pool: allocate %d bytes: %w", n, err)
+	}
+	p.live.insert(uintptr(unsafe.Pointer(unsafe.SliceData(b))), n, s, nil)
+	p.usage.addUsed(n)
+	return b, nil
+}
+
+// Free returns buf, a slice Allocate returned, to the pool in s's order:
+// work enqueued on s before the call may still use it. It never blocks
+// the host. Freeing nil or an empty slice does nothing. The errors are
+// listed in the file comment.
+func (p *DriverHostPool) Free(buf []byte, s gpu.Stream) error {
+	if err := checkStream("driver host pool", opDeallocate, p.dev, s); err != nil {
+		return err
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	if gpu.Capturing(s) {
+		return fmt.Errorf("driver host pool: free: stream %d: %w", s.ID(), ErrStreamCapturing)
+	}
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	_, err := p.live.take(a, len(buf), func(gpu.Stream) error { return p.hp.FreeHostAsync(buf, s) })
+	if err != nil {
+		return fmt.Errorf("driver host pool: free %#x (%d bytes): %w", a, len(buf), err)
+	}
+	p.usage.subUsed(len(buf))
+	return nil
+}
+
+// Trim releases the pool's unused memory until at most keep bytes stay
+// reserved (cuMemPoolTrimTo). Memory whose free has not completed stays.
+func (p *DriverHostPool) Trim(keep uint64) error {
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		return fmt.Errorf("driver host pool: trim: %w", ErrClosed)
+	}
+	if err := p.pool.TrimTo(keep); err != nil {
+		return fmt.Errorf("driver host pool: trim: %w", err)
+	}
+	return nil
+}
+
+// Usage reports the bytes handed out and not freed (Used, as asked) and
+// the bytes the driver's pool holds (Reserved, and its high-water mark,
+// read from the pool; 0 once closed).
+func (p *DriverHostPool) Usage() Usage {
+	u := p.usage.snapshot()
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		return u
+	}
+	if v, err := p.pool.Attribute(gpu.PoolReservedMemCurrent); err == nil {
+		u.Reserved = v
+	}
+	if v, err := p.pool.Attribute(gpu.PoolReservedMemHigh); err == nil {
+		u.PeakReserved = v
+	}
+	return u
+}
+
+// ResetPeaks lowers the peaks of Usage to the current values.
+func (p *DriverHostPool) ResetPeaks() {
+	p.usage.resetPeaks()
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if !p.closed {
+		p.pool.SetAttribute(gpu.PoolReservedMemHigh, 0)
+	}
+}
+
+// ErrInUse is the error of closing a resource whose memory is still
+// allocated.
+var ErrInUse = errors.New("mr: memory still allocated")
+
+// Close destroys the pool. While slices it handed out are not freed it
+// refuses with an error matching ErrInUse and changes nothing. Closing
+// twice does nothing.
+func (p *DriverHostPool) Close() error {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if p.closed {
+		return nil
+	}
+	if n, bytes := p.live.count(); n > 0 {
+		return fmt.Errorf("driver host pool: close: %d allocations (%d bytes) not freed: %w", n, bytes, ErrInUse)
+	}
+	if err := p.pool.Destroy(); err != nil {
+		return fmt.Errorf("driver host pool: close: %w", err)
+	}
+	p.closed = true
+	return nil
+}
