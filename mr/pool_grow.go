@@ -151,8 +151,11 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 		o.quickFlush()
 		var best *poolChunk
 		for _, c := range o.homed {
+			// A growable chunk moves only when memory is short: its
+			// memory passes to other streams by decommits instead
+			// (pool_vgrow.go), and its range stays its stream's.
 			if !c.inUse() && c.small == small && c.size >= rounded && c.size-rounded <= p.slack(rounded) &&
-				(force || !o.isWorking(c)) && (best == nil || c.size < best.size) {
+				(force || !o.isWorking(c)) && (force || c.limit == 0) && (best == nil || c.size < best.size) {
 				best = c
 			}
 		}
@@ -331,7 +334,10 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		o.mu.Lock()
 		o.quickFlush()
 		for _, c := range o.homed {
-			if !c.inUse() && (force || o == requester || !o.isWorking(c)) && (p.spare.u == nil || p.spare.u.c != c) {
+			// An idle growable chunk keeps its range, unless forced:
+			// decommitFree below gives back its memory, and the range
+			// serves the stream's next growth without a new reservation.
+			if !c.inUse() && (force || o == requester || !o.isWorking(c)) && (p.spare.u == nil || p.spare.u.c != c) && (force || c.limit == 0) {
 				cands = append(cands, cand{c, o})
 			}
 		}

@@ -58,7 +58,7 @@ import (
 
 // poolGrowAttempts bounds the commits one request makes when other
 // goroutines on its stream take the committed memory first.
-const poolGrowAttempts = 4
+const poolGrowAttempts = 8
 
 // useGrower sets the pool up for an upstream that grows in place.
 func (p *Pool) useGrower(g Grower) {
@@ -107,7 +107,7 @@ func (p *Pool) growableOf(st *poolStream) *poolChunk {
 func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, error) {
 	gran := p.grower.GrowGranularity()
 	var errs []error
-	var blocked *poolBlock // an unmapped block the upstream could not commit yet
+	var blocked []*poolBlock // unmapped blocks the upstream could not commit yet
 	for range poolGrowAttempts {
 		c := p.growableOf(st)
 		if c == nil {
@@ -139,7 +139,7 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 				// still mapped here until the decommit's work
 				// completes: place the request elsewhere.
 				errs = append(errs, err)
-				blocked = u
+				blocked = append(blocked, u)
 				continue
 			}
 			return 0, fmt.Errorf("pool: commit %d bytes in chunk %#x: %w", n, uint64(c.base), err)
@@ -167,11 +167,13 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 	if err == nil {
 		return ptr, nil
 	}
-	if errors.Is(err, ErrOutOfMemory) {
-		return 0, errors.Join(append(errs, err)...)
+	// No range for it (the address space may be exhausted where the
+	// device is not): a chunk of the ordinary kind.
+	ptr, cerr := p.newChunk(st, poolRoundUp(rounded, p.tune.granularity), false, size, rounded)
+	if cerr != nil {
+		return 0, errors.Join(append(errs, err, cerr)...)
 	}
-	// No range for it: a chunk of the ordinary kind.
-	return p.newChunk(st, poolRoundUp(rounded, p.tune.granularity), false, size, rounded)
+	return ptr, nil
 }
 
 // makeRoom releases idle memory, as grow does, so that a growth of n bytes
@@ -237,11 +239,14 @@ func (pl poolPlace) outside(b *poolBlock, gran int) (a, z gpu.DevicePtr) {
 // bytes before it, or ends at the end of the free bytes after it. Ties go
 // to the lowest address. ok is false if no unmapped block but skip can
 // hold it. Caller holds the home's mutex.
-func (c *poolChunk) placeCommit(rounded, gran int, skip *poolBlock) (pl poolPlace, ok bool) {
+func (c *poolChunk) placeCommit(rounded, gran int, skip []*poolBlock) (pl poolPlace, ok bool) {
 	for b := c.first; b != nil; b = b.next {
-		if b.state != blockUnmapped || b == skip {
+		if b.state != blockUnmapped {
 			continue
 		}
+		// A block whose start the upstream could not commit yet is
+		// tried at its end only.
+		blocked := slices.Contains(skip, b)
 		lo, hi := b.ptr, b.end() // what may be committed
 		before, after := lo, hi  // the free bytes around it
 		if f := b.prev; f != nil && f.state == blockFree {
@@ -253,10 +258,13 @@ func (c *poolChunk) placeCommit(rounded, gran int, skip *poolBlock) (pl poolPlac
 		if int(after-before) < rounded {
 			continue
 		}
-		for _, r := range [2][2]gpu.DevicePtr{
+		for i, r := range [2][2]gpu.DevicePtr{
 			{before, before + gpu.DevicePtr(rounded)},
 			{after - gpu.DevicePtr(rounded), after},
 		} {
+			if blocked && (i == 0 || after != hi) {
+				continue
+			}
 			a := max(lo, r[0]&^gpu.DevicePtr(gran-1))
 			z := min(hi, poolRoundUpPtr(r[1], gran))
 			if z <= a {

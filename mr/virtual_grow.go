@@ -15,13 +15,16 @@
 // unmaps it and releases its physical memory. Until then its memory can go
 // to another commit without a trip through the device: a Commit first
 // takes back the waiting granules it covers (still mapped where it
-// commits), then, for the others, the memory of waiting granules elsewhere
-// (of this or another growable allocation), which it maps after making its
-// stream wait on the decommit's event; the handle is then mapped at both
-// places, and only the new owner's work, ordered after the decommit, uses
-// it. Only then does it create physical memory. So memory one stream's
-// range let go is not stranded while another's grows, and the device never
-// holds both.
+// commits); for the others it takes the memory of waiting granules, of the
+// same range first, then of others, which it maps after making its stream
+// wait on the decommit's event (the handle is then mapped at both places,
+// and only the new owner's work, ordered after the decommit, uses it); and
+// only when none waits does it create physical memory. So the device never
+// holds a decommitted granule and a new one at once, whatever the work
+// still queued, and memory one stream's range let go is not stranded while
+// another's grows. The price: a granule's old address stays mapped until
+// its decommit's work completes, and its range cannot commit there
+// meanwhile (ErrGrowBlocked; the Pool places the request elsewhere).
 //
 // Invariants (under Virtual.mu), for each growable allocation gr and each
 // of its granules i below len(gr.gran):
@@ -233,14 +236,19 @@ func (v *Virtual) commitLocked(gr *vgrow, first, k int, s gpu.Stream) error {
 			continue
 		}
 		at := gr.p + gpu.DevicePtr(uint64(i)*v.g)
-		h, from, err := v.handOffLocked(gr, s)
+		// The memory of gr's own decommits first, then of another
+		// range's, then new memory.
+		h, from, err := v.handOffLocked(gr, first, k, true, s)
+		if err == nil && from.gr == nil {
+			h, from, err = v.handOffLocked(gr, first, k, false, s)
+		}
+		if err == nil && from.gr == nil {
+			if h, err = v.vm.CreatePhysical(v.g); err != nil {
+				err = fmt.Errorf("create: %w", err)
+			}
+		}
 		if err != nil {
 			return errors.Join(err, undo())
-		}
-		if from.gr == nil {
-			if h, err = v.vm.CreatePhysical(v.g); err != nil {
-				return errors.Join(fmt.Errorf("create: %w", err), undo())
-			}
 		}
 		if err := v.vm.Map(at, v.g, h, 0); err != nil {
 			if from.gr == nil {
@@ -290,17 +298,15 @@ func (v *Virtual) commitLocked(gr *vgrow, first, k int, s gpu.Stream) error {
 	return nil
 }
 
-// handOffLocked finds a waiting granule of another allocation than gr
-// whose memory was not handed on yet, makes s wait on its decommit, marks
-// it handed and returns its handle; from.gr is nil if there is none. It
-// takes the granules decommitted first. Granules of gr itself are only
-// taken back in place: handed to another address of gr, they would keep
-// their own address mapped, and gr could not commit there until their
-// decommit's work completes.
-func (v *Virtual) handOffLocked(gr *vgrow, s gpu.Stream) (gpu.Physical, vwaiting, error) {
+// handOffLocked finds a waiting granule whose memory was not handed on
+// yet, of gr (own) or of another allocation, but not among granules
+// [first, first+k) of gr, which the commit takes back in place; it makes s
+// wait on its decommit, marks it handed and returns its handle; from.gr is
+// nil if there is none. It takes the granules decommitted first.
+func (v *Virtual) handOffLocked(gr *vgrow, first, k int, own bool, s gpu.Stream) (gpu.Physical, vwaiting, error) {
 	for _, w := range v.waiting {
 		g := &w.gr.gran[w.i]
-		if g.handed || w.gr == gr {
+		if g.handed || (w.gr == gr) != own || (w.gr == gr && w.i >= first && w.i < first+k) {
 			continue
 		}
 		if err := s.WaitEvent(g.ev.e); err != nil {
