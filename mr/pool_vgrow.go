@@ -430,7 +430,7 @@ func (p *Pool) decommitFree(keep int) (int, error) {
 				continue
 			}
 			p.usage.subReserved(x.size)
-			p.wide.shrinks++
+			p.wide.decommits++
 			released += x.size
 		}
 		if len(cuts) > 0 {
