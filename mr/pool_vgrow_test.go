@@ -102,3 +102,65 @@ func TestPoolGrowsInPlace(t *testing.T) {
 		t.Fatalf("Virtual after the release: %+v", st)
 	}
 }
+
+// TestPoolLayoutGrowable: a growable chunk is laid out as one chunk per
+// run of mapped memory, whose blocks tile it.
+func TestPoolLayoutGrowable(t *testing.T) {
+	const MiB = 1 << 20
+	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newVirtual(t, d, mr.VirtualOptions{})
+	p, err := mr.NewPool(v, mr.PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	var ptrs []gpu.DevicePtr
+	for range 3 {
+		x, err := p.Allocate(4*MiB, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptrs = append(ptrs, x)
+	}
+	// Free the middle block and decommit it: two runs of 4 MiB.
+	if err := p.Deallocate(ptrs[1], 4*MiB, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l := p.Layout()
+	if len(l.Chunks) != 2 || l.Reserved() != 8*MiB || l.Reserved() != p.Usage().Reserved {
+		t.Fatalf("layout %+v, reserved %d, want two runs of 4 MiB", l.Chunks, l.Reserved())
+	}
+	for i, c := range l.Chunks {
+		at := c.Base
+		for _, b := range c.Blocks {
+			if b.Ptr != at {
+				t.Fatalf("run %d: block at %#x, want %#x", i, uint64(b.Ptr), uint64(at))
+			}
+			at += gpu.DevicePtr(b.Size)
+		}
+		if c.Base != ptrs[2*i] || at != c.Base+gpu.DevicePtr(c.Size) || c.Size != 4*MiB {
+			t.Fatalf("run %d: [%#x, +%d), blocks to %#x", i, uint64(c.Base), c.Size, uint64(at))
+		}
+	}
+	for _, x := range []gpu.DevicePtr{ptrs[0], ptrs[2]} {
+		if err := p.Deallocate(x, 4*MiB, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if l := p.Layout(); len(l.Chunks) != 0 {
+		t.Fatalf("after the release: %+v", l.Chunks)
+	}
+}
