@@ -73,6 +73,9 @@
 //	pool_stats.go          PoolStats
 //	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
 //	virtual.go             Virtual: physical memory mapped on demand into one reserved range
+//	virtual_grow.go        Virtual's growable ranges: granules committed and decommitted in place
+//	grower.go              Grower: the upstream interface of growth in place
+//	pool_vgrow.go          the Pool over a Grower: one growable chunk per stream
 //	pool_walk.go           which streams the slow paths visit: the cost of many streams
 //
 // Adaptors: stats.go (Stats), tracking.go (Tracking; proflabel.go, the
@@ -109,24 +112,36 @@
 // idle chunk, FixedSize half a free list, Arena an empty superblock from
 // its global arena.
 //
-// # Virtual memory: an upstream, not a Pool mode
+// # Virtual memory: an upstream and an interface, not a Pool mode
 //
 // Growth through virtual memory (gpu.VirtualMemory: a reserved range,
 // physical memory mapped into it granule by granule) is the resource
 // Virtual, which a Pool takes as its upstream like any other, not a mode
 // of the Pool. The Pool already decides which chunk to grow, steal or
 // release and when, in stream order; what virtual memory changes is where
-// a chunk's memory comes from and how it goes back: mapped at the end of
-// one range, so that successive growths are adjacent; unmapped, once the
-// free's event has completed, without a host synchronization. Those are an
-// upstream's concerns, and as an upstream Virtual also serves Arena,
-// FixedSize and Binning, and is tested by the same conformance suite. A
-// pool mode would have put a second growth path into pool_grow.go, next
-// to the policy that other changes there are about. What an upstream
-// cannot do is grow a chunk in place (the Pool cuts blocks from chunks of
-// fixed size) or hand a physical granule from one stream's range to
-// another's; both need the Pool to know about ranges, and are left for a
-// later step over this interface.
+// a chunk's memory comes from and how it goes back: mapped on demand, and
+// unmapped once the free's event has completed, without a host
+// synchronization. Those are an upstream's concerns, and as an upstream
+// Virtual also serves Arena, FixedSize and Binning, and is tested by the
+// same conformance suite.
+//
+// Growing a chunk in place, and giving back the memory of its free
+// blocks without moving the live ones, needs more than Allocate and
+// Deallocate: the Pool must place blocks in a range whose memory comes and
+// goes granule by granule. That is the optional interface Grower
+// (grower.go): AllocateGrowable reserves a range, Commit and Decommit map
+// and unmap granules of it, in stream order. The Pool asks its upstream
+// for it (a type assertion in NewPool) and, where the upstream implements
+// it, keeps one growable chunk per stream (pool_vgrow.go); over any other
+// upstream it cuts chunks as before. So a PoolOptions.Virtual mode would
+// have added nothing a caller can choose: the upstream already says what
+// it can do, and the growth policy stays in the Pool next to the rest of
+// its policy (placement, the high-water rule, release), while the driver's
+// rules (one physical allocation per granule so that each can go back
+// alone, the event a decommit waits for, handing a decommitted granule's
+// memory to another range's commit once ordered after it) stay in
+// Virtual. An adaptor between the two hides Grower, and the Pool then cuts
+// chunks: growth in place is for a Pool directly over Virtual.
 //
 // # Writing an adaptor
 //

@@ -194,6 +194,15 @@ type Pool struct {
 	streamSeq uint64
 
 	tune poolTune
+
+	// Growth in place over a Grower upstream (pool_vgrow.go), under mu.
+	grower    Grower
+	vgrow     map[*poolStream]*poolChunk
+	vlist     []*poolChunk
+	growLimit int
+	// spare is where a commit is about to place a request: releaseIdle
+	// keeps its chunk, and decommitFree the free blocks it overlaps.
+	spare poolPlace
 }
 
 // poolTune holds the pool's sizing constants; tests vary them to measure
@@ -240,6 +249,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts, tune: defaultPoolTune}
 	p.tune.bigMin = max(opts.ChunkSize/2, p.tune.smallMax+Alignment)
+	if g, ok := upstream.(Grower); ok {
+		p.useGrower(g)
+	}
 	return p, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,10 @@ func (p *Pool) checkInvariants() error {
 	homedTotal := 0
 	for i, sp := range idx {
 		c := sp.v
-		reserved += c.size
+		reserved += c.held()
+		if (c.limit > 0) != slices.Contains(p.vlist, c) || (c.limit > 0 && c.limit != c.size) {
+			return fmt.Errorf("chunk %#x: limit %d, size %d, in vlist %v", c.base, c.limit, c.size, slices.Contains(p.vlist, c))
+		}
 		if i > 0 && idx[i-1].base+gpu.DevicePtr(idx[i-1].size) > c.base {
 			return fmt.Errorf("chunks %#x and %#x overlap or are unsorted", idx[i-1].base, c.base)
 		}
@@ -49,6 +53,14 @@ func (p *Pool) checkInvariants() error {
 	}
 	if homedTotal != len(idx) {
 		return fmt.Errorf("%d chunks homed, %d indexed", homedTotal, len(idx))
+	}
+	if len(p.vlist) > 0 && p.grower == nil {
+		return fmt.Errorf("%d growable chunks without a Grower", len(p.vlist))
+	}
+	for st, c := range p.vgrow {
+		if !slices.Contains(p.vlist, c) {
+			return fmt.Errorf("stream %d grows chunk %#x, which the pool does not hold", st.id, c.base)
+		}
 	}
 	return nil
 }
@@ -100,7 +112,7 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 			return fmt.Errorf("chunk %#x not indexed", c.base)
 		}
 		at := c.base
-		live, pending, cached := 0, 0, 0
+		live, pending, cached, mapped := 0, 0, 0, 0
 		var prev *poolBlock
 		for b := c.first; b != nil; b = b.next {
 			if b.c != c || b.prev != prev || b.ptr != at || b.size <= 0 || b.size%Alignment != 0 {
@@ -108,6 +120,9 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 			}
 			if prev != nil && prev.state == blockFree && b.state == blockFree {
 				return fmt.Errorf("chunk %#x: neighbouring free blocks at %#x", c.base, b.ptr)
+			}
+			if b.state != blockUnmapped {
+				mapped += b.size
 			}
 			switch b.state {
 			case blockLive:
@@ -132,6 +147,11 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 				if !quick[b] {
 					return fmt.Errorf("cached block %#x not in the quick cache", b.ptr)
 				}
+			case blockUnmapped:
+				g := st.pool.grower
+				if c.limit == 0 || g == nil || b.ptr%gpu.DevicePtr(g.GrowGranularity()) != 0 || b.size%g.GrowGranularity() != 0 {
+					return fmt.Errorf("chunk %#x: unmapped block %#x+%d (limit %d)", c.base, b.ptr, b.size, c.limit)
+				}
 			case blockFree:
 				if c.small {
 					freeSmall[b] = true
@@ -144,6 +164,9 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 		}
 		if at != c.base+gpu.DevicePtr(c.size) {
 			return fmt.Errorf("chunk %#x: blocks end at %#x, chunk at %#x", c.base, at, c.base+gpu.DevicePtr(c.size))
+		}
+		if c.limit > 0 && mapped != c.mapped {
+			return fmt.Errorf("chunk %#x: mapped %d, blocks %d", c.base, c.mapped, mapped)
 		}
 		if live != c.live || pending != c.pending || cached != c.cached {
 			return fmt.Errorf("chunk %#x: counts live %d pending %d cached %d, blocks live %d pending %d cached %d",
@@ -227,6 +250,11 @@ type pfDevice struct {
 	waits      int
 	syncs      int
 	failRecord error // next Record fails with this
+	totalMem   uint64
+}
+
+func (d *pfDevice) Properties() gpu.Properties {
+	return gpu.Properties{TotalMemory: d.totalMem}
 }
 
 func (d *pfDevice) NewEvent(bool) (gpu.Event, error) {
@@ -298,7 +326,119 @@ type pfUpstream struct {
 }
 
 func newPFUpstream(capacity int) *pfUpstream {
-	return &pfUpstream{d: &pfDevice{}, next: 1 << 32, live: map[gpu.DevicePtr]int{}, capacity: capacity}
+	return &pfUpstream{d: &pfDevice{totalMem: uint64(capacity)}, next: 1 << 32, live: map[gpu.DevicePtr]int{}, capacity: capacity}
+}
+
+// pfGrower is pfUpstream with growable allocations (Grower): a model of
+// which granules of each range are committed, which refuses a commit of a
+// committed granule, a decommit of an uncommitted one, and growth beyond
+// its capacity; held counts committed bytes.
+type pfGrower struct {
+	*pfUpstream
+	ranges map[gpu.DevicePtr][]bool // committed, per granule
+}
+
+const pfGranule = 2 << 20
+
+func newPFGrower(capacity int) *pfGrower {
+	return &pfGrower{pfUpstream: newPFUpstream(capacity), ranges: map[gpu.DevicePtr][]bool{}}
+}
+
+func (u *pfGrower) GrowGranularity() int { return pfGranule }
+
+func (u *pfGrower) AllocateGrowable(size, limit int, s gpu.Stream) (gpu.DevicePtr, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if size <= 0 || size > limit || size%pfGranule != 0 || limit%pfGranule != 0 {
+		return 0, fmt.Errorf("fake grower: growable %d of %d: %w", size, limit, ErrInvalidSize)
+	}
+	if u.held+size > u.capacity {
+		return 0, &OutOfMemoryError{Resource: "fake", Requested: size, Reserved: uint64(u.held)}
+	}
+	p := (u.next + pfGranule - 1) &^ (pfGranule - 1)
+	u.next = p + gpu.DevicePtr(limit) + pfGranule
+	g := make([]bool, limit/pfGranule)
+	for i := range size / pfGranule {
+		g[i] = true
+	}
+	u.ranges[p] = g
+	u.held += size
+	u.allocs++
+	return p, nil
+}
+
+// span checks [off, off+n) of the range at p and returns its granules.
+func (u *pfGrower) span(p gpu.DevicePtr, off, n int) ([]bool, error) {
+	g, ok := u.ranges[p]
+	if !ok {
+		return nil, fmt.Errorf("fake grower: %#x: %w", p, ErrUnknownPointer)
+	}
+	if off < 0 || n <= 0 || off%pfGranule != 0 || n%pfGranule != 0 || (off+n)/pfGranule > len(g) {
+		return nil, fmt.Errorf("fake grower: [%d, +%d) of %d granules: %w", off, n, len(g), ErrInvalidSize)
+	}
+	return g[off/pfGranule : (off+n)/pfGranule], nil
+}
+
+func (u *pfGrower) Commit(p gpu.DevicePtr, off, n int, s gpu.Stream) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	g, err := u.span(p, off, n)
+	if err != nil {
+		return err
+	}
+	for i, c := range g {
+		if c {
+			return fmt.Errorf("fake grower: commit of committed granule %d: %w", off/pfGranule+i, gpu.ErrInvalidValue)
+		}
+	}
+	if u.held+n > u.capacity {
+		return &OutOfMemoryError{Resource: "fake", Requested: n, Reserved: uint64(u.held)}
+	}
+	for i := range g {
+		g[i] = true
+	}
+	u.held += n
+	return nil
+}
+
+func (u *pfGrower) Decommit(p gpu.DevicePtr, off, n int, s gpu.Stream) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	g, err := u.span(p, off, n)
+	if err != nil {
+		return err
+	}
+	for i, c := range g {
+		if !c {
+			return fmt.Errorf("fake grower: decommit of uncommitted granule %d: %w", off/pfGranule+i, gpu.ErrInvalidValue)
+		}
+	}
+	for i := range g {
+		g[i] = false
+	}
+	u.held -= n
+	return nil
+}
+
+func (u *pfGrower) Deallocate(p gpu.DevicePtr, n int, s gpu.Stream) error {
+	u.mu.Lock()
+	g, ok := u.ranges[p]
+	if !ok {
+		u.mu.Unlock()
+		return u.pfUpstream.Deallocate(p, n, s)
+	}
+	defer u.mu.Unlock()
+	if n != len(g)*pfGranule {
+		return fmt.Errorf("fake grower: free %#x of %d, range of %d: %w", p, n, len(g)*pfGranule, ErrSizeMismatch)
+	}
+	for _, c := range g {
+		if c {
+			u.held -= pfGranule
+		}
+	}
+	delete(u.ranges, p)
+	u.frees++
+	return nil
 }
 
 func (u *pfUpstream) Device() gpu.Device { return u.d }
@@ -426,9 +566,15 @@ type modelAlloc struct {
 	stream int
 }
 
-func runPoolModel(t *testing.T, data []byte, opts PoolOptions, capacity int) {
+func runPoolModel(t *testing.T, data []byte, opts PoolOptions, capacity int, grow bool) {
 	up := newPFUpstream(capacity)
-	p, err := NewPool(up, opts)
+	var upstream Resource = up
+	var grower *pfGrower
+	if grow {
+		grower = newPFGrower(capacity)
+		up, upstream = grower.pfUpstream, grower
+	}
+	p, err := NewPool(upstream, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,8 +675,8 @@ func runPoolModel(t *testing.T, data []byte, opts PoolOptions, capacity int) {
 		if err := p.checkInvariants(); err != nil {
 			t.Fatalf("after op %d (%d %d %d): %v", i/3, op, a, b, err)
 		}
-		if u := p.Usage(); u.Used != uint64(used) || u.Reserved > uint64(max(capacity, opts.MaxSize)) {
-			t.Fatalf("usage %+v, model used %d", u, used)
+		if u := p.Usage(); u.Used != uint64(used) || u.Reserved > uint64(max(capacity, opts.MaxSize)) || u.Reserved != uint64(up.held) {
+			t.Fatalf("usage %+v, model used %d, upstream holds %d", u, used, up.held)
 		}
 		if opts.MaxSize > 0 && p.Usage().Reserved > uint64(opts.MaxSize) {
 			t.Fatalf("reserved %d above MaxSize %d", p.Usage().Reserved, opts.MaxSize)
@@ -550,7 +696,7 @@ func runPoolModel(t *testing.T, data []byte, opts PoolOptions, capacity int) {
 	if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
 		t.Fatalf("after freeing everything and Release: %+v", u)
 	}
-	if up.held != 0 || len(up.live) != 0 {
+	if up.held != 0 || len(up.live) != 0 || (grower != nil && len(grower.ranges) != 0) {
 		t.Fatalf("upstream still holds %d bytes in %d chunks", up.held, len(up.live))
 	}
 }
@@ -560,11 +706,15 @@ func runPoolModel(t *testing.T, data []byte, opts PoolOptions, capacity int) {
 var poolFuzzOptions = []struct {
 	opts     PoolOptions
 	capacity int
+	grow     bool // over a Grower (pool_vgrow.go)
 }{
-	{PoolOptions{}, 4 << 30},
-	{PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1 << 30},
-	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30},
-	{PoolOptions{SplitBig: true, ChunkSize: 8 << 20, MaxSize: 160 << 20}, 1 << 30},
+	{PoolOptions{}, 4 << 30, false},
+	{PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1 << 30, false},
+	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30, false},
+	{PoolOptions{SplitBig: true, ChunkSize: 8 << 20, MaxSize: 160 << 20}, 1 << 30, false},
+	{PoolOptions{}, 1 << 30, true},
+	{PoolOptions{MaxSize: 96 << 20}, 1 << 30, true},
+	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30, true},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add
@@ -599,7 +749,7 @@ func FuzzPoolOps(f *testing.F) {
 		if len(ops) > poolFuzzMaxOps*3 {
 			ops = ops[:poolFuzzMaxOps*3]
 		}
-		runPoolModel(t, ops, c.opts, c.capacity)
+		runPoolModel(t, ops, c.opts, c.capacity, c.grow)
 	})
 }
 
@@ -619,7 +769,7 @@ func TestFuzzPoolOpsIsCheap(t *testing.T) {
 			b[j] = byte(r.Uint32())
 		}
 		c := poolFuzzOptions[i%len(poolFuzzOptions)]
-		runPoolModel(t, b[1:], c.opts, c.capacity)
+		runPoolModel(t, b[1:], c.opts, c.capacity, c.grow)
 	}
 	if per := time.Since(start) / runs; per > 20*time.Millisecond {
 		t.Errorf("%v per input of %d operations", per, poolFuzzMaxOps)

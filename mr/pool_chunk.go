@@ -37,7 +37,8 @@ const (
 	blockFree poolBlockState = iota
 	blockLive
 	blockPending
-	blockCached // in the home's quick cache (pool_quick.go)
+	blockCached   // in the home's quick cache (pool_quick.go)
+	blockUnmapped // a growable chunk's address space with no memory (pool_vgrow.go)
 )
 
 // block is a piece of a chunk. Descriptors are recycled through the spare
@@ -64,6 +65,11 @@ type poolChunk struct {
 	base  gpu.DevicePtr
 	size  int  // bytes allocated from upstream (and given back with Deallocate)
 	small bool // serves requests of at most poolSmallMax bytes only
+	// limit is the address space of a growable chunk (pool_vgrow.go),
+	// equal to size; 0 for a chunk of fixed size. mapped is the bytes of
+	// a growable chunk's blocks that are not unmapped, guarded by
+	// home.mu and changed under Pool.mu too.
+	limit, mapped int
 
 	home atomic.Pointer[poolStream]
 

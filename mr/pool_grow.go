@@ -151,8 +151,11 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 		o.quickFlush()
 		var best *poolChunk
 		for _, c := range o.homed {
+			// A growable chunk moves only when memory is short: its
+			// memory passes to other streams by decommits instead
+			// (pool_vgrow.go), and its range stays its stream's.
 			if !c.inUse() && c.small == small && c.size >= rounded && c.size-rounded <= p.slack(rounded) &&
-				(force || !o.isWorking(c)) && (best == nil || c.size < best.size) {
+				(force || !o.isWorking(c)) && (force || c.limit == 0) && (best == nil || c.size < best.size) {
 				best = c
 			}
 		}
@@ -220,6 +223,9 @@ func (p *Pool) splitLarger(st *poolStream, size, rounded int) (gpu.DevicePtr, bo
 // grow reserves a new chunk on st's stream and serves the request from it.
 // Caller holds p.mu.
 func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePtr, error) {
+	if p.grower != nil && !small {
+		return p.growInPlace(st, size, rounded) // pool_vgrow.go
+	}
 	g := p.tune.smallChunk
 	if !small {
 		g = poolRoundUp(rounded, p.tune.granularity)
@@ -261,6 +267,13 @@ func (p *Pool) growInitial(st *poolStream) error {
 	g := poolRoundUp(p.opts.InitialSize, p.tune.granularity)
 	if p.opts.MaxSize > 0 {
 		g = min(g, p.opts.MaxSize&^(Alignment-1))
+	}
+	if p.grower != nil {
+		if gran := p.grower.GrowGranularity(); g >= gran {
+			if _, err := p.newGrowable(st, g/gran*gran, 0, 0); err == nil {
+				return nil
+			}
+		}
 	}
 	_, err := p.newChunk(st, g, false, 0, 0)
 	return err
@@ -321,14 +334,17 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		o.lock()
 		o.quickFlush()
 		for _, c := range o.homed {
-			if !c.inUse() && (force || o == requester || !o.isWorking(c)) {
+			// An idle growable chunk keeps its range, unless forced:
+			// decommitFree below gives back its memory, and the range
+			// serves the stream's next growth without a new reservation.
+			if !c.inUse() && (force || o == requester || !o.isWorking(c)) && (p.spare.u == nil || p.spare.u.c != c) && (force || c.limit == 0) {
 				cands = append(cands, cand{c, o})
 			}
 		}
 		o.unmarkCandIfNone()
 		o.mu.Unlock()
 	}
-	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.c.size, a.c.size) })
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.c.held(), a.c.held()) })
 	var errs []error
 	released := 0
 	gone := make(map[gpu.DevicePtr]bool)
@@ -360,23 +376,27 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			continue
 		}
 		// Every block of c is free and ordered before o's later work:
-		// drop the descriptors, the chunk is one range now.
-		for b := c.first; b != nil; {
-			next := b.next
-			o.putSpare(b)
-			b = next
+		// drop the descriptors, the chunk is one range now. A growable
+		// chunk keeps them until the upstream took it: which of its
+		// granules are mapped is in its blocks.
+		growable := c.limit > 0
+		if !growable {
+			o.dropBlocks(c)
 		}
-		c.first, c.pending = nil, 0
 		o.removeHomed(c, nil)
 		o.mu.Unlock()
 
 		if err := p.upstreamFree(c, o, requester); err != nil {
 			o.lock()
-			b := o.newBlock()
-			b.ptr, b.size, b.c = c.base, c.size, c
-			c.first = b
-			o.addHomed(c)
-			o.putFree(b)
+			if growable {
+				o.attach(c)
+			} else {
+				b := o.newBlock()
+				b.ptr, b.size, b.c = c.base, c.size, c
+				c.first = b
+				o.addHomed(c)
+				o.putFree(b)
+			}
 			o.mu.Unlock()
 			if !errors.Is(err, ErrStreamCapturing) { // kept until the capture ends (capture.go)
 				errs = append(errs, err)
@@ -387,11 +407,23 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		// free of an address in c finds it with no home, an unknown
 		// pointer, as it is.
 		gone[c.base] = true
-		p.usage.subReserved(c.size)
-		released += c.size
+		if growable {
+			p.forgetGrowable(c)
+			o.lock()
+			o.dropBlocks(c)
+			o.mu.Unlock()
+		}
+		p.usage.subReserved(c.held())
+		released += c.held()
 		p.wide.releases++
 	}
 	p.chunks.remove(gone)
+	if p.grower != nil && (keep <= 0 || int(p.usage.reserved.Load()) > keep) {
+		// Then the free granules of growable chunks (pool_vgrow.go).
+		n, err := p.decommitFree(keep)
+		released += n
+		errs = append(errs, err)
+	}
 	return released, errors.Join(errs...)
 }
 
@@ -492,4 +524,15 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		}
 		return nil
 	}
+}
+
+// dropBlocks recycles the descriptors of c, released or about to be, all
+// of whose blocks are detached. Caller holds st.mu.
+func (st *poolStream) dropBlocks(c *poolChunk) {
+	for b := c.first; b != nil; {
+		next := b.next
+		st.putSpare(b)
+		b = next
+	}
+	c.first, c.pending = nil, 0
 }

@@ -60,7 +60,10 @@ type BlockLayout struct {
 	Stream    uint64 // pending: the stream that freed it; else 0
 }
 
-// ChunkLayout is one chunk a Pool holds from its upstream.
+// ChunkLayout is one chunk a Pool holds from its upstream, whose blocks
+// tile it. A growable chunk (pool_vgrow.go) is listed as one ChunkLayout
+// per run of mapped memory in its range: the holes between them hold no
+// memory.
 type ChunkLayout struct {
 	Base   gpu.DevicePtr
 	Size   int
@@ -99,7 +102,22 @@ func (p *Pool) Layout() PoolLayout {
 		st.lock()
 		for _, c := range st.homed {
 			cl := ChunkLayout{Base: c.base, Size: c.size, Stream: st.id, Small: c.small}
+			if c.limit > 0 {
+				cl.Size = 0 // the runs of mapped blocks, below
+			}
 			for b := c.first; b != nil; b = b.next {
+				if b.state == blockUnmapped {
+					// A growable chunk's address space with no memory:
+					// the run before it, if any, is a chunk of its own.
+					if len(cl.Blocks) > 0 {
+						l.Chunks = append(l.Chunks, cl)
+					}
+					cl = ChunkLayout{Base: b.end(), Stream: st.id}
+					continue
+				}
+				if c.limit > 0 {
+					cl.Size += b.size
+				}
 				bl := BlockLayout{Ptr: b.ptr, Size: b.size}
 				switch b.state {
 				case blockLive:
@@ -121,7 +139,9 @@ func (p *Pool) Layout() PoolLayout {
 					l.LargestFree = uint64(bl.Size)
 				}
 			}
-			l.Chunks = append(l.Chunks, cl)
+			if len(cl.Blocks) > 0 || c.limit == 0 {
+				l.Chunks = append(l.Chunks, cl)
+			}
 		}
 		st.mu.Unlock()
 	}

@@ -18,9 +18,8 @@ func TestPoolModelRandom(t *testing.T) {
 		for j := range b {
 			b[j] = byte(r.Uint32())
 		}
-		runPoolModel(t, b, PoolOptions{}, 4<<30)
-		runPoolModel(t, b, PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1<<30)
-		runPoolModel(t, b, PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1<<30)
-		runPoolModel(t, b, PoolOptions{SplitBig: true, ChunkSize: 8 << 20, MaxSize: 160 << 20}, 1<<30)
+		for _, c := range poolFuzzOptions {
+			runPoolModel(t, b, c.opts, c.capacity, c.grow)
+		}
 	}
 }

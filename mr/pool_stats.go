@@ -35,6 +35,14 @@ type PoolStats struct {
 	// BigSplits is how many big requests split a larger free block
 	// instead of growing the pool (PoolOptions.SplitBig).
 	BigSplits uint64
+	// Over an upstream that grows in place (Grower, pool_vgrow.go):
+	// InPlaceGrowths counts the commits of granules into a growable chunk
+	// (a new growable chunk counts in Growths), Decommits the runs of
+	// whole granules of free blocks given back from growable chunks, and
+	// AddressSpace is the address space the growable chunks keep reserved
+	// now, of which the mapped part is in Usage's Reserved.
+	InPlaceGrowths, Decommits uint64
+	AddressSpace              uint64
 }
 
 // poolStreamStats are the counters of one stream, guarded by its mutex.
@@ -48,6 +56,7 @@ type poolStreamStats struct {
 // poolWideStats are the counters of the slow paths, guarded by Pool.mu.
 type poolWideStats struct {
 	steals, growths, releases, bigSplits uint64
+	inPlace, decommits                   uint64
 }
 
 // Stats returns the pool's counters. It takes the pool's lock and each
@@ -61,6 +70,9 @@ func (p *Pool) Stats() PoolStats {
 		Growths:          p.wide.growths,
 		Releases:         p.wide.releases,
 		BigSplits:        p.wide.bigSplits,
+		InPlaceGrowths:   p.wide.inPlace,
+		Decommits:        p.wide.decommits,
+		AddressSpace:     p.addressSpace(),
 		Chunks:           p.chunks.len(),
 		Allocations:      f.allocs,
 		QuickHits:        f.quickHits,

@@ -442,6 +442,8 @@ func (st *poolStream) removeHomed(c *poolChunk, next *poolStream) {
 func (st *poolStream) detach(c *poolChunk, waits []*poolStream) []*poolStream {
 	for b := c.first; b != nil; b = b.next {
 		switch b.state {
+		case blockUnmapped:
+			continue // no memory: nothing to wait for
 		case blockFree:
 			st.binsOf(c).remove(b)
 			b.state = blockPending
@@ -471,7 +473,9 @@ func (st *poolStream) refile(c *poolChunk) {
 	for b := c.first; b != nil; {
 		next := b.next
 		from := b.freedBy
-		if from == st {
+		if b.state == blockUnmapped {
+			// No memory, in no list.
+		} else if from == st {
 			st.putFree(b)
 		} else {
 			b.lprev, b.lnext = nil, nil

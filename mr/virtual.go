@@ -52,7 +52,8 @@ type VirtualOptions struct {
 
 // VirtualStats are a Virtual resource's counters.
 type VirtualStats struct {
-	// Reserved is the virtual address space reserved (no memory).
+	// Reserved is the virtual address space reserved (no memory): the
+	// range and the ranges of growable allocations.
 	Reserved uint64
 	// Mapped is the physical memory held: live allocations and frees not
 	// yet known complete, each rounded up to the granularity.
@@ -63,6 +64,14 @@ type VirtualStats struct {
 	Pending uint64
 	// Granularity is the size physical memory is created and mapped in.
 	Granularity uint64
+	// Growable is the number of growable allocations (Grower) whose
+	// range is still reserved, freed ones included until their last
+	// granule is unmapped.
+	Growable int
+	// Handoffs counts the granules a Commit mapped with the memory of a
+	// decommitted granule still waiting for its event, rather than new
+	// memory.
+	Handoffs uint64
 }
 
 // Virtual is a resource of physical memory mapped into one reserved range.
@@ -84,6 +93,11 @@ type Virtual struct {
 	holes   []vspan // unmapped pieces below end
 	pending []vfree // freed pieces waiting for their event
 	stats   VirtualStats
+
+	// Growable allocations (virtual_grow.go), by address, and their
+	// granules waiting for a decommit's event, in order of decommit.
+	grows   map[gpu.DevicePtr]*vgrow
+	waiting []vwaiting
 }
 
 type vspan struct{ off, n uint64 }
@@ -269,6 +283,9 @@ func (v *Virtual) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if gpu.Capturing(s) {
 		return fmt.Errorf("%s: deallocate on stream %d: %w", virtualName, s.ID(), ErrStreamCapturing)
 	}
+	if ok, err := v.deallocateGrowable(p, size, s); ok {
+		return err
+	}
 	alloc, err := v.live.take(p, size, nil)
 	if err != nil {
 		return fmt.Errorf("%s: deallocate: %w", virtualName, err)
@@ -301,7 +318,7 @@ func (v *Virtual) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 func (v *Virtual) reapLocked() error { return v.reapWaitLocked(false) }
 
 func (v *Virtual) reapWaitLocked(wait bool) error {
-	var errs []error
+	errs := []error{v.reapGrowablesLocked(wait)}
 	kept := v.pending[:0]
 	for _, f := range v.pending {
 		var err error
@@ -346,10 +363,11 @@ func (v *Virtual) Release() error {
 // returns ctx's error.
 func (v *Virtual) ReleaseContext(ctx context.Context) error {
 	v.mu.Lock()
-	evs := make([]gpu.Event, len(v.pending))
-	for i, f := range v.pending {
-		evs[i] = f.ev
+	evs := make([]gpu.Event, 0, len(v.pending))
+	for _, f := range v.pending {
+		evs = append(evs, f.ev)
 	}
+	evs = v.waitingEventsLocked(evs)
 	v.mu.Unlock()
 	// An event handed out again by reuse meanwhile may be waited on
 	// needlessly, never wrongly: the wait only delays.
@@ -394,7 +412,9 @@ func (v *Virtual) Close() error {
 	if err := v.reapWaitLocked(true); err != nil {
 		return fmt.Errorf("%s: close: %w", virtualName, err)
 	}
-	if n, bytes := v.live.count(); n > 0 {
+	n, bytes := v.live.count()
+	gn, gbytes := v.liveGrowablesLocked()
+	if n, bytes := n+gn, bytes+gbytes; n > 0 {
 		return fmt.Errorf("%s: close: %d allocations (%d bytes) still live: %w", virtualName, n, bytes, gpu.ErrInvalidValue)
 	}
 	if err := v.vm.FreeAddress(v.base, v.size); err != nil {

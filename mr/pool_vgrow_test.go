@@ -1,0 +1,166 @@
+package mr_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/mr"
+)
+
+// TestPoolGrowsInPlace: over Virtual, a stream's requests come from one
+// growable range: a growth commits only the granules a request lacks
+// next to the free bytes before it, Release decommits the whole granules
+// of a free block between live ones, and the statistics tell reserved
+// address space, mapped and live bytes apart.
+func TestPoolGrowsInPlace(t *testing.T) {
+	const MiB = 1 << 20
+	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newVirtual(t, d, mr.VirtualOptions{})
+	p, err := mr.NewPool(v, mr.PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	check := func(step string, reserved, used uint64, growths, inPlace uint64, space uint64) {
+		t.Helper()
+		u, st := p.Usage(), p.Stats()
+		if u.Reserved != reserved || u.Used != used || st.Growths != growths || st.InPlaceGrowths != inPlace || st.AddressSpace != space {
+			t.Fatalf("%s: reserved %d used %d, %d growths, %d in place, address space %d; want %d %d %d %d %d",
+				step, u.Reserved, u.Used, st.Growths, st.InPlaceGrowths, st.AddressSpace, reserved, used, growths, inPlace, space)
+		}
+	}
+	a, err := p.Allocate(3*MiB, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a range for the first request", 4*MiB, 3*MiB, 1, 0, 1<<30)
+	b, err := p.Allocate(3*MiB, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != a+3*MiB {
+		t.Fatalf("second block at %#x, want right after the first, %#x", uint64(b), uint64(a)+3*MiB)
+	}
+	check("a growth of one granule", 6*MiB, 6*MiB, 1, 1, 1<<30)
+	c, err := p.Allocate(8*MiB, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a growth of four granules", 14*MiB, 14*MiB, 1, 2, 1<<30)
+	if err := p.Deallocate(b, 3*MiB, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	// b's bytes [3, 6) MiB: the granule [4, 6) is whole, [3, 4) shares
+	// one with a.
+	check("a hole decommitted", 12*MiB, 11*MiB, 1, 2, 1<<30)
+	if st := p.Stats(); st.Decommits != 1 {
+		t.Fatalf("%d decommits, want 1", st.Decommits)
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Mapped != 12*MiB || st.Pending != 0 || st.Growable != 1 {
+		t.Fatalf("Virtual after the decommit: %+v", st)
+	}
+	// The hole is committed again for a request that needs it.
+	b, err = p.Allocate(3*MiB, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != a+3*MiB {
+		t.Fatalf("block in the hole at %#x, want %#x", uint64(b), uint64(a)+3*MiB)
+	}
+	check("the hole committed again", 14*MiB, 14*MiB, 1, 3, 1<<30)
+	for _, x := range []struct {
+		p    gpu.DevicePtr
+		size int
+	}{{a, 3 * MiB}, {b, 3 * MiB}, {c, 8 * MiB}} {
+		if err := p.Deallocate(x.p, x.size, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	check("everything freed and released", 0, 0, 1, 3, 0)
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Mapped != 0 || st.Growable != 0 || st.Live != 0 {
+		t.Fatalf("Virtual after the release: %+v", st)
+	}
+}
+
+// TestPoolLayoutGrowable: a growable chunk is laid out as one chunk per
+// run of mapped memory, whose blocks tile it.
+func TestPoolLayoutGrowable(t *testing.T) {
+	const MiB = 1 << 20
+	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newVirtual(t, d, mr.VirtualOptions{})
+	p, err := mr.NewPool(v, mr.PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	var ptrs []gpu.DevicePtr
+	for range 3 {
+		x, err := p.Allocate(4*MiB, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptrs = append(ptrs, x)
+	}
+	// Free the middle block and decommit it: two runs of 4 MiB.
+	if err := p.Deallocate(ptrs[1], 4*MiB, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l := p.Layout()
+	if len(l.Chunks) != 2 || l.Reserved() != 8*MiB || l.Reserved() != p.Usage().Reserved {
+		t.Fatalf("layout %+v, reserved %d, want two runs of 4 MiB", l.Chunks, l.Reserved())
+	}
+	for i, c := range l.Chunks {
+		at := c.Base
+		for _, b := range c.Blocks {
+			if b.Ptr != at {
+				t.Fatalf("run %d: block at %#x, want %#x", i, uint64(b.Ptr), uint64(at))
+			}
+			at += gpu.DevicePtr(b.Size)
+		}
+		if c.Base != ptrs[2*i] || at != c.Base+gpu.DevicePtr(c.Size) || c.Size != 4*MiB {
+			t.Fatalf("run %d: [%#x, +%d), blocks to %#x", i, uint64(c.Base), c.Size, uint64(at))
+		}
+	}
+	for _, x := range []gpu.DevicePtr{ptrs[0], ptrs[2]} {
+		if err := p.Deallocate(x, 4*MiB, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if l := p.Layout(); len(l.Chunks) != 0 {
+		t.Fatalf("after the release: %+v", l.Chunks)
+	}
+}

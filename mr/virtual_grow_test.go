@@ -1,0 +1,392 @@
+package mr_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
+	"github.com/streamalloc/streamalloc/mr"
+)
+
+// newSimVirtual is a Virtual on a simulated device of capacity bytes, with
+// two streams.
+func newSimVirtual(t *testing.T, capacity uint64) (*sim.Device, *mr.Virtual, [2]gpu.Stream) {
+	t.Helper()
+	d, err := sim.New(sim.Config{Capacity: capacity}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := d.(*sim.Device)
+	v := newVirtual(t, dev, mr.VirtualOptions{ReserveSize: 64 << 20})
+	var ss [2]gpu.Stream
+	for i := range ss {
+		if ss[i], err = dev.NewStream(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ss[i].Destroy() })
+	}
+	return dev, v, ss
+}
+
+// inUse is the device memory the simulator counts as taken.
+func inUse(t *testing.T, dev gpu.Device) uint64 {
+	t.Helper()
+	free, total, err := dev.MemGetInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total - free
+}
+
+// TestVirtualGrowableCommit: a growable allocation commits and decommits
+// granules anywhere in its range; a decommit is unmapped only after its
+// stream's work; the counters and the device agree on what is mapped.
+func TestVirtualGrowableCommit(t *testing.T) {
+	dev, v, ss := newSimVirtual(t, 64<<20)
+	s := ss[0]
+	g := v.GrowGranularity()
+	p, err := v.AllocateGrowable(2*g, 16*g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := v.Stats()
+	if st.Growable != 1 || st.Mapped != uint64(2*g) || st.Live != uint64(2*g) || st.Reserved != 64<<20+uint64(16*g) {
+		t.Fatalf("after AllocateGrowable: %+v", st)
+	}
+	// A hole: granules 5 and 6, then the one after the first two.
+	if err := v.Commit(p, 5*g, 2*g, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Commit(p, 2*g, g, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := inUse(t, dev); got != uint64(5*g) || v.Stats().Mapped != uint64(5*g) {
+		t.Fatalf("device %d, mapped %d; want %d", got, v.Stats().Mapped, 5*g)
+	}
+	// The committed granules take a set; one over an unmapped granule
+	// (3) is refused, as the card refuses it.
+	if err := dev.MemsetD8Async(p+gpu.DevicePtr(5*g), 7, 2*g, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	err = dev.MemsetD8Async(p+gpu.DevicePtr(3*g), 7, g, s)
+	if err == nil {
+		err = s.Synchronize()
+	}
+	if !errors.Is(err, gpu.ErrInvalidValue) && !errors.Is(err, gpu.ErrIllegalAddress) {
+		t.Fatalf("a set over an unmapped granule: got %v, want ErrInvalidValue or ErrIllegalAddress", err)
+	}
+	// A decommit behind held work stays mapped until the work is done.
+	s = ss[1]
+	release := dev.Hold(s)
+	if err := v.Decommit(p, 5*g, 2*g, s); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Mapped != uint64(5*g) || st.Pending != uint64(2*g) || st.Live != uint64(3*g) {
+		t.Fatalf("decommit behind held work: %+v", st)
+	}
+	release()
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Mapped != uint64(3*g) || st.Pending != 0 || st.PeakMapped != uint64(5*g) {
+		t.Fatalf("after the work: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(3*g) {
+		t.Fatalf("device memory in use %d, want %d", got, 3*g)
+	}
+	// Freed whole, at its limit: every granule goes, then the range.
+	if err := v.Deallocate(p, 16*g, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Mapped != 0 || st.Growable != 0 || st.Reserved != 64<<20 || st.Live != 0 {
+		t.Fatalf("after the free: %+v", st)
+	}
+}
+
+// TestVirtualGrowableBadInput: each bad call is its typed error and
+// changes nothing.
+func TestVirtualGrowableBadInput(t *testing.T) {
+	_, v, ss := newSimVirtual(t, 64<<20)
+	s := ss[0]
+	g := v.GrowGranularity()
+	p, err := v.AllocateGrowable(g, 8*g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"AllocateGrowable size 0", func() error { _, err := v.AllocateGrowable(0, g, s); return err }, mr.ErrInvalidSize},
+		{"AllocateGrowable size not granules", func() error { _, err := v.AllocateGrowable(g/2, g, s); return err }, mr.ErrInvalidSize},
+		{"AllocateGrowable size above limit", func() error { _, err := v.AllocateGrowable(2*g, g, s); return err }, mr.ErrInvalidSize},
+		{"AllocateGrowable negative", func() error { _, err := v.AllocateGrowable(-g, g, s); return err }, mr.ErrInvalidSize},
+		{"AllocateGrowable nil stream", func() error { _, err := v.AllocateGrowable(g, g, nil); return err }, gpu.ErrInvalidHandle},
+		{"Commit unknown pointer", func() error { return v.Commit(p+gpu.DevicePtr(g), 0, g, s) }, mr.ErrUnknownPointer},
+		{"Commit committed granule", func() error { return v.Commit(p, 0, g, s) }, gpu.ErrInvalidValue},
+		{"Commit beyond the range", func() error { return v.Commit(p, 8*g, g, s) }, mr.ErrInvalidSize},
+		{"Commit misaligned", func() error { return v.Commit(p, g/2, g, s) }, mr.ErrInvalidSize},
+		{"Commit empty", func() error { return v.Commit(p, g, 0, s) }, mr.ErrInvalidSize},
+		{"Decommit unmapped granule", func() error { return v.Decommit(p, 2*g, g, s) }, gpu.ErrInvalidValue},
+		{"Decommit unknown pointer", func() error { return v.Decommit(p+1, 0, g, s) }, mr.ErrUnknownPointer},
+		{"Deallocate at the committed size", func() error { return v.Deallocate(p, g, s) }, mr.ErrSizeMismatch},
+	} {
+		before := v.Stats()
+		if err := c.call(); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+		if after := v.Stats(); after != before {
+			t.Errorf("%s changed the counters: %+v -> %+v", c.name, before, after)
+		}
+	}
+	if err := v.Deallocate(p, 8*g, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Deallocate(p, 8*g, s); !errors.Is(err, mr.ErrDoubleFree) && !errors.Is(err, mr.ErrUnknownPointer) {
+		t.Fatalf("second free: got %v, want ErrDoubleFree or ErrUnknownPointer", err)
+	}
+}
+
+// TestVirtualGrowableHandoff: memory one range decommits goes to another
+// range's commit while the decommit's work still runs, after the
+// committing stream waits for it: the device never holds both, and the
+// first range cannot commit those addresses again (ErrGrowBlocked) until
+// the work is done.
+func TestVirtualGrowableHandoff(t *testing.T) {
+	dev, v, ss := newSimVirtual(t, 8<<20) // four granules
+	g := v.GrowGranularity()
+	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.AllocateGrowable(g, 4*g, ss[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The device is full: b grows only with a's memory.
+	release := dev.Hold(ss[0])
+	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
+		t.Fatalf("commit with a's decommitted memory: %v", err)
+	}
+	st := v.Stats()
+	if st.Handoffs != 2 || st.Mapped != uint64(4*g) || st.Pending != 0 {
+		t.Fatalf("after the handoff: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(4*g) {
+		t.Fatalf("device memory in use %d, want %d", got, 4*g)
+	}
+	// ss[1] waits for the decommit: its work cannot run before ss[0]'s.
+	if err := dev.MemsetD8Async(b+gpu.DevicePtr(g), 1, 2*g, ss[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Commit(a, g, g, ss[0]); !errors.Is(err, mr.ErrGrowBlocked) {
+		t.Fatalf("commit of addresses still mapped for b: got %v, want ErrGrowBlocked", err)
+	}
+	release()
+	if err := ss[1].Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Release(); err != nil {
+		t.Fatal(err)
+	}
+	// a's old addresses are unmapped now; a commit there needs memory the
+	// device does not have.
+	if err := v.Commit(a, g, g, ss[0]); !errors.Is(err, mr.ErrOutOfMemory) {
+		t.Fatalf("commit on a full device: got %v, want ErrOutOfMemory", err)
+	}
+	for _, x := range []gpu.DevicePtr{a, b} {
+		if err := v.Deallocate(x, 4*g, ss[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := inUse(t, dev); got != 0 || v.Stats().Mapped != 0 {
+		t.Fatalf("after the frees: device %d, mapped %d", got, v.Stats().Mapped)
+	}
+}
+
+// FuzzVirtualGrowable runs growable allocations, commits and decommits of
+// granules (on either of two streams), frees and releases on a Virtual
+// resource against a model of which granules each range has committed: a
+// commit of committed granules and a decommit of uncommitted ones are
+// ErrInvalidValue and change nothing; live bytes are the committed ones;
+// the device's memory in use is the mapped bytes, at least the committed
+// ones and, after ReleaseContext, exactly those; out of memory only when
+// the device has not the granules; ErrGrowBlocked only over granules
+// decommitted since the last ReleaseContext.
+func FuzzVirtualGrowable(f *testing.F) {
+	f.Add([]byte{0, 1, 1, 0, 3, 2, 3, 0, 1, 1, 5, 4, 0})
+	f.Add([]byte{0, 3, 0, 0, 2, 3, 0, 0, 1, 0, 1, 6, 1, 1, 0, 2, 5, 4, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 200 {
+			return
+		}
+		const capacity = 16 << 20
+		d, err := sim.New(sim.Config{Capacity: capacity}).Device(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := mr.NewVirtual(d, mr.VirtualOptions{ReserveSize: 16 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var streams [2]gpu.Stream
+		for i := range streams {
+			if streams[i], err = d.NewStream(); err != nil {
+				t.Fatal(err)
+			}
+			defer streams[i].Destroy()
+		}
+		g := v.GrowGranularity()
+		const limit = 8
+		type rng struct {
+			p         gpu.DevicePtr
+			committed [limit]bool
+			recent    [limit]bool // decommitted since the last ReleaseContext
+		}
+		var ranges []*rng
+		committed := func() uint64 {
+			var n uint64
+			for _, r := range ranges {
+				for _, c := range r.committed {
+					if c {
+						n += uint64(g)
+					}
+				}
+			}
+			return n
+		}
+		next := func() int {
+			if len(ops) == 0 {
+				return 0
+			}
+			b := ops[0]
+			ops = ops[1:]
+			return int(b)
+		}
+		for len(ops) > 0 {
+			op := next() % 6
+			s := streams[next()%2]
+			switch op {
+			case 0: // a range with 1 to 4 granules committed
+				k := 1 + next()%4
+				p, err := v.AllocateGrowable(k*g, limit*g, s)
+				if err != nil {
+					if !errors.Is(err, mr.ErrOutOfMemory) || v.Stats().Mapped+uint64(k*g) <= capacity {
+						t.Fatalf("AllocateGrowable(%d) with %d mapped: %v", k*g, v.Stats().Mapped, err)
+					}
+					continue
+				}
+				r := &rng{p: p}
+				for i := range k {
+					r.committed[i] = true
+				}
+				ranges = append(ranges, r)
+			case 1, 2, 3: // commit or decommit 1 or 2 granules
+				if len(ranges) == 0 {
+					continue
+				}
+				r := ranges[next()%len(ranges)]
+				i, k := next()%limit, 1+next()%2
+				k = min(k, limit-i)
+				anyC, allC, blockable := false, true, false
+				for j := i; j < i+k; j++ {
+					anyC = anyC || r.committed[j]
+					allC = allC && r.committed[j]
+					blockable = blockable || r.recent[j]
+				}
+				before := v.Stats()
+				if op == 3 {
+					err := v.Decommit(r.p, i*g, k*g, s)
+					if !allC {
+						if !errors.Is(err, gpu.ErrInvalidValue) || v.Stats() != before {
+							t.Fatalf("decommit of uncommitted granules: %v", err)
+						}
+						continue
+					}
+					if err != nil {
+						t.Fatalf("decommit: %v", err)
+					}
+					for j := i; j < i+k; j++ {
+						r.committed[j], r.recent[j] = false, true
+					}
+					continue
+				}
+				err := v.Commit(r.p, i*g, k*g, s)
+				switch {
+				case anyC:
+					if !errors.Is(err, gpu.ErrInvalidValue) {
+						t.Fatalf("commit of committed granules: %v", err)
+					}
+				case err == nil:
+					for j := i; j < i+k; j++ {
+						r.committed[j] = true
+					}
+				case errors.Is(err, mr.ErrGrowBlocked) && blockable:
+				case errors.Is(err, mr.ErrOutOfMemory) && before.Mapped+uint64(k*g) > capacity:
+				default:
+					t.Fatalf("commit of %d granules at %d with %d mapped: %v", k, i, before.Mapped, err)
+				}
+				// A failed commit leaves the allocations as they were
+				// (its reap of completed frees may give memory back).
+				if after := v.Stats(); err != nil && (after.Live != before.Live || after.Mapped > before.Mapped) {
+					t.Fatalf("a failed commit changed the counters: %+v -> %+v", before, after)
+				}
+			case 4: // free a range
+				if len(ranges) == 0 {
+					continue
+				}
+				j := next() % len(ranges)
+				if err := v.Deallocate(ranges[j].p, limit*g, s); err != nil {
+					t.Fatal(err)
+				}
+				ranges = append(ranges[:j], ranges[j+1:]...)
+			case 5:
+				if err := v.ReleaseContext(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range ranges {
+					r.recent = [limit]bool{}
+				}
+				if st := v.Stats(); st.Mapped != committed() || st.Pending != 0 {
+					t.Fatalf("after ReleaseContext: %+v, committed %d", st, committed())
+				}
+			}
+			st := v.Stats()
+			if st.Live != committed() || st.Mapped < committed() {
+				t.Fatalf("stats %+v, committed %d", st, committed())
+			}
+			if free, total, _ := d.MemGetInfo(); total-free != st.Mapped {
+				t.Fatalf("device memory in use %d, mapped %d", total-free, st.Mapped)
+			}
+		}
+		for _, r := range ranges {
+			if err := v.Deallocate(r.p, limit*g, streams[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if free, total, _ := d.MemGetInfo(); free != total {
+			t.Fatalf("after Close: %d bytes in use", total-free)
+		}
+	})
+}
