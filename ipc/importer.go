@@ -250,17 +250,23 @@ func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) 
 // unmapped all the same and the error matches ErrPeerLost.
 func (i *Import) Release(s gpu.Stream) error {
 	im := i.im
+	// Claimed before the free, so that of two Releases racing (a caller's
+	// and Close's) one frees and the other is ErrReleased; a failed free
+	// gives the claim back.
 	im.mu.Lock()
 	if i.done {
 		im.mu.Unlock()
 		return fmt.Errorf("ipc: release loan %d: %w", i.id, ErrReleased)
 	}
+	i.done = true
 	im.mu.Unlock()
 	if err := im.dev.FreeAsync(i.p, s); err != nil {
+		im.mu.Lock()
+		i.done = false
+		im.mu.Unlock()
 		return fmt.Errorf("ipc: release loan %d: %w", i.id, err)
 	}
 	im.mu.Lock()
-	i.done = true
 	delete(im.imports, i.id)
 	im.mu.Unlock()
 	if err := im.giveBack(i.id, s); err != nil {

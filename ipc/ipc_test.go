@@ -397,3 +397,59 @@ func TestLendBuffer(t *testing.T) {
 	<-l.Done()
 	must(t, e.Close())
 }
+
+// TestReleaseRace: of two Releases of one import racing, exactly one
+// unmaps it and gives it back, and the other is ErrReleased; every loan
+// comes back once and the pool ends empty.
+func TestReleaseRace(t *testing.T) {
+	exp, imp := processes(t)
+	e, l, im := pair(t, exp, imp)
+	se, _ := exp.NewStream()
+	si, _ := imp.NewStream()
+	si2, _ := imp.NewStream()
+	const rounds, size = 50, 4096
+	for r := 0; r < rounds; r++ {
+		p, err := e.Allocate(size, se)
+		must(t, err)
+		ln, err := l.Lend(p, size, se)
+		must(t, err)
+		x, err := im.Receive(context.Background(), si)
+		must(t, err)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, s := range []gpu.Stream{si, si2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = x.Release(s)
+			}()
+		}
+		wg.Wait()
+		ok, released := 0, 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, ipc.ErrReleased):
+				released++
+			default:
+				t.Fatalf("round %d: Release: %v", r, err)
+			}
+		}
+		if ok != 1 || released != 1 {
+			t.Fatalf("round %d: two Releases: %v; want one nil and one ipc.ErrReleased", r, errs)
+		}
+		must(t, ln.Wait(context.Background()))
+		must(t, e.Deallocate(p, size, se))
+	}
+	must(t, se.Synchronize())
+	if u := e.Async().Usage(); u.Used != 0 {
+		t.Errorf("pool used %d bytes after every free", u.Used)
+	}
+	if l.Outstanding() != 0 || im.Outstanding() != 0 {
+		t.Errorf("outstanding: link %d, importer %d", l.Outstanding(), im.Outstanding())
+	}
+	must(t, im.Close())
+	<-l.Done()
+	must(t, e.Close())
+}
