@@ -195,6 +195,10 @@ type Link struct {
 	closing bool // this side said goodbye first
 }
 
+// testHookCommit, set by tests only, runs when Serve's or Accept's
+// handshake is done (side "serve" or "accept"), before it commits.
+var testHookCommit func(side string)
+
 // Serve sends the pool to the importer at the other end of conn and
 // returns the link its loans go through. The link reads the importer's
 // give-backs until the connection ends; ctx bounds the handshake.
@@ -207,10 +211,8 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err 
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer func() {
-		if !stop() && err == nil {
-			err = ctx.Err()
-		}
-		if err != nil && ctx.Err() != nil {
+		stop()
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%v)", err, ctx.Err())
 		}
 	}()
@@ -264,6 +266,14 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err 
 		return nil, fmt.Errorf("ipc: serve: the importer's event: %w", err)
 	}
 	undo = append(undo, func() { l.retEvent.Destroy() })
+	if testHookCommit != nil {
+		testHookCommit("serve")
+	}
+	// Commit only if ctx has not closed conn: once the link is registered
+	// and read runs, its stream and events are the link's to release.
+	if !stop() {
+		return nil, fmt.Errorf("ipc: serve: %w", ctx.Err())
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()

@@ -54,10 +54,8 @@ func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importe
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer func() {
-		if !stop() && err == nil {
-			err = ctx.Err()
-		}
-		if err != nil && ctx.Err() != nil {
+		stop()
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%v)", err, ctx.Err())
 		}
 	}()
@@ -105,6 +103,14 @@ func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importe
 	back := frame{kind: kindHelloBack, b: h}
 	if _, err := conn.Write(back.marshal()); err != nil {
 		return nil, fmt.Errorf("ipc: accept: %w", lostIfEOF(err))
+	}
+	if testHookCommit != nil {
+		testHookCommit("accept")
+	}
+	// Commit only if ctx has not closed conn: once read runs, the
+	// importer's pool, stream and events are Close's to release.
+	if !stop() {
+		return nil, fmt.Errorf("ipc: accept: %w", ctx.Err())
 	}
 	go im.read()
 	return im, nil
