@@ -517,14 +517,7 @@ func (l *Link) bye() {
 }
 
 // write sends one frame.
-func (l *Link) write(f frame) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if _, err := l.conn.Write(f.marshal()); err != nil {
-		return lostIfEOF(err)
-	}
-	return nil
-}
+func (l *Link) write(f frame) error { return writeFrame(&l.wmu, l.conn, f) }
 
 // lose ends the link on a lost connection: every loan still out comes
 // back with ErrPeerLost, once the importer's process has finished exiting

@@ -185,14 +185,7 @@ func (im *Importer) finish(why error) {
 }
 
 // write sends one frame.
-func (im *Importer) write(f frame) error {
-	im.wmu.Lock()
-	defer im.wmu.Unlock()
-	if _, err := im.conn.Write(f.marshal()); err != nil {
-		return lostIfEOF(err)
-	}
-	return nil
-}
+func (im *Importer) write(f frame) error { return writeFrame(&im.wmu, im.conn, f) }
 
 // Import is one loan, mapped in this process.
 type Import struct {

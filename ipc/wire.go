@@ -25,6 +25,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"sync"
 )
 
 const frameSize = 160
@@ -81,6 +82,17 @@ func parseFrame(b []byte) (frame, error) {
 	copy(f.a[:], b[32:96])
 	copy(f.b[:], b[96:160])
 	return f, nil
+}
+
+// writeFrame sends f on c with mu held, so that frames of several
+// writers never interleave.
+func writeFrame(mu *sync.Mutex, c net.Conn, f frame) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, err := c.Write(f.marshal()); err != nil {
+		return lostIfEOF(err)
+	}
+	return nil
 }
 
 // readFrame reads one frame of the wanted kind, or a bye (want 0: any).
