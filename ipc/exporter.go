@@ -201,7 +201,9 @@ var testHookCommit func(side string)
 
 // Serve sends the pool to the importer at the other end of conn and
 // returns the link its loans go through. The link reads the importer's
-// give-backs until the connection ends; ctx bounds the handshake.
+// give-backs until the connection ends; ctx bounds the handshake (its end
+// closes conn). The link owns conn and closes it; if Serve fails, conn
+// stays the caller's to close, and nothing else of the handshake is kept.
 func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err error) {
 	e.mu.Lock()
 	closed := e.closed

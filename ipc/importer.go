@@ -46,7 +46,9 @@ type Importer struct {
 }
 
 // Accept takes the exporter's hello on conn and imports its pool on dev;
-// ctx bounds the handshake.
+// ctx bounds the handshake (its end closes conn). The importer owns conn
+// and closes it; if Accept fails, conn stays the caller's to close, and
+// nothing else of the handshake is kept.
 func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importer, err error) {
 	x, err := gpu.IPCOf(dev)
 	if err != nil {
