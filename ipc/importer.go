@@ -39,10 +39,12 @@ type Importer struct {
 
 	wmu sync.Mutex // give-backs: the return event's record with its frame
 
-	mu      sync.Mutex
-	imports map[uint64]*Import
-	closed  bool // Close was called: Receive refuses
-	saidBye bool // this side said goodbye: lends are dropped
+	mu        sync.Mutex
+	imports   map[uint64]*Import
+	closed    bool           // Close was called: Receive refuses
+	closing   chan struct{}  // closed by Close: a waiting Receive gives up
+	receiving sync.WaitGroup // Receives under way, which Close waits for
+	saidBye   bool           // this side said goodbye: lends are dropped
 }
 
 // Accept takes the exporter's hello on conn and imports its pool on dev;
@@ -64,7 +66,7 @@ func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importe
 	// im, not the result: the undo functions below run after a return
 	// has set the result to nil.
 	im := &Importer{dev: dev, x: x, conn: conn, events: gpu.EventCache{Device: dev},
-		frames: make(chan frame, 64), imports: make(map[uint64]*Import)}
+		frames: make(chan frame, 64), imports: make(map[uint64]*Import), closing: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -204,17 +206,23 @@ func (i *Import) Size() int          { return i.size }
 
 // Receive waits for the next loan and imports it; work enqueued on s
 // after Receive returns sees the exporter's writes. It returns an error
-// matching ErrPeerLost once the exporter is gone and no loan is left.
+// matching ErrPeerLost once the exporter is gone and no loan is left, and
+// one matching ErrClosed once Close has begun (Close waits for a Receive
+// under way, and releases what it imported).
 func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) {
 	if s == nil {
 		return nil, fmt.Errorf("ipc: receive: nil stream: %w", gpu.ErrInvalidHandle)
 	}
+	// Close waits for a Receive under way, so that an import it makes is
+	// among those Close releases.
 	im.mu.Lock()
-	closed := im.closed
-	im.mu.Unlock()
-	if closed {
+	if im.closed {
+		im.mu.Unlock()
 		return nil, fmt.Errorf("ipc: receive: %w", ErrClosed)
 	}
+	im.receiving.Add(1)
+	im.mu.Unlock()
+	defer im.receiving.Done()
 	var f frame
 	select {
 	case fr, ok := <-im.frames:
@@ -224,6 +232,8 @@ func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) 
 		f = fr
 	case <-ctx.Done():
 		return nil, fmt.Errorf("ipc: receive: %w", ctx.Err())
+	case <-im.closing:
+		return nil, fmt.Errorf("ipc: receive: %w", ErrClosed)
 	}
 	p, err := im.x.ImportPointer(im.pool, gpu.PtrExportData(f.a))
 	if err == nil {
@@ -325,6 +335,10 @@ func (im *Importer) Close() error {
 		return nil
 	}
 	im.closed = true
+	close(im.closing)
+	im.mu.Unlock()
+	im.receiving.Wait()
+	im.mu.Lock()
 	held := make([]*Import, 0, len(im.imports))
 	for _, i := range im.imports {
 		held = append(held, i)

@@ -453,3 +453,55 @@ func TestReleaseRace(t *testing.T) {
 	<-l.Done()
 	must(t, e.Close())
 }
+
+// TestReceiveDuringClose: a Receive waiting when the importer's Close
+// begins, with a lend arriving meanwhile, either returns ErrClosed (or the
+// lost link) or an import that Close then releases; no import outlives
+// Close, and a loan made comes back to the exporter, which frees it.
+func TestReceiveDuringClose(t *testing.T) {
+	for r := 0; r < 30; r++ {
+		exp, imp := processes(t)
+		e, l, im := pair(t, exp, imp)
+		se, _ := exp.NewStream()
+		si, _ := imp.NewStream()
+		const size = 4096
+		p, err := e.Allocate(size, se)
+		must(t, err)
+		var x *ipc.Import
+		var rerr, cerr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			x, rerr = im.Receive(context.Background(), si)
+		}()
+		time.Sleep(time.Millisecond) // Receive waits for a frame
+		go func() {
+			defer wg.Done()
+			cerr = im.Close()
+		}()
+		ln, lerr := l.Lend(p, size, se) // while Close runs
+		if lerr != nil && !errors.Is(lerr, ipc.ErrClosed) && !errors.Is(lerr, ipc.ErrPeerLost) {
+			t.Fatalf("round %d: Lend during the importer's Close: %v", r, lerr)
+		}
+		wg.Wait()
+		must(t, cerr)
+		if im.Outstanding() != 0 {
+			t.Fatalf("round %d: %d imports outlive Close", r, im.Outstanding())
+		}
+		switch {
+		case rerr == nil:
+			if err := x.Release(si); !errors.Is(err, ipc.ErrReleased) {
+				t.Fatalf("round %d: Release of an import Close released: %v, want ipc.ErrReleased", r, err)
+			}
+		case !errors.Is(rerr, ipc.ErrClosed) && !errors.Is(rerr, ipc.ErrPeerLost):
+			t.Fatalf("round %d: Receive during Close: %v, want ipc.ErrClosed or ipc.ErrPeerLost", r, rerr)
+		}
+		if lerr == nil {
+			must(t, ln.Wait(context.Background()))
+		}
+		must(t, e.Deallocate(p, size, se))
+		<-l.Done()
+		must(t, e.Close())
+	}
+}
