@@ -299,9 +299,11 @@ type Loan struct {
 	err      error // set before done closes: nil, or why it came back without the importer's word
 }
 
-// Ptr and Size are the lent allocation's.
+// Ptr is the lent allocation's address in the exporter.
 func (ln *Loan) Ptr() gpu.DevicePtr { return ln.p }
-func (ln *Loan) Size() int          { return ln.size }
+
+// Size is the lent allocation's length in bytes.
+func (ln *Loan) Size() int { return ln.size }
 
 // Done is closed when the loan is back: given back by the importer (the
 // loan's stream then waits for the importer's work), or its importer

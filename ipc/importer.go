@@ -200,9 +200,11 @@ type Import struct {
 	done bool // under im.mu
 }
 
-// Ptr is the import's address in this process; Size its length.
+// Ptr is the import's address in this process, valid until Release.
 func (i *Import) Ptr() gpu.DevicePtr { return i.p }
-func (i *Import) Size() int          { return i.size }
+
+// Size is the import's length in bytes, the exporter's allocation's.
+func (i *Import) Size() int { return i.size }
 
 // Receive waits for the next loan and imports it; work enqueued on s
 // after Receive returns sees the exporter's writes. It returns an error

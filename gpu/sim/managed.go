@@ -343,6 +343,7 @@ func (d *Device) NewManagedPool() (gpu.MemPool, error) {
 	return p, nil
 }
 
+// String is the counts in one line.
 func (s ManagedStats) String() string {
 	return fmt.Sprintf("device faults %d, host faults %d, prefetched to device %d, to host %d, duplicated %d",
 		s.DeviceFaults, s.HostFaults, s.PrefetchedToDevice, s.PrefetchedToHost, s.Duplicated)
