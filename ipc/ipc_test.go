@@ -83,6 +83,23 @@ func pairConns(t testing.TB, exp, imp gpu.Device) (*ipc.Exporter, *ipc.Link, *ip
 	return e, l, im, ce, ci
 }
 
+// closeEmpty checks, once the exporter's stream se has run, that the
+// exporter's pool has nothing in use and no loan is out on either side,
+// then closes the importer and the exporter.
+func closeEmpty(t testing.TB, e *ipc.Exporter, l *ipc.Link, im *ipc.Importer, se gpu.Stream) {
+	t.Helper()
+	must(t, se.Synchronize())
+	if u := e.Async().Usage(); u.Used != 0 {
+		t.Errorf("pool used %d bytes after every free", u.Used)
+	}
+	if l.Outstanding() != 0 || im.Outstanding() != 0 {
+		t.Errorf("outstanding: link %d, importer %d", l.Outstanding(), im.Outstanding())
+	}
+	must(t, im.Close())
+	<-l.Done()
+	must(t, e.Close())
+}
+
 // mismatches runs a check kernel of pattern seed over n words at p on s
 // and returns the count.
 func mismatches(t testing.TB, dev gpu.Device, k *kernels.Kernels, s gpu.Stream, p gpu.DevicePtr, n int, seed uint32) uint32 {
@@ -159,16 +176,7 @@ func TestLendRoundTrip(t *testing.T) {
 		}
 		must(t, e.Deallocate(ptrs[i], 4*words, se))
 	}
-	must(t, se.Synchronize())
-	if u := e.Async().Usage(); u.Used != 0 {
-		t.Errorf("pool used %d bytes after every free", u.Used)
-	}
-	if l.Outstanding() != 0 || im.Outstanding() != 0 {
-		t.Errorf("outstanding: link %d, importer %d", l.Outstanding(), im.Outstanding())
-	}
-	must(t, im.Close())
-	<-l.Done()
-	must(t, e.Close())
+	closeEmpty(t, e, l, im, se)
 }
 
 // TestLentRefusals: what the exporter cannot do with a lent allocation,
@@ -442,16 +450,7 @@ func TestReleaseRace(t *testing.T) {
 		must(t, ln.Wait(context.Background()))
 		must(t, e.Deallocate(p, size, se))
 	}
-	must(t, se.Synchronize())
-	if u := e.Async().Usage(); u.Used != 0 {
-		t.Errorf("pool used %d bytes after every free", u.Used)
-	}
-	if l.Outstanding() != 0 || im.Outstanding() != 0 {
-		t.Errorf("outstanding: link %d, importer %d", l.Outstanding(), im.Outstanding())
-	}
-	must(t, im.Close())
-	<-l.Done()
-	must(t, e.Close())
+	closeEmpty(t, e, l, im, se)
 }
 
 // TestReceiveDuringClose: a Receive waiting when the importer's Close
