@@ -195,9 +195,15 @@ type Link struct {
 	closing bool // this side said goodbye first
 }
 
+// testHookCommit, set by tests only, runs when Serve's or Accept's
+// handshake is done (side "serve" or "accept"), before it commits.
+var testHookCommit func(side string)
+
 // Serve sends the pool to the importer at the other end of conn and
 // returns the link its loans go through. The link reads the importer's
-// give-backs until the connection ends; ctx bounds the handshake.
+// give-backs until the connection ends; ctx bounds the handshake (its end
+// closes conn). The link owns conn and closes it; if Serve fails, conn
+// stays the caller's to close, and nothing else of the handshake is kept.
 func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err error) {
 	e.mu.Lock()
 	closed := e.closed
@@ -207,10 +213,8 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err 
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer func() {
-		if !stop() && err == nil {
-			err = ctx.Err()
-		}
-		if err != nil && ctx.Err() != nil {
+		stop()
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%v)", err, ctx.Err())
 		}
 	}()
@@ -264,6 +268,14 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err 
 		return nil, fmt.Errorf("ipc: serve: the importer's event: %w", err)
 	}
 	undo = append(undo, func() { l.retEvent.Destroy() })
+	if testHookCommit != nil {
+		testHookCommit("serve")
+	}
+	// Commit only if ctx has not closed conn: once the link is registered
+	// and read runs, its stream and events are the link's to release.
+	if !stop() {
+		return nil, fmt.Errorf("ipc: serve: %w", ctx.Err())
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -287,9 +299,11 @@ type Loan struct {
 	err      error // set before done closes: nil, or why it came back without the importer's word
 }
 
-// Ptr and Size are the lent allocation's.
+// Ptr is the lent allocation's address in the exporter.
 func (ln *Loan) Ptr() gpu.DevicePtr { return ln.p }
-func (ln *Loan) Size() int          { return ln.size }
+
+// Size is the lent allocation's length in bytes.
+func (ln *Loan) Size() int { return ln.size }
 
 // Done is closed when the loan is back: given back by the importer (the
 // loan's stream then waits for the importer's work), or its importer
@@ -507,14 +521,7 @@ func (l *Link) bye() {
 }
 
 // write sends one frame.
-func (l *Link) write(f frame) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if _, err := l.conn.Write(f.marshal()); err != nil {
-		return lostIfEOF(err)
-	}
-	return nil
-}
+func (l *Link) write(f frame) error { return writeFrame(&l.wmu, l.conn, f) }
 
 // lose ends the link on a lost connection: every loan still out comes
 // back with ErrPeerLost, once the importer's process has finished exiting

@@ -128,3 +128,62 @@ func pairOn(t *testing.T, e *ipc.Exporter, imp gpu.Device) (*ipc.Exporter, *ipc.
 	must(t, ierr)
 	return e, l, im
 }
+
+// TestHandshakeCanceledAtCommit: a context that ends after a side's
+// handshake is done but before it commits fails that side with the
+// context's error and releases what it made, once: the exporter keeps no
+// link to a closed socket and closes cleanly, and the other side finds
+// the link gone at its first use.
+func TestHandshakeCanceledAtCommit(t *testing.T) {
+	for _, side := range []string{"serve", "accept"} {
+		t.Run(side, func(t *testing.T) {
+			exp, imp := processes(t)
+			e, err := ipc.NewExporter(exp, ipc.ExporterOptions{})
+			must(t, err)
+			sctx, scancel := context.WithCancel(context.Background())
+			defer scancel()
+			actx, acancel := context.WithCancel(context.Background())
+			defer acancel()
+			ipc.SetCommitHook(func(s string) {
+				if s == side && s == "serve" {
+					scancel()
+				} else if s == side {
+					acancel()
+				}
+			})
+			defer ipc.SetCommitHook(nil)
+			ce, ci := socketPair(t)
+			var im *ipc.Importer
+			var aerr error
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); im, aerr = ipc.Accept(actx, imp, ci) }()
+			l, serr := e.Serve(sctx, ce)
+			wg.Wait()
+			ipc.SetCommitHook(nil)
+			switch side {
+			case "serve":
+				if !errors.Is(serr, context.Canceled) || l != nil {
+					t.Fatalf("Serve canceled at its commit: %v, %v; want nil, context.Canceled", l, serr)
+				}
+				must(t, aerr)
+				si, _ := imp.NewStream()
+				if _, err := im.Receive(context.Background(), si); !errors.Is(err, ipc.ErrPeerLost) {
+					t.Errorf("Receive from an exporter that gave up: %v, want ipc.ErrPeerLost", err)
+				}
+				must(t, im.Close())
+			case "accept":
+				if !errors.Is(aerr, context.Canceled) || im != nil {
+					t.Fatalf("Accept canceled at its commit: %v, %v; want nil, context.Canceled", im, aerr)
+				}
+				must(t, serr)
+				<-l.Done()
+				if !errors.Is(l.Err(), ipc.ErrPeerLost) {
+					t.Errorf("link to an importer that gave up: %v, want ipc.ErrPeerLost", l.Err())
+				}
+				must(t, l.Close())
+			}
+			must(t, e.Close())
+		})
+	}
+}

@@ -39,14 +39,18 @@ type Importer struct {
 
 	wmu sync.Mutex // give-backs: the return event's record with its frame
 
-	mu      sync.Mutex
-	imports map[uint64]*Import
-	closed  bool // Close was called: Receive refuses
-	saidBye bool // this side said goodbye: lends are dropped
+	mu        sync.Mutex
+	imports   map[uint64]*Import
+	closed    bool           // Close was called: Receive refuses
+	closing   chan struct{}  // closed by Close: a waiting Receive gives up
+	receiving sync.WaitGroup // Receives under way, which Close waits for
+	saidBye   bool           // this side said goodbye: lends are dropped
 }
 
 // Accept takes the exporter's hello on conn and imports its pool on dev;
-// ctx bounds the handshake.
+// ctx bounds the handshake (its end closes conn). The importer owns conn
+// and closes it; if Accept fails, conn stays the caller's to close, and
+// nothing else of the handshake is kept.
 func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importer, err error) {
 	x, err := gpu.IPCOf(dev)
 	if err != nil {
@@ -54,17 +58,15 @@ func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importe
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer func() {
-		if !stop() && err == nil {
-			err = ctx.Err()
-		}
-		if err != nil && ctx.Err() != nil {
+		stop()
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%v)", err, ctx.Err())
 		}
 	}()
 	// im, not the result: the undo functions below run after a return
 	// has set the result to nil.
 	im := &Importer{dev: dev, x: x, conn: conn, events: gpu.EventCache{Device: dev},
-		frames: make(chan frame, 64), imports: make(map[uint64]*Import)}
+		frames: make(chan frame, 64), imports: make(map[uint64]*Import), closing: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -105,6 +107,14 @@ func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importe
 	back := frame{kind: kindHelloBack, b: h}
 	if _, err := conn.Write(back.marshal()); err != nil {
 		return nil, fmt.Errorf("ipc: accept: %w", lostIfEOF(err))
+	}
+	if testHookCommit != nil {
+		testHookCommit("accept")
+	}
+	// Commit only if ctx has not closed conn: once read runs, the
+	// importer's pool, stream and events are Close's to release.
+	if !stop() {
+		return nil, fmt.Errorf("ipc: accept: %w", ctx.Err())
 	}
 	go im.read()
 	return im, nil
@@ -179,14 +189,7 @@ func (im *Importer) finish(why error) {
 }
 
 // write sends one frame.
-func (im *Importer) write(f frame) error {
-	im.wmu.Lock()
-	defer im.wmu.Unlock()
-	if _, err := im.conn.Write(f.marshal()); err != nil {
-		return lostIfEOF(err)
-	}
-	return nil
-}
+func (im *Importer) write(f frame) error { return writeFrame(&im.wmu, im.conn, f) }
 
 // Import is one loan, mapped in this process.
 type Import struct {
@@ -197,23 +200,31 @@ type Import struct {
 	done bool // under im.mu
 }
 
-// Ptr is the import's address in this process; Size its length.
+// Ptr is the import's address in this process, valid until Release.
 func (i *Import) Ptr() gpu.DevicePtr { return i.p }
-func (i *Import) Size() int          { return i.size }
+
+// Size is the import's length in bytes, the exporter's allocation's.
+func (i *Import) Size() int { return i.size }
 
 // Receive waits for the next loan and imports it; work enqueued on s
 // after Receive returns sees the exporter's writes. It returns an error
-// matching ErrPeerLost once the exporter is gone and no loan is left.
+// matching ErrPeerLost once the exporter is gone and no loan is left, and
+// one matching ErrClosed once Close has begun (Close waits for a Receive
+// under way, and releases what it imported).
 func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) {
 	if s == nil {
 		return nil, fmt.Errorf("ipc: receive: nil stream: %w", gpu.ErrInvalidHandle)
 	}
+	// Close waits for a Receive under way, so that an import it makes is
+	// among those Close releases.
 	im.mu.Lock()
-	closed := im.closed
-	im.mu.Unlock()
-	if closed {
+	if im.closed {
+		im.mu.Unlock()
 		return nil, fmt.Errorf("ipc: receive: %w", ErrClosed)
 	}
+	im.receiving.Add(1)
+	im.mu.Unlock()
+	defer im.receiving.Done()
 	var f frame
 	select {
 	case fr, ok := <-im.frames:
@@ -223,6 +234,8 @@ func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) 
 		f = fr
 	case <-ctx.Done():
 		return nil, fmt.Errorf("ipc: receive: %w", ctx.Err())
+	case <-im.closing:
+		return nil, fmt.Errorf("ipc: receive: %w", ErrClosed)
 	}
 	p, err := im.x.ImportPointer(im.pool, gpu.PtrExportData(f.a))
 	if err == nil {
@@ -250,17 +263,23 @@ func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) 
 // unmapped all the same and the error matches ErrPeerLost.
 func (i *Import) Release(s gpu.Stream) error {
 	im := i.im
+	// Claimed before the free, so that of two Releases racing (a caller's
+	// and Close's) one frees and the other is ErrReleased; a failed free
+	// gives the claim back.
 	im.mu.Lock()
 	if i.done {
 		im.mu.Unlock()
 		return fmt.Errorf("ipc: release loan %d: %w", i.id, ErrReleased)
 	}
+	i.done = true
 	im.mu.Unlock()
 	if err := im.dev.FreeAsync(i.p, s); err != nil {
+		im.mu.Lock()
+		i.done = false
+		im.mu.Unlock()
 		return fmt.Errorf("ipc: release loan %d: %w", i.id, err)
 	}
 	im.mu.Lock()
-	i.done = true
 	delete(im.imports, i.id)
 	im.mu.Unlock()
 	if err := im.giveBack(i.id, s); err != nil {
@@ -318,6 +337,10 @@ func (im *Importer) Close() error {
 		return nil
 	}
 	im.closed = true
+	close(im.closing)
+	im.mu.Unlock()
+	im.receiving.Wait()
+	im.mu.Lock()
 	held := make([]*Import, 0, len(im.imports))
 	for _, i := range im.imports {
 		held = append(held, i)

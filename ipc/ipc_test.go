@@ -83,6 +83,23 @@ func pairConns(t testing.TB, exp, imp gpu.Device) (*ipc.Exporter, *ipc.Link, *ip
 	return e, l, im, ce, ci
 }
 
+// closeEmpty checks, once the exporter's stream se has run, that the
+// exporter's pool has nothing in use and no loan is out on either side,
+// then closes the importer and the exporter.
+func closeEmpty(t testing.TB, e *ipc.Exporter, l *ipc.Link, im *ipc.Importer, se gpu.Stream) {
+	t.Helper()
+	must(t, se.Synchronize())
+	if u := e.Async().Usage(); u.Used != 0 {
+		t.Errorf("pool used %d bytes after every free", u.Used)
+	}
+	if l.Outstanding() != 0 || im.Outstanding() != 0 {
+		t.Errorf("outstanding: link %d, importer %d", l.Outstanding(), im.Outstanding())
+	}
+	must(t, im.Close())
+	<-l.Done()
+	must(t, e.Close())
+}
+
 // mismatches runs a check kernel of pattern seed over n words at p on s
 // and returns the count.
 func mismatches(t testing.TB, dev gpu.Device, k *kernels.Kernels, s gpu.Stream, p gpu.DevicePtr, n int, seed uint32) uint32 {
@@ -159,16 +176,7 @@ func TestLendRoundTrip(t *testing.T) {
 		}
 		must(t, e.Deallocate(ptrs[i], 4*words, se))
 	}
-	must(t, se.Synchronize())
-	if u := e.Async().Usage(); u.Used != 0 {
-		t.Errorf("pool used %d bytes after every free", u.Used)
-	}
-	if l.Outstanding() != 0 || im.Outstanding() != 0 {
-		t.Errorf("outstanding: link %d, importer %d", l.Outstanding(), im.Outstanding())
-	}
-	must(t, im.Close())
-	<-l.Done()
-	must(t, e.Close())
+	closeEmpty(t, e, l, im, se)
 }
 
 // TestLentRefusals: what the exporter cannot do with a lent allocation,
@@ -396,4 +404,103 @@ func TestLendBuffer(t *testing.T) {
 	must(t, im.Close())
 	<-l.Done()
 	must(t, e.Close())
+}
+
+// TestReleaseRace: of two Releases of one import racing, exactly one
+// unmaps it and gives it back, and the other is ErrReleased; every loan
+// comes back once and the pool ends empty.
+func TestReleaseRace(t *testing.T) {
+	exp, imp := processes(t)
+	e, l, im := pair(t, exp, imp)
+	se, _ := exp.NewStream()
+	si, _ := imp.NewStream()
+	si2, _ := imp.NewStream()
+	const rounds, size = 50, 4096
+	for r := 0; r < rounds; r++ {
+		p, err := e.Allocate(size, se)
+		must(t, err)
+		ln, err := l.Lend(p, size, se)
+		must(t, err)
+		x, err := im.Receive(context.Background(), si)
+		must(t, err)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, s := range []gpu.Stream{si, si2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = x.Release(s)
+			}()
+		}
+		wg.Wait()
+		ok, released := 0, 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, ipc.ErrReleased):
+				released++
+			default:
+				t.Fatalf("round %d: Release: %v", r, err)
+			}
+		}
+		if ok != 1 || released != 1 {
+			t.Fatalf("round %d: two Releases: %v; want one nil and one ipc.ErrReleased", r, errs)
+		}
+		must(t, ln.Wait(context.Background()))
+		must(t, e.Deallocate(p, size, se))
+	}
+	closeEmpty(t, e, l, im, se)
+}
+
+// TestReceiveDuringClose: a Receive waiting when the importer's Close
+// begins, with a lend arriving meanwhile, either returns ErrClosed (or the
+// lost link) or an import that Close then releases; no import outlives
+// Close, and a loan made comes back to the exporter, which frees it.
+func TestReceiveDuringClose(t *testing.T) {
+	for r := 0; r < 30; r++ {
+		exp, imp := processes(t)
+		e, l, im := pair(t, exp, imp)
+		se, _ := exp.NewStream()
+		si, _ := imp.NewStream()
+		const size = 4096
+		p, err := e.Allocate(size, se)
+		must(t, err)
+		var x *ipc.Import
+		var rerr, cerr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			x, rerr = im.Receive(context.Background(), si)
+		}()
+		time.Sleep(time.Millisecond) // Receive waits for a frame
+		go func() {
+			defer wg.Done()
+			cerr = im.Close()
+		}()
+		ln, lerr := l.Lend(p, size, se) // while Close runs
+		if lerr != nil && !errors.Is(lerr, ipc.ErrClosed) && !errors.Is(lerr, ipc.ErrPeerLost) {
+			t.Fatalf("round %d: Lend during the importer's Close: %v", r, lerr)
+		}
+		wg.Wait()
+		must(t, cerr)
+		if im.Outstanding() != 0 {
+			t.Fatalf("round %d: %d imports outlive Close", r, im.Outstanding())
+		}
+		switch {
+		case rerr == nil:
+			if err := x.Release(si); !errors.Is(err, ipc.ErrReleased) {
+				t.Fatalf("round %d: Release of an import Close released: %v, want ipc.ErrReleased", r, err)
+			}
+		case !errors.Is(rerr, ipc.ErrClosed) && !errors.Is(rerr, ipc.ErrPeerLost):
+			t.Fatalf("round %d: Receive during Close: %v, want ipc.ErrClosed or ipc.ErrPeerLost", r, rerr)
+		}
+		if lerr == nil {
+			must(t, ln.Wait(context.Background()))
+		}
+		must(t, e.Deallocate(p, size, se))
+		<-l.Done()
+		must(t, e.Close())
+	}
 }

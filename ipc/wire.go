@@ -14,8 +14,8 @@
 //	96     64   b: an event handle (hello: the exporter's lend event;
 //	            helloBack: the importer's return event)
 //
-// A frame with another magic, an unknown kind or non-zero padding is
-// ErrProtocol.
+// A frame with another magic, an unknown kind, non-zero padding or a lend
+// of a size that is not a positive int is ErrProtocol.
 
 package ipc
 
@@ -23,7 +23,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"sync"
 )
 
 const frameSize = 160
@@ -73,9 +75,24 @@ func parseFrame(b []byte) (frame, error) {
 	f.handle = int32(binary.LittleEndian.Uint32(b[8:]))
 	f.id = binary.LittleEndian.Uint64(b[16:])
 	f.size = binary.LittleEndian.Uint64(b[24:])
+	if f.kind == kindLend && (f.size == 0 || f.size > math.MaxInt) {
+		// An allocation's size is positive and an int (Import.Size).
+		return f, fmt.Errorf("ipc: lend of %d bytes: %w", f.size, ErrProtocol)
+	}
 	copy(f.a[:], b[32:96])
 	copy(f.b[:], b[96:160])
 	return f, nil
+}
+
+// writeFrame sends f on c with mu held, so that frames of several
+// writers never interleave.
+func writeFrame(mu *sync.Mutex, c net.Conn, f frame) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, err := c.Write(f.marshal()); err != nil {
+		return lostIfEOF(err)
+	}
+	return nil
 }
 
 // readFrame reads one frame of the wanted kind, or a bye (want 0: any).

@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 )
@@ -39,6 +40,8 @@ func TestParseFrameRefusals(t *testing.T) {
 		{"kind 0", func(b []byte) []byte { b[4] = 0; return b }},
 		{"kind 6", func(b []byte) []byte { b[4] = 6; return b }},
 		{"padding", func(b []byte) []byte { b[13] = 1; return b }},
+		{"lend of 0 bytes", func(b []byte) []byte { return lendOf(b, 0) }},
+		{"lend of more bytes than an int holds", func(b []byte) []byte { return lendOf(b, 1<<63) }},
 	} {
 		b := c.edit(append([]byte(nil), good...))
 		if _, err := parseFrame(b); !errors.Is(err, ErrProtocol) {
@@ -48,4 +51,11 @@ func TestParseFrameRefusals(t *testing.T) {
 	if _, err := parseFrame(good); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lendOf turns frame b into a lend of size bytes.
+func lendOf(b []byte, size uint64) []byte {
+	b[4] = byte(kindLend)
+	binary.LittleEndian.PutUint64(b[24:], size)
+	return b
 }

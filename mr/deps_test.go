@@ -10,7 +10,8 @@ import (
 // TestDependencies: a program that imports only the allocator links no
 // pickle decoder and no chart library. Both belong to packages of their
 // own (trace/torchsnap, report), which mr must not reach through the
-// packages it imports (trace, for the logging adaptor's CSV writer).
+// packages it imports (trace, for the logging adaptor's CSV writer). Nor
+// does mr reach the layer above it (buf, sanitize, ipc).
 func TestDependencies(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -36,6 +37,11 @@ func TestDependencies(t *testing.T) {
 		"github.com/streamalloc/streamalloc/trace/torchsnap",   // its user
 		"gonum.org/v1/plot",                         // the charts
 		"github.com/streamalloc/streamalloc/report", // their user
+		// Layer 4, built on mr: ipc lends its allocations, buf wraps
+		// them, sanitize checks their users.
+		"github.com/streamalloc/streamalloc/ipc",
+		"github.com/streamalloc/streamalloc/buf",
+		"github.com/streamalloc/streamalloc/sanitize",
 	}
 	for _, d := range deps {
 		for _, b := range banned {

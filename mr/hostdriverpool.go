@@ -116,7 +116,8 @@ func (p *DriverHostPool) Allocate(n int, s gpu.Stream) ([]byte, error) {
 	b, err := p.hp.MallocHostFromPoolAsync(n, p.pool, s)
 	if err != nil {
 		if errors.Is(err, gpu.ErrOutOfMemory) {
-			u := p.Usage()
+			// Not Usage: a second read lock deadlocks with a waiting Close.
+			u := p.usageLocked()
 			return nil, &OutOfMemoryError{Resource: "driver host pool", Requested: n, Stream: s.ID(), Reserved: u.Reserved, Used: u.Used, Err: err}
 		}
 		return nil, fmt.Errorf("driver host pool: allocate %d bytes: %w", n, err)
@@ -169,9 +170,14 @@ func (p *DriverHostPool) Trim(keep uint64) error {
 // the bytes the driver's pool holds (Reserved, and its high-water mark,
 // read from the pool; 0 once closed).
 func (p *DriverHostPool) Usage() Usage {
-	u := p.usage.snapshot()
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
+	return p.usageLocked()
+}
+
+// usageLocked is Usage with closeMu held, shared or exclusive.
+func (p *DriverHostPool) usageLocked() Usage {
+	u := p.usage.snapshot()
 	if p.closed {
 		return u
 	}

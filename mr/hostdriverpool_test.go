@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -171,5 +172,65 @@ func TestDriverHostPoolBadInput(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// An allocation the driver refuses for want of memory is an
+// *OutOfMemoryError with the pool's usage, and reading that usage must not
+// take the close lock a second time: with Close waiting for the lock (it
+// keeps refusing, a slice is still allocated) a recursive read lock would
+// deadlock the two.
+func TestDriverHostPoolOutOfMemoryWithClose(t *testing.T) {
+	dev, s, _ := hostPoolDevice(t, sim.Config{HostCapacity: 1 << 20})
+	p, err := mr.NewDriverHostPool(dev, mr.DriverHostPoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := p.Allocate(4096, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 2000
+	errs := make(chan error, 2)
+	go func() {
+		for range rounds {
+			_, err := p.Allocate(2<<20, s)
+			var oom *mr.OutOfMemoryError
+			if !errors.As(err, &oom) || !errors.Is(err, gpu.ErrOutOfMemory) {
+				errs <- fmt.Errorf("allocate past the capacity: %v, want an *mr.OutOfMemoryError", err)
+				return
+			}
+			if oom.Requested != 2<<20 || oom.Used != 4096 {
+				errs <- fmt.Errorf("OutOfMemoryError %+v: want Requested %d, Used 4096", oom, 2<<20)
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go func() {
+		for range rounds {
+			if err := p.Close(); !errors.Is(err, mr.ErrInUse) {
+				errs <- fmt.Errorf("close with a slice allocated: %v, want mr.ErrInUse", err)
+				return
+			}
+		}
+		errs <- nil
+	}()
+	timeout := time.After(20 * time.Second)
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatal("Allocate and Close deadlocked")
+		}
+	}
+	if err := p.Free(held, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -170,6 +170,24 @@ func resourceName(r Resource) string {
 	return fmt.Sprintf("%T", r)
 }
 
+// deviceMemoryOf names dev and reads its free and total memory, except
+// while a capture is active on it (a global-mode capture forbids the
+// query, cuMemGetInfo, as a potentially unsafe call); a nil dev is the
+// zero value.
+func deviceMemoryOf(dev gpu.Device) DeviceMemory {
+	if dev == nil {
+		return DeviceMemory{}
+	}
+	p := dev.Properties()
+	m := DeviceMemory{Ordinal: dev.Ordinal(), Name: p.Name, Simulated: p.Simulated}
+	if !gpu.DeviceCapturing(dev) {
+		if free, total, err := dev.MemGetInfo(); err == nil {
+			m.Total, m.Free = total, free
+		}
+	}
+	return m
+}
+
 // StatsOf reads every statistic of r's chain (the file comment says
 // which). A nil r has none: the result is empty.
 func StatsOf(r Resource) ChainStats {
@@ -177,15 +195,7 @@ func StatsOf(r Resource) ChainStats {
 	if r == nil {
 		return cs
 	}
-	if dev := r.Device(); dev != nil {
-		p := dev.Properties()
-		cs.Device = DeviceMemory{Ordinal: dev.Ordinal(), Name: p.Name, Simulated: p.Simulated}
-		if !gpu.DeviceCapturing(dev) {
-			if free, total, err := dev.MemGetInfo(); err == nil {
-				cs.Device.Total, cs.Device.Free = total, free
-			}
-		}
-	}
+	cs.Device = deviceMemoryOf(r.Device())
 	for _, res := range Walk(r) {
 		cs.Levels = append(cs.Levels, levelOf(res))
 	}

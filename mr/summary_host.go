@@ -30,15 +30,7 @@ func HostStatsOf(r HostResource) ChainStats {
 	if r == nil {
 		return cs
 	}
-	if dev := r.Device(); dev != nil {
-		p := dev.Properties()
-		cs.Device = DeviceMemory{Ordinal: dev.Ordinal(), Name: p.Name, Simulated: p.Simulated}
-		if !gpu.DeviceCapturing(dev) {
-			if free, total, err := dev.MemGetInfo(); err == nil {
-				cs.Device.Total, cs.Device.Free = total, free
-			}
-		}
-	}
+	cs.Device = deviceMemoryOf(r.Device())
 	u := r.Usage()
 	l := LevelStats{Name: "driver host pool", Usage: &u}
 	if hp, ok := r.(*HostPool); ok {

@@ -84,6 +84,22 @@ type managedCounters struct {
 	deviceFaults, hostFaults, toDevice, toHost, duplicated atomic.Uint64
 }
 
+// pageTally is what one page's transition adds to the counters.
+type pageTally struct {
+	deviceFaults, hostFaults, toDevice, toHost, duplicated uint64
+}
+
+func (c *managedCounters) add(t pageTally) {
+	for _, x := range []struct {
+		c *atomic.Uint64
+		n uint64
+	}{{&c.deviceFaults, t.deviceFaults}, {&c.hostFaults, t.hostFaults}, {&c.toDevice, t.toDevice}, {&c.toHost, t.toHost}, {&c.duplicated, t.duplicated}} {
+		if x.n != 0 {
+			x.c.Add(x.n)
+		}
+	}
+}
+
 // ManagedStats returns the device's managed-memory counters. They cover
 // the work that has run: synchronize first to read them for the work
 // enqueued.
@@ -99,15 +115,20 @@ func (d *Device) ManagedStats() ManagedStats {
 }
 
 // update applies f to the words of the pages of [off, off+n), with race
-// synchronization disabled.
-func (r *residency) update(off, n uint64, f func(st uint32) uint32) {
+// synchronization disabled, and adds to c what f tallied for each page's
+// transition. A word another toucher changed meanwhile is read again and
+// f called again with a fresh tally, so that c counts only the
+// transitions that took place.
+func (r *residency) update(off, n uint64, c *managedCounters, f func(st uint32, t *pageTally) uint32) {
 	raceDisable()
 	defer raceEnable()
 	for i := off / ManagedPage; i <= (off+n-1)/ManagedPage && i < uint64(len(r.pages)); i++ {
 		w := &r.pages[i]
 		for {
 			old := w.Load()
-			if w.CompareAndSwap(old, f(old)) {
+			var t pageTally
+			if w.CompareAndSwap(old, f(old, &t)) {
+				c.add(t)
 				break
 			}
 		}
@@ -124,8 +145,7 @@ func (d *Device) touchManaged(p gpu.DevicePtr, n int) {
 	if seg == nil || seg.res == nil {
 		return
 	}
-	c := &d.managed
-	seg.res.update(off, uint64(n), func(st uint32) uint32 {
+	seg.res.update(off, uint64(n), &d.managed, func(st uint32, t *pageTally) uint32 {
 		populated := st&(resHost|resDevice) != 0
 		switch {
 		case st&resDevice != 0:
@@ -133,10 +153,10 @@ func (d *Device) touchManaged(p gpu.DevicePtr, n int) {
 		case populated && st&(resMapped|advAccessedBy) != 0:
 			return st
 		}
-		c.deviceFaults.Add(1)
+		t.deviceFaults++
 		switch {
 		case populated && st&advReadMostly != 0:
-			c.duplicated.Add(1)
+			t.duplicated++
 			return st | resDevice
 		case populated && st&advPrefHost != 0:
 			return st | resMapped
@@ -157,12 +177,11 @@ func (d *Device) HostAccess(p gpu.DevicePtr, n int, write bool) error {
 	if err != nil {
 		return err
 	}
-	c := &d.managed
-	seg.res.update(off, uint64(n), func(st uint32) uint32 {
+	seg.res.update(off, uint64(n), &d.managed, func(st uint32, t *pageTally) uint32 {
 		if st&resHost == 0 {
-			c.hostFaults.Add(1)
+			t.hostFaults++
 			if !write && st&(advReadMostly|resDevice) == advReadMostly|resDevice {
-				c.duplicated.Add(1)
+				t.duplicated++
 				return st | resHost
 			}
 			st = st&^(resDevice|resMapped) | resHost
@@ -254,18 +273,22 @@ func (d *Device) runPrefetch(o *op) error {
 	if seg == nil || seg.res == nil {
 		return driverErrf(o.name, gpu.ErrIllegalAddress, "[%#x, +%d) is no longer managed memory", uint64(o.dst), o.n)
 	}
-	c := &d.managed
-	here, there, moved := uint32(resDevice), uint32(resHost), &c.toDevice
-	if o.val == 1 {
-		here, there, moved = resHost, resDevice, &c.toHost
+	toHost := o.val == 1
+	here, there := uint32(resDevice), uint32(resHost)
+	if toHost {
+		here, there = resHost, resDevice
 	}
-	seg.res.update(off, uint64(o.n), func(st uint32) uint32 {
+	seg.res.update(off, uint64(o.n), &d.managed, func(st uint32, t *pageTally) uint32 {
 		if st&here != 0 {
 			return st
 		}
-		moved.Add(1)
+		if toHost {
+			t.toHost++
+		} else {
+			t.toDevice++
+		}
 		if st&advReadMostly != 0 && st&there != 0 {
-			c.duplicated.Add(1)
+			t.duplicated++
 			return st | here
 		}
 		return st&^(there|resMapped) | here
@@ -323,7 +346,7 @@ func (d *Device) Advise(p gpu.DevicePtr, n int, a gpu.Advice, loc gpu.Location) 
 	default:
 		return driverErrf(call, gpu.ErrInvalidValue, "%v", a)
 	}
-	seg.res.update(off, uint64(n), f)
+	seg.res.update(off, uint64(n), &d.managed, func(st uint32, _ *pageTally) uint32 { return f(st) })
 	return nil
 }
 
@@ -343,6 +366,7 @@ func (d *Device) NewManagedPool() (gpu.MemPool, error) {
 	return p, nil
 }
 
+// String is the counts in one line.
 func (s ManagedStats) String() string {
 	return fmt.Sprintf("device faults %d, host faults %d, prefetched to device %d, to host %d, duplicated %d",
 		s.DeviceFaults, s.HostFaults, s.PrefetchedToDevice, s.PrefetchedToHost, s.Duplicated)

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -248,5 +249,30 @@ func TestManagedBadInputSim(t *testing.T) {
 	}
 	if got := f.dev.ManagedStats().PrefetchedToHost; got != 1 {
 		t.Errorf("prefetch to NUMA node 0: %d pages to the host, want 1", got)
+	}
+}
+
+// Host accesses racing on the same unpopulated pages count one host fault
+// per page: the fault goes with the transition that populated the page,
+// never with an attempt that lost the race to another accessor.
+func TestManagedFaultsCountedOnceUnderContention(t *testing.T) {
+	f := newManagedFixture(t, 1)
+	const pages, accessors, rounds = 1024, 8, 10
+	for r := 0; r < rounds; r++ {
+		p := f.managed(t, pages*sim.ManagedPage)
+		var wg sync.WaitGroup
+		for a := 0; a < accessors; a++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f.dev.HostAccess(p, pages*sim.ManagedPage, false); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if got, want := f.dev.ManagedStats().HostFaults, uint64((r+1)*pages); got != want {
+			t.Fatalf("round %d: %d host faults, want %d (one per page)", r, got, want)
+		}
 	}
 }
