@@ -5,8 +5,13 @@
 #
 #   scripts/fuzz.sh [FUZZTIME] [PACKAGES...]
 #
-# FUZZTIME is go test's -fuzztime (default 1s, about a minute for the
-# module's targets on two cores, most of it building them); PACKAGES
+# FUZZTIME is go test's -fuzztime (default 100x: a hundred new inputs per
+# target, about a minute for the module's targets on two cores, most of it
+# building them). A count rather than a duration: with a duration, Go 1.26's
+# fuzzing coordinator can fail a target with a bare "context deadline
+# exceeded" when the time runs out, having found nothing and written no
+# input (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to
+# race, and a slow machine only takes longer. PACKAGES
 # default to ./.... A new interesting input is minimized for at most 5 s
 # (-fuzzminimizetime), so one slow minimization cannot take a run's whole
 # time. A failure stops the script with go test's report and a non-zero
@@ -20,7 +25,7 @@
 # target cannot be left out of CI unnoticed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzztime=${1:-1s}
+fuzztime=${1:-100x}
 shift || true
 pkgs=("${@:-./...}")
 module=$(go list -m)
