@@ -33,7 +33,7 @@ class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "reserved_bytes", "peak_reserved_bytes", "live_bytes", "peak_live_bytes",
         "allocs", "frees", "live_allocs", "oom_count", "bad_free_count", "error_count",
-        "device_allocs", "device_frees")]
+        "device_allocs", "device_frees", "address_space_bytes", "vmm_fallback")]
 
 
 _lib = None
