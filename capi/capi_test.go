@@ -102,11 +102,13 @@ func TestCProgram(t *testing.T) {
 		if err != nil {
 			t.Skip("no python3")
 		}
-		cmd := exec.Command(py, filepath.Join("..", "python", "test_streamalloc_torch.py"))
-		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
-			"STREAMALLOC_LIB="+filepath.Join(dir, "libstreamalloc.so"))
-		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "shim test ok") {
-			t.Fatalf("python shim: %v\n%s", err, out)
+		for _, args := range [][]string{nil, {"upstream=vmm"}} {
+			cmd := exec.Command(py, append([]string{filepath.Join("..", "python", "test_streamalloc_torch.py")}, args...)...)
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+				"STREAMALLOC_LIB="+filepath.Join(dir, "libstreamalloc.so"))
+			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "shim test ok") {
+				t.Fatalf("python shim %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
 		}
 	})
 	t.Run("HeaderMatchesExports", func(t *testing.T) {
