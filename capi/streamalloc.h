@@ -12,11 +12,12 @@
  * aborts the process: failures are returned (NULL, or -1) and counted, and
  * sa_last_error tells what happened. Configure before the first
  * allocation, with sa_configure or the environment variable
- * STREAMALLOC_CONF, e.g. "pool,release_threshold=2GiB" (the grammar is
- * package pluggable's: pool|async, backend=cuda|sim, upstream=direct|async|vmm,
- * chunk_size=, initial_size=, max_size=, release_threshold=,
- * pool=default|current|own, log=PATH, track). One resource per device is
- * made on first use.
+ * STREAMALLOC_CONF, e.g. "pool,release_threshold=2GiB", or
+ * "pool,upstream=vmm" for the pool over mapped virtual memory. The grammar
+ * is package pluggable's: pool|async, backend=cuda|sim,
+ * upstream=direct|async|vmm, chunk_size=, initial_size=, max_size=,
+ * release_threshold=, split_big, pool=default|current|own, log=PATH, track.
+ * One resource per device is made on first use.
  *
  * Streams are cudaStream_t / CUstream handles of the device's primary
  * context: NULL is the legacy default stream, (void*)2 the calling
