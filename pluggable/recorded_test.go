@@ -186,9 +186,11 @@ func TestRecordedTraces(t *testing.T) {
 	if n := len(files) + len(more); n != len(recordedTraces) {
 		t.Fatalf("%d traces in testdata, %d in the table", n, len(recordedTraces))
 	}
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		// 16 replays of 757,000 calls in all: several seconds on two
-		// cores, the price of measuring every recorded workload.
+		// cores, the price of measuring every recorded workload, and
+		// a minute under the race detector, which the concurrent tests
+		// of the allocator serve (one goroutine replays here).
 		t.Skip("replays 757,000 calls")
 	}
 	table := os.Getenv("STREAMALLOC_TRACES_TABLE") != ""
