@@ -42,6 +42,14 @@ func status(err error) C.int {
 	return 0
 }
 
+// cbool is a flag of sa_stats_t: 1 or 0.
+func cbool(b bool) C.uint64_t {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 //export sa_torch_alloc
 func sa_torch_alloc(size C.size_t, device C.int, stream unsafe.Pointer) unsafe.Pointer {
 	defer a.Recover("sa_torch_alloc")
@@ -89,6 +97,7 @@ func sa_stats(device C.int, out *C.sa_stats_t) (rc C.int) {
 		allocs: C.uint64_t(st.Allocs), frees: C.uint64_t(st.Frees), live_allocs: C.uint64_t(st.LiveAllocs),
 		oom_count: C.uint64_t(st.OOMs), bad_free_count: C.uint64_t(st.BadFrees), error_count: C.uint64_t(st.Errors),
 		device_allocs: C.uint64_t(st.DeviceAllocs), device_frees: C.uint64_t(st.DeviceFrees),
+		address_space_bytes: C.uint64_t(st.AddressSpace), vmm_fallback: cbool(st.VMMFallback),
 	}
 	return 0
 }

@@ -62,11 +62,14 @@ func TestCProgram(t *testing.T) {
 	dir := buildLibrary(t)
 	exe := compile(t, dir, "capi_test.c")
 	compile(t, dir, "capi_bench.c") // the benchmark builds too
-	cmd := exec.Command(exe)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") })
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "capi test ok") {
-		t.Fatalf("capi_test: %v\n%s", err, out)
+	// The pool over cuMemAlloc, then over mapped virtual memory.
+	for _, args := range [][]string{nil, {"upstream=vmm"}} {
+		cmd := exec.Command(exe, args...)
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") })
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "capi test ok") {
+			t.Fatalf("capi_test %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 	t.Run("TorchControl", func(t *testing.T) {
 		// The C control of scripts/torch-bench.py builds as a shared
@@ -99,11 +102,13 @@ func TestCProgram(t *testing.T) {
 		if err != nil {
 			t.Skip("no python3")
 		}
-		cmd := exec.Command(py, filepath.Join("..", "python", "test_streamalloc_torch.py"))
-		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
-			"STREAMALLOC_LIB="+filepath.Join(dir, "libstreamalloc.so"))
-		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "shim test ok") {
-			t.Fatalf("python shim: %v\n%s", err, out)
+		for _, args := range [][]string{nil, {"upstream=vmm"}} {
+			cmd := exec.Command(py, append([]string{filepath.Join("..", "python", "test_streamalloc_torch.py")}, args...)...)
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+				"STREAMALLOC_LIB="+filepath.Join(dir, "libstreamalloc.so"))
+			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "shim test ok") {
+				t.Fatalf("python shim %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
 		}
 	})
 	t.Run("HeaderMatchesExports", func(t *testing.T) {

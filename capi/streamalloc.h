@@ -12,11 +12,12 @@
  * aborts the process: failures are returned (NULL, or -1) and counted, and
  * sa_last_error tells what happened. Configure before the first
  * allocation, with sa_configure or the environment variable
- * STREAMALLOC_CONF, e.g. "pool,release_threshold=2GiB" (the grammar is
- * package pluggable's: pool|async, backend=cuda|sim, upstream=direct|async,
- * chunk_size=, initial_size=, max_size=, release_threshold=,
- * pool=default|current|own, log=PATH, track). One resource per device is
- * made on first use.
+ * STREAMALLOC_CONF, e.g. "pool,release_threshold=2GiB", or
+ * "pool,upstream=vmm" for the pool over mapped virtual memory. The grammar
+ * is package pluggable's: pool|async, backend=cuda|sim,
+ * upstream=direct|async|vmm, chunk_size=, initial_size=, max_size=,
+ * release_threshold=, split_big, pool=default|current|own, log=PATH, track.
+ * One resource per device is made on first use.
  *
  * Streams are cudaStream_t / CUstream handles of the device's primary
  * context: NULL is the legacy default stream, (void*)2 the calling
@@ -45,8 +46,16 @@ typedef struct sa_stats {
 	uint64_t oom_count;           /* allocations refused for want of memory */
 	uint64_t bad_free_count;      /* frees refused: nothing was freed */
 	uint64_t error_count;         /* other failures, of every device */
-	uint64_t device_allocs;       /* a pool's growths (cuMemAlloc over direct) */
-	uint64_t device_frees;        /* chunks it gave back; 0 for async */
+	uint64_t device_allocs;       /* a pool's growths (cuMemAlloc over direct,
+	                                 chunks and commits of granules over vmm) */
+	uint64_t device_frees;        /* chunks it gave back (and decommits over
+	                                 vmm); 0 for async */
+	uint64_t address_space_bytes; /* upstream=vmm: virtual address space
+	                                 reserved, no memory (reserved_bytes is
+	                                 what is mapped in it); 0 otherwise */
+	uint64_t vmm_fallback;        /* 1: upstream=vmm was asked for and the
+	                                 driver has no virtual memory management,
+	                                 so the pool is over cuMemAlloc */
 } sa_stats_t;
 
 #ifndef SA_NO_PROTOTYPES

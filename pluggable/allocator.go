@@ -40,6 +40,7 @@
 package pluggable
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -96,8 +97,10 @@ type Allocator struct {
 	stderr         io.Writer
 
 	// wrap, if set, wraps each device's resource (tests use it to make
-	// the resource panic).
-	wrap func(mr.Resource) mr.Resource
+	// the resource panic); vmmDevice, the device upstream=vmm builds its
+	// Virtual on (tests use it to hide the simulator's virtual memory).
+	wrap      func(mr.Resource) mr.Resource
+	vmmDevice func(gpu.Device) gpu.Device
 }
 
 // device is the state of one device in use.
@@ -112,11 +115,18 @@ type device struct {
 	counted *mr.Stats // a pool's calls to its upstream; nil for async
 	peaks   []any     // what ResetPeaks resets
 	// bottom is a pool's upstream when it caches memory itself (a driver
-	// pool), which Release trims after the pool gave its chunks back.
-	bottom  mr.Releaser
-	track   *mr.Tracking
-	log     *mr.Logging
-	closers []func() error
+	// pool, or Virtual's frees waiting for their work), which Release
+	// trims after the pool gave its chunks back.
+	bottom mr.Releaser
+	// pool is the pool of kind pool, virtual the Virtual under it
+	// (upstream=vmm), and vmmFallback why the pool is over cuMemAlloc
+	// instead (the driver has no virtual memory management).
+	pool        *mr.Pool
+	virtual     *mr.Virtual
+	vmmFallback string
+	track       *mr.Tracking
+	log         *mr.Logging
+	closers     []func() error
 
 	live, peakLive atomic.Int64
 	allocs, frees  atomic.Uint64
@@ -257,22 +267,16 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 		d.base, d.device, d.closers = r, r, append(d.closers, r.Close)
 		d.peaks = []any{r}
 	default:
-		var up mr.Resource = mr.NewDirect(gd)
-		if c.Upstream == "async" {
-			r, err := mr.NewAsync(gd, mr.AsyncOptions{OwnPool: true, ReleaseThreshold: maxOption})
-			if err != nil {
-				return nil, err
-			}
-			up, d.bottom, d.closers = r, r, append(d.closers, r.Close)
+		vmmDev := gd
+		if a.vmmDevice != nil {
+			vmmDev = a.vmmDevice(gd)
 		}
-		d.counted = mr.NewStats(up, mr.StatsOptions{})
-		p, err := mr.NewPool(d.counted, mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
-			MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig})
-		if err != nil {
+		if err := d.openPool(c, vmmDev); err != nil {
 			return nil, err
 		}
-		d.base, d.device, d.closers = p, d.counted, append([]func() error{p.Close}, d.closers...)
-		d.peaks = []any{p, d.counted, up}
+		if d.vmmFallback != "" {
+			fmt.Fprintf(a.stderr, "streamalloc: device %d: upstream=vmm unavailable, the pool is over cuMemAlloc: %s\n", ordinal, d.vmmFallback)
+		}
 	}
 	d.res = d.base
 	if c.Track {
@@ -287,6 +291,64 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 		d.res = a.wrap(d.res)
 	}
 	return d, nil
+}
+
+// openPool builds the pool of kind pool over the upstream c names. Over
+// direct and async the pool's calls to its upstream are counted on the
+// way (Stats.DeviceAllocs); over vmm the pool sits on the Virtual itself,
+// which it must see to grow in place (mr.Grower), and counts them itself.
+// vmmDev is the device the Virtual is built on: d.dev but in tests.
+func (d *device) openPool(c Config, vmmDev gpu.Device) error {
+	popts := mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
+		MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig}
+	var up mr.Resource
+	switch c.Upstream {
+	case "vmm":
+		v, err := mr.NewVirtual(vmmDev, mr.VirtualOptions{})
+		if errors.Is(err, gpu.ErrNotSupported) {
+			d.vmmFallback = err.Error()
+			up = mr.NewDirect(d.dev)
+			break
+		}
+		if err != nil {
+			return err
+		}
+		p, err := mr.NewPool(v, popts)
+		if err != nil {
+			return errors.Join(err, v.Close())
+		}
+		d.pool, d.virtual, d.bottom = p, v, v
+		d.base, d.device = p, v
+		d.closers = []func() error{p.Close, func() error { return v.ReleaseContext(context.Background()) }, v.Close}
+		d.peaks = []any{p, v}
+		return nil
+	case "async":
+		r, err := mr.NewAsync(d.dev, mr.AsyncOptions{OwnPool: true, ReleaseThreshold: maxOption})
+		if err != nil {
+			return err
+		}
+		up, d.bottom, d.closers = r, r, []func() error{r.Close}
+	default:
+		up = mr.NewDirect(d.dev)
+	}
+	d.counted = mr.NewStats(up, mr.StatsOptions{})
+	p, err := mr.NewPool(d.counted, popts)
+	if err != nil {
+		return errors.Join(err, closeAll(d.closers))
+	}
+	d.pool, d.base, d.device = p, p, d.counted
+	d.closers = append([]func() error{p.Close}, d.closers...)
+	d.peaks = []any{p, d.counted, up}
+	return nil
+}
+
+// closeAll calls each closer in order and joins their errors.
+func closeAll(closers []func() error) error {
+	var errs []error
+	for _, f := range closers {
+		errs = append(errs, f())
+	}
+	return errors.Join(errs...)
 }
 
 // setLastErr keeps err's message for LastError and counts it.

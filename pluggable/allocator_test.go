@@ -46,7 +46,7 @@ func stats(t *testing.T, a *Allocator, dev int) Stats {
 // stream of another library and the per-thread stream, freed on their
 // own stream and across streams; the figures follow exactly.
 func TestAllocFreeOnRawStreams(t *testing.T) {
-	for _, kind := range []string{"pool", "pool,upstream=async", "async", "async,pool=own", "async,pool=current"} {
+	for _, kind := range []string{"pool", "pool,upstream=async", "pool,upstream=vmm", "async", "async,pool=own", "async,pool=current"} {
 		t.Run(kind, func(t *testing.T) {
 			a, _ := newSim(t, kind)
 			s1, err := a.SimNewStream(0)
@@ -380,7 +380,7 @@ func TestConcurrentHosts(t *testing.T) {
 // simulator's model of the driver's pool allocates; the binding's hot
 // calls are pinned allocation-free in cuda and gpu/cudagpu.)
 func TestAllocFreeAllocatesNothing(t *testing.T) {
-	for _, kind := range []string{"pool", "pool,upstream=async", "pool,split_big=false", "pool,release_threshold=1GiB"} {
+	for _, kind := range []string{"pool", "pool,upstream=async", "pool,upstream=vmm", "pool,split_big=false", "pool,release_threshold=1GiB"} {
 		a, _ := newSim(t, kind)
 		raw, err := a.SimNewStream(0)
 		if err != nil {

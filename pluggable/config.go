@@ -10,6 +10,7 @@
 //	async,pool=current
 //	pool,backend=sim,sim_capacity=256MiB,log=/tmp/alloc.csv,track
 //	pool,split_big=false
+//	pool,upstream=vmm
 //
 // Invariant: ParseConfig(c.String()) == c for every Config that
 // ParseConfig returned.
@@ -37,10 +38,17 @@ type Config struct {
 	// SimCapacity is each simulated device's memory (sim only; 0: the
 	// simulator's default, 80 GiB).
 	SimCapacity uint64
-	// Upstream is where a pool takes its chunks: "direct" (cuMemAlloc,
-	// the default: the reserved bytes are exactly the device memory
-	// taken) or "async" (a driver pool of its own that keeps what it
-	// reserved).
+	// Upstream is where a pool takes its memory, by the name of the
+	// resource in package mr/registry: "direct" (cuMemAlloc, the
+	// default: the pool cuts blocks from chunks, and the reserved bytes
+	// are exactly the device memory taken), "async" (a driver pool of its
+	// own that keeps what it reserved) or "vmm" (mr.Virtual: physical
+	// memory mapped into reserved address ranges, in granules of the
+	// device's mapping granularity, 2 MiB on current GPUs; the pool grows
+	// each stream's range in place and maps only what its blocks need, so
+	// that its reserved bytes, the memory mapped, follow the live bytes
+	// closely). Where the driver has no virtual memory management, "vmm"
+	// builds the pool over "direct" and Stats.VMMFallback says so.
 	Upstream string
 	// ChunkSize, InitialSize, MaxSize and ReleaseThreshold are the pool's
 	// options (mr.PoolOptions; 0: the defaults). For "async",
@@ -64,6 +72,10 @@ type Config struct {
 	// dozens of times a step (BENCHMARKS.md).
 	SplitBig bool
 }
+
+// Upstreams are the values of the upstream option: names of resources of
+// package mr/registry, which mean the same there.
+var Upstreams = []string{"direct", "async", "vmm"}
 
 // DefaultConfig is what an empty string means.
 var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", AsyncPool: "default", SplitBig: true}
@@ -102,6 +114,9 @@ func ParseConfig(s string) (Config, error) {
 	}
 	if c.Kind == "async" && c.SplitBig {
 		return Config{}, fmt.Errorf("%w: split_big is an option of pool, not async", ErrConfig)
+	}
+	if c.Kind == "async" && c.Upstream != DefaultConfig.Upstream {
+		return Config{}, fmt.Errorf("%w: upstream= is an option of pool, not async", ErrConfig)
 	}
 	if c.Kind == "pool" && c.AsyncPool != "default" {
 		return Config{}, fmt.Errorf("%w: pool= is an option of async (pool takes upstream=)", ErrConfig)
@@ -154,7 +169,7 @@ func (c *Config) set(key, val string, hasVal bool) error {
 	case "sim_capacity":
 		return size(&c.SimCapacity)
 	case "upstream":
-		return choice(&c.Upstream, "direct", "async")
+		return choice(&c.Upstream, Upstreams...)
 	case "chunk_size":
 		return size(&c.ChunkSize)
 	case "initial_size":

@@ -3,6 +3,8 @@ package pluggable
 import (
 	"errors"
 	"testing"
+
+	"github.com/streamalloc/streamalloc/mr/registry"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -31,6 +33,11 @@ func TestParseConfig(t *testing.T) {
 		{"pool,split_big=false,upstream=async", with(func(c *Config) { c.SplitBig, c.Upstream = false, "async" })},
 		{"async", with(func(c *Config) { c.Kind, c.SplitBig = "async", false })},
 		{"async,split_big=false", with(func(c *Config) { c.Kind, c.SplitBig = "async", false })},
+		{"pool,upstream=vmm", with(func(c *Config) { c.Upstream = "vmm" })},
+		{"upstream=vmm,max_size=4G,release_threshold=1G", with(func(c *Config) {
+			c.Upstream, c.MaxSize, c.ReleaseThreshold = "vmm", 4<<30, 1<<30
+		})},
+		{"pool,upstream=direct", d},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -61,9 +68,41 @@ func TestParseConfigErrors(t *testing.T) {
 		"async,chunk_size=8M",            // pool option on async
 		"pool,pool=own",                  // async option on pool
 		"sim_capacity=1G",                // without backend=sim
+		"upstream=VMM",                   // names are lower case
+		"upstream=virtual",               // not a resource name
+		"upstream",                       // no value
+		"async,upstream=vmm",             // pool option on async
+		"async,upstream=async",           // pool option on async
 	} {
 		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
+		}
+	}
+}
+
+// TestParseConfigErrorText pins the messages a user reads for a bad
+// upstream.
+func TestParseConfigErrorText(t *testing.T) {
+	for in, want := range map[string]string{
+		"pool,upstream=vmmm":   `pluggable: bad configuration: "upstream=vmmm": want one of direct, async, vmm`,
+		"async,upstream=vmm":   `pluggable: bad configuration: upstream= is an option of pool, not async`,
+		"pool,upstream":        `pluggable: bad configuration: "upstream": want key=value`,
+		"pool,upstream=vmm,, ": `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
+	} {
+		_, err := ParseConfig(in)
+		if !errors.Is(err, ErrConfig) || err.Error() != want {
+			t.Errorf("ParseConfig(%q): %v; want %s", in, err, want)
+		}
+	}
+}
+
+// TestUpstreamsAreRegistryNames: the upstream option names resources as
+// package mr/registry does, so that one word means one resource in the
+// command's --resource lists and in STREAMALLOC_CONF.
+func TestUpstreamsAreRegistryNames(t *testing.T) {
+	for _, name := range Upstreams {
+		if _, ok := registry.Lookup(name); !ok {
+			t.Errorf("upstream %q is not a resource of mr/registry", name)
 		}
 	}
 }
@@ -81,7 +120,7 @@ func TestParseSize(t *testing.T) {
 // ErrConfig, and what it accepts prints to a string that parses back to
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0",
+	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0", "pool,upstream=vmm,max_size=1G",
 		"backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}

@@ -29,9 +29,20 @@ type Stats struct {
 	Allocs, Frees, LiveAllocs uint64
 	// DeviceAllocs and DeviceFrees count a pool's calls to its upstream
 	// (growths and chunks given back, each a cuMemAlloc/cuMemFree over
-	// direct), what PyTorch counts as num_device_alloc/free. Zero for
-	// async, whose driver pool does not say.
+	// direct), what PyTorch counts as num_device_alloc/free. Over vmm
+	// they count the pool's new chunks and commits of granules into a
+	// growable one (each maps memory), and its chunks given back and
+	// decommits (mr.PoolStats). Zero for async, whose driver pool does
+	// not say.
 	DeviceAllocs, DeviceFrees uint64
+	// AddressSpace is the virtual address space reserved, which holds no
+	// memory (upstream=vmm; 0 otherwise): Reserved counts only what is
+	// mapped in it.
+	AddressSpace uint64
+	// VMMFallback reports that upstream=vmm was asked for and the driver
+	// has no virtual memory management: the pool is over cuMemAlloc
+	// (upstream=direct) instead.
+	VMMFallback bool
 	// OOMs counts allocations refused for want of memory; BadFrees, frees
 	// refused (nothing was freed); Errors, other failed calls of the whole
 	// allocator (a bad device, a panic recovered), not only this device's.
@@ -57,10 +68,16 @@ func (a *Allocator) Stats(ordinal int) (st Stats, err error) {
 	}
 	use := d.device.Usage()
 	st.Reserved, st.PeakReserved = use.Reserved, use.PeakReserved
-	if d.counted != nil {
+	switch {
+	case d.counted != nil:
 		c := d.counted.Snapshot().Allocations
 		st.DeviceAllocs, st.DeviceFrees = c.Total, c.Total-c.Current
+	case d.virtual != nil:
+		ps := d.pool.Stats()
+		st.DeviceAllocs, st.DeviceFrees = ps.Growths+ps.InPlaceGrowths, ps.Releases+ps.Decommits
+		st.AddressSpace = d.virtual.Stats().Reserved
 	}
+	st.VMMFallback = d.vmmFallback != ""
 	st.Live, st.PeakLive = uint64(max(d.live.Load(), 0)), uint64(max(d.peakLive.Load(), 0))
 	st.Allocs, st.Frees = d.allocs.Load(), d.frees.Load()
 	st.LiveAllocs = uint64(max(d.liveAllocs.Load(), 0))

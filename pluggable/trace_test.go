@@ -229,7 +229,12 @@ func replayTorch(t *testing.T, evs []torchEvent, conf string, steady, end int) t
 // with split_big (the default) it grows a few times a step at most, for a
 // little more (GPT-2) or less (ResNet-50) reserved memory. The H100
 // measured the same ratios over 24 steps as the longer runs here: 1.026
-// and 1.051.
+// and 1.051. Over Virtual (upstream=vmm) the pool maps only what its
+// blocks need, near the peak of live bytes on the recorded steps; its
+// figures vary from run to run (which decommits have completed when a
+// commit comes depends on timing): GPT-2 1.002-1.003 in most runs and
+// 1.12-1.13 in some, ResNet-50 1.02-1.07. The bounds are what it may
+// reach, not what it usually does (BENCHMARKS.md).
 func TestTorchTraces(t *testing.T) {
 	files, _ := filepath.Glob("testdata/torch-*.csv.gz")
 	if len(files) != 2 {
@@ -246,18 +251,23 @@ func TestTorchTraces(t *testing.T) {
 		evs                []torchEvent
 		steady, end, steps int // the steady steps: first and last allocation, and how many
 		peakLive           uint64
-		pool, split        want
+		pool, split, vmm   want
 	}{
-		{"gpt2", gpt2, 9025, 14742, 4, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}},
-		{"gpt2-34-steps", repeatSteps(t, gpt2, 6166, 14742, 5), 14743, 49050, 24, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}},
-		{"resnet50", resnet, 3587, 9786, 8, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 2}},
-		{"resnet50-36-steps", repeatSteps(t, resnet, 3587, 9786, 4), 9787, 28386, 24, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 1}},
+		{"gpt2", gpt2, 9025, 14742, 4, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}, want{1.15, 0, 2}},
+		{"gpt2-34-steps", repeatSteps(t, gpt2, 6166, 14742, 5), 14743, 49050, 24, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}, want{1.15, 0, 2}},
+		{"resnet50", resnet, 3587, 9786, 8, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 2}, want{1.09, 0, 10}},
+		{"resnet50-36-steps", repeatSteps(t, resnet, 3587, 9786, 4), 9787, 28386, 24, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 1}, want{1.09, 0, 10}},
 	} {
 		for _, c := range []struct {
 			conf string
 			want want
-		}{{"pool,split_big=false", tc.pool}, {"pool", tc.split}} {
+		}{{"pool,split_big=false", tc.pool}, {"pool", tc.split}, {"pool,upstream=vmm", tc.vmm}} {
 			t.Run(tc.name+"/"+c.conf, func(t *testing.T) {
+				if raceEnabled && c.conf == "pool,upstream=vmm" {
+					// Seconds under the race detector; TestPoolOverVirtual
+					// and the tests of package mr run it there.
+					t.Skip("a measurement")
+				}
 				r := replayTorch(t, tc.evs, c.conf, tc.steady, tc.end)
 				if r.st.PeakLive != tc.peakLive {
 					t.Fatalf("peak live %d; the history has %d", r.st.PeakLive, tc.peakLive)

@@ -13,7 +13,13 @@ default: streamalloc's stream-ordered pool over cuMemAlloc, whose big blocks
 may split larger free ones unless split_big=false) or "async" (the driver's
 pool), and options such as release_threshold=, chunk_size=,
 log=PATH (an RMM CSV history) and track (live allocations for a pprof
-profile).
+profile). "pool,upstream=vmm" puts the pool over mapped virtual memory
+(cuMemAddressReserve, cuMemCreate, cuMemMap): it grows each stream's range
+in place, 2 MiB granule by granule, so that its reserved bytes (the memory
+mapped) stay close to the live bytes; stats() then also gives
+address_space_bytes (reserved addresses, no memory), and vmm_fallback is 1
+where the driver has no virtual memory management and the pool is over
+cuMemAlloc instead (summary() says so).
 
 PyTorch calls sa_torch_alloc/sa_torch_free through
 torch.cuda.memory.CUDAPluggableAllocator; CuPy calls sa_cupy_malloc and
@@ -33,7 +39,7 @@ class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "reserved_bytes", "peak_reserved_bytes", "live_bytes", "peak_live_bytes",
         "allocs", "frees", "live_allocs", "oom_count", "bad_free_count", "error_count",
-        "device_allocs", "device_frees")]
+        "device_allocs", "device_frees", "address_space_bytes", "vmm_fallback")]
 
 
 _lib = None
@@ -135,7 +141,10 @@ def summary(device=0):
         "  allocs %d, frees %d, out of memory %d, bad frees %d, other errors %d" % (
             s["allocs"], s["frees"], s["oom_count"], s["bad_free_count"], s["error_count"]),
         "  device allocs %d, device frees %d" % (s["device_allocs"], s["device_frees"]),
-    ])
+    ] + (["  address space %s (reserved addresses, no memory)" % _mib(s["address_space_bytes"])]
+         if s["address_space_bytes"] else [])
+      + (["  upstream=vmm asked for; the driver has no VMM: the pool is over cuMemAlloc"]
+         if s["vmm_fallback"] else []))
 
 
 def empty_cache(device=-1):

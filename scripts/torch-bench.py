@@ -228,7 +228,8 @@ def run_torch(args):
         s = sa.stats(0)
         result.update(peak_reserved=s["peak_reserved_bytes"], peak_allocated=s["peak_live_bytes"],
                       allocs=s["allocs"], oom=s["oom_count"], bad_frees=s["bad_free_count"],
-                      errors=s["error_count"])
+                      errors=s["error_count"], address_space=s.get("address_space_bytes", 0),
+                      vmm_fallback=s.get("vmm_fallback", 0))
     elif ctl is not None:
         c = ctl.stats()
         result.update(peak_reserved=c["reserved_high"], peak_allocated=c["used_high"], allocs=c["allocs"],
@@ -298,7 +299,8 @@ def run_cupy(args):
         s = sa.stats(0)
         result.update(peak_reserved=s["peak_reserved_bytes"], peak_allocated=s["peak_live_bytes"],
                       allocs=s["allocs"], oom=s["oom_count"], bad_frees=s["bad_free_count"],
-                      errors=s["error_count"])
+                      errors=s["error_count"], address_space=s.get("address_space_bytes", 0),
+                      vmm_fallback=s.get("vmm_fallback", 0))
     else:
         result.update(peak_reserved=peak["reserved"], peak_allocated=peak["used"], sampled=True)
     return finish(args, result, losses, times, len(sizes))
@@ -347,6 +349,8 @@ def table(path):
             note = " (sampled)" if r.get("sampled") else ""
             env = " ".join(e for e in r.get("env", "").split() if e != "GODEBUG=gctrace=1")
             name = r["allocator"] + (" `%s`" % r["conf"] if r.get("conf") else "") + (" (%s)" % env if env else "")
+            if r.get("vmm_fallback"):
+                name += " (no VMM: over cuMemAlloc)"
             calls = "%s+%s" % (r.get("device_allocs_timed", "-"), r.get("device_frees_timed", "-"))
             print("| %s | %s | %.2f | %s | %s%s | %s%s | %.3f | %s | %s |" % (
                 w, name, r["step_ms_median"], vs, mib(r["peak_reserved"]), note,

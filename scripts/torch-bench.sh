@@ -10,7 +10,9 @@
 #   control, libtorch_control.so, is taken from lib's folder)
 # Environment: WARMUP, STEPS (default 6 and 24 per workload; generation
 #   and CuPy use 5 and 20), WORKLOADS (default "gpt2 resnet50 generate
-#   cupy"), CONFS (streamalloc's configurations, each a run, default "pool"),
+#   cupy"), CONFS (streamalloc's configurations, each a run, default "pool";
+#   e.g. CONFS="pool pool,upstream=vmm" runs the pool over cuMemAlloc and
+#   over mapped virtual memory beside native and expandable_segments),
 #   RUN_TIMEOUT (seconds per process, default 240), GCTRACE=1 (run
 #   streamalloc and the control with GODEBUG=gctrace=1; each log then counts
 #   the Go collections), DEADLINE (seconds: runs that would start later than

@@ -51,10 +51,18 @@ static void *worker(void *arg) {
 	return NULL;
 }
 
-int main(void) {
+/* The optional argument is a configuration item added to the pool's
+ * (upstream=vmm: the pool over mapped virtual memory). */
+int main(int argc, char **argv) {
+	const char *extra = argc > 1 ? argv[1] : NULL;
+	int vmm = extra != NULL && strcmp(extra, "upstream=vmm") == 0;
+	char conf[256];
+	snprintf(conf, sizeof conf, "pool,backend=sim,sim_capacity=256MiB%s%s", extra ? "," : "", extra ? extra : "");
 	CHECK(sa_configure("pool,bogus") == -1, "a bad configuration was accepted");
 	CHECK(strstr(last_error(), "bad configuration") != NULL, "last error %s", last_error());
-	CHECK(sa_configure("pool,backend=sim,sim_capacity=256MiB") == 0, "%s", last_error());
+	CHECK(sa_configure("pool,upstream=vmmm") == -1, "a bad upstream was accepted");
+	CHECK(strstr(last_error(), "want one of direct, async, vmm") != NULL, "last error %s", last_error());
+	CHECK(sa_configure(conf) == 0, "%s: %s", conf, last_error());
 
 	/* Raw streams of another library, the legacy and per-thread streams. */
 	void *s1 = sa_sim_stream_create(0), *s2 = sa_sim_stream_create(0);
@@ -72,6 +80,16 @@ int main(void) {
 	      (unsigned long long)st.allocs, (unsigned long long)st.live_allocs, (unsigned long long)st.frees);
 	CHECK(st.reserved_bytes >= st.live_bytes && st.peak_reserved_bytes >= st.reserved_bytes, "reserved %llu peak %llu",
 	      (unsigned long long)st.reserved_bytes, (unsigned long long)st.peak_reserved_bytes);
+	if (vmm) {
+		/* Reserved is the memory mapped, in whole 2 MiB granules of the
+		 * simulator; the address space around it holds none. */
+		CHECK(st.vmm_fallback == 0 && st.reserved_bytes % (2u << 20) == 0 && st.address_space_bytes > st.reserved_bytes,
+		      "vmm: fallback %llu reserved %llu address space %llu", (unsigned long long)st.vmm_fallback,
+		      (unsigned long long)st.reserved_bytes, (unsigned long long)st.address_space_bytes);
+	} else {
+		CHECK(st.vmm_fallback == 0 && st.address_space_bytes == 0, "direct: fallback %llu address space %llu",
+		      (unsigned long long)st.vmm_fallback, (unsigned long long)st.address_space_bytes);
+	}
 	CHECK(sa_configure("async,backend=sim") == -1, "configured after first use");
 
 	/* Freed on their own stream (as PyTorch does) and across streams. */
@@ -149,7 +167,7 @@ int main(void) {
 	CHECK(sa_release(-1) == 0, "%s", last_error());
 	st = stats();
 	CHECK(st.reserved_bytes == 0, "after release: %llu reserved", (unsigned long long)st.reserved_bytes);
-	CHECK(st.device_allocs > 0 && st.device_frees == st.device_allocs, "device allocs %llu frees %llu",
+	CHECK(st.device_allocs > 0 && (vmm ? st.device_frees > 0 : st.device_frees == st.device_allocs), "device allocs %llu frees %llu",
 	      (unsigned long long)st.device_allocs, (unsigned long long)st.device_frees);
 	CHECK(sa_reset_peaks(0) == 0, "reset peaks");
 	st = stats();
