@@ -189,5 +189,6 @@ func (e *event) Destroy() error {
 	}
 	e.destroyed = true
 	e.dev.foreign.forgetEvent(e)
+	e.unexport()
 	return nil
 }

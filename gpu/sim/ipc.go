@@ -49,7 +49,17 @@ import (
 var _ gpu.IPC = (*Device)(nil)
 
 // The exports of exported pools, events and legacy allocations of the
-// real process, shared by every Backend in it.
+// real process, shared by every Backend in it. An entry lives as long as
+// its object: destroying a pool or an event, or freeing an allocation
+// exported with cuIpcGetMemHandle, drops it, so the table holds only live
+// objects and keeps no device alive past its last use. A handle of a
+// dropped entry no longer opens (ErrInvalidValue). The driver documents
+// any use of an imported event or allocation after the exporter destroyed
+// or freed it as undefined, and a freed allocation's address as exported
+// anew under another handle, so no program may rely on opening such a
+// handle: the simulator refuses it, which is what catches the bug.
+//
+// Lock order: a Device's mu before exports.mu.
 var exports struct {
 	mu     sync.Mutex
 	next   uint64
@@ -329,6 +339,11 @@ func (d *Device) ExportEvent(ge gpu.Event) (gpu.IPCEventHandle, error) {
 	if err := d.injectNamed(OpIPC, call); err != nil {
 		return gpu.IPCEventHandle{}, err
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return gpu.IPCEventHandle{}, wrap(call, gpu.ErrDestroyed)
+	}
 	exports.mu.Lock()
 	defer exports.mu.Unlock()
 	if e.exportID == 0 {
@@ -336,6 +351,15 @@ func (d *Device) ExportEvent(ge gpu.Event) (gpu.IPCEventHandle, error) {
 		exports.events[e.exportID] = e
 	}
 	return gpu.IPCEventHandle(handle64(tagEvent, e.exportID)), nil
+}
+
+// unexport drops a destroyed event from the exports; e.mu is held.
+func (e *event) unexport() {
+	exports.mu.Lock()
+	defer exports.mu.Unlock()
+	if e.exportID != 0 {
+		delete(exports.events, e.exportID)
+	}
 }
 
 // ImportEvent opens an exported event.
@@ -363,17 +387,29 @@ func (d *Device) ExportMem(ptr gpu.DevicePtr) (gpu.IPCMemHandle, error) {
 	if err := d.injectNamed(OpIPC, call); err != nil {
 		return gpu.IPCMemHandle{}, err
 	}
+	// d.mu is held until the entry is in: a Free after this call drops it.
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	a := d.allocs[uint64(ptr)]
-	d.mu.Unlock()
 	if a == nil || a.kind != allocMalloc {
 		return gpu.IPCMemHandle{}, driverErrf(call, gpu.ErrInvalidValue, "%#x is not a cuMemAlloc allocation of %v", uint64(ptr), d)
 	}
 	exports.mu.Lock()
-	id := exportLocked()
-	exports.mems[id] = legacyExport{d, a}
-	exports.mu.Unlock()
-	return gpu.IPCMemHandle(handle64(tagMem, id, a.ptr)), nil
+	defer exports.mu.Unlock()
+	if a.exportID == 0 {
+		a.exportID = exportLocked()
+		exports.mems[a.exportID] = legacyExport{d, a}
+	}
+	return gpu.IPCMemHandle(handle64(tagMem, a.exportID, a.ptr)), nil
+}
+
+// unexport drops a freed allocation from the exports.
+func (a *allocation) unexport() {
+	exports.mu.Lock()
+	defer exports.mu.Unlock()
+	if a.exportID != 0 {
+		delete(exports.mems, a.exportID)
+	}
 }
 
 // OpenMem is cuIpcOpenMemHandle.
