@@ -129,13 +129,7 @@ func (d *Device) NewExportableMemPool(t gpu.HandleType) (gpu.MemPool, error) {
 	if err := d.inject(OpMemPoolCreate); err != nil {
 		return nil, err
 	}
-	p := newMemPool(d, false)
-	p.handles = t
-	d.mu.Lock()
-	d.pools = append(d.pools, p)
-	d.mu.Unlock()
-	d.foreign.addPool(p)
-	return p, nil
+	return d.createMemPool(func(p *memPool) { p.handles = t }), nil
 }
 
 // ExportMemPool exports a pool made by NewExportableMemPool as t.
@@ -229,13 +223,7 @@ func (d *Device) ImportMemPool(h gpu.Shareable) (gpu.MemPool, error) {
 	if from == nil {
 		return nil, driverErrf(call, gpu.ErrInvalidValue, "not the handle of an exported pool")
 	}
-	p := newMemPool(d, false)
-	p.from = from
-	d.mu.Lock()
-	d.pools = append(d.pools, p)
-	d.mu.Unlock()
-	d.foreign.addPool(p)
-	return p, nil
+	return d.createMemPool(func(p *memPool) { p.from = from }), nil
 }
 
 // ExportPointer exports a live allocation of an exported pool of d.

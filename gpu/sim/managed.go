@@ -351,13 +351,7 @@ func (d *Device) NewManagedPool() (gpu.MemPool, error) {
 	if err := d.inject(OpMemPoolCreate); err != nil {
 		return nil, err
 	}
-	p := newMemPool(d, false)
-	p.managed = true
-	d.mu.Lock()
-	d.pools = append(d.pools, p)
-	d.mu.Unlock()
-	d.foreign.addPool(p)
-	return p, nil
+	return d.createMemPool(func(p *memPool) { p.managed = true }), nil
 }
 
 // String is the counts in one line.
