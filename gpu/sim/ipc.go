@@ -49,24 +49,34 @@ import (
 var _ gpu.IPC = (*Device)(nil)
 
 // The exports of exported pools, events and legacy allocations of the
-// real process, shared by every Backend in it. An entry lives as long as
-// its object: destroying a pool or an event, or freeing an allocation
-// exported with cuIpcGetMemHandle, drops it, so the table holds only live
-// objects and keeps no device alive past its last use. A handle of a
-// dropped entry no longer opens (ErrInvalidValue). The driver documents
-// any use of an imported event or allocation after the exporter destroyed
-// or freed it as undefined, and a freed allocation's address as exported
-// anew under another handle, so no program may rely on opening such a
-// handle: the simulator refuses it, which is what catches the bug.
+// real process, shared by every Backend in it. None keeps a device alive
+// for the rest of the process:
 //
-// Lock order: a Device's mu before exports.mu.
+//   - destroying a pool, or freeing an allocation exported with
+//     cuIpcGetMemHandle, drops its entry; a handle of it then no longer
+//     opens (ErrInvalidValue), as OpenMem of freed memory already answered;
+//   - a destroyed event stays importable, the last maxDestroyedEvents of
+//     them only. The driver documents any use of an imported event after
+//     the exporter destroyed it as undefined, and says nothing of opening
+//     its handle then; a handshake may open a peer's event just as the
+//     peer gives up and destroys it, so the simulator goes on opening the
+//     recently destroyed ones, as it did when it kept them all, and
+//     refuses older ones.
+//
+// Lock order: a Device's mu, then an event's mu, before exports.mu.
 var exports struct {
 	mu     sync.Mutex
 	next   uint64
 	pools  map[uint64]*memPool
 	events map[uint64]*event
 	mems   map[uint64]legacyExport
+	// destroyed holds the IDs of destroyed events still in events, oldest
+	// first, at most maxDestroyedEvents.
+	destroyed []uint64
 }
+
+// maxDestroyedEvents bounds the destroyed events that stay importable.
+const maxDestroyedEvents = 256
 
 type legacyExport struct {
 	dev *Device
@@ -341,12 +351,20 @@ func (d *Device) ExportEvent(ge gpu.Event) (gpu.IPCEventHandle, error) {
 	return gpu.IPCEventHandle(handle64(tagEvent, e.exportID)), nil
 }
 
-// unexport drops a destroyed event from the exports; e.mu is held.
+// unexport notes that an exported event was destroyed, and drops the
+// oldest destroyed events beyond maxDestroyedEvents; e.mu is held.
 func (e *event) unexport() {
 	exports.mu.Lock()
 	defer exports.mu.Unlock()
-	if e.exportID != 0 {
-		delete(exports.events, e.exportID)
+	if e.exportID == 0 {
+		return
+	}
+	exports.destroyed = append(exports.destroyed, e.exportID)
+	if n := len(exports.destroyed) - maxDestroyedEvents; n > 0 {
+		for _, id := range exports.destroyed[:n] {
+			delete(exports.events, id)
+		}
+		exports.destroyed = append(exports.destroyed[:0], exports.destroyed[n:]...)
 	}
 }
 

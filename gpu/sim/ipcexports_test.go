@@ -17,9 +17,10 @@ func exported(id uint64) (event, mem bool) {
 	return event, mem
 }
 
-// TestExportsDropDestroyed: destroying an exported event, or freeing an
-// allocation exported with cuIpcGetMemHandle (synchronously or in stream
-// order), drops its entry; its handle then no longer opens.
+// TestExportsDropDestroyed: freeing an allocation exported with
+// cuIpcGetMemHandle (synchronously or in stream order) drops its entry and
+// its handle no longer opens; a destroyed event stays importable until
+// maxDestroyedEvents later destroys, then is dropped.
 func TestExportsDropDestroyed(t *testing.T) {
 	dev := func() *Device {
 		d, err := New(Config{}).Device(0)
@@ -52,14 +53,37 @@ func TestExportsDropDestroyed(t *testing.T) {
 		if err := ev.Destroy(); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := exp.ExportEvent(ev); !errors.Is(err, gpu.ErrDestroyed) {
+			t.Errorf("exporting a destroyed event: %v, want ErrDestroyed", err)
+		}
+		// A recently destroyed event still opens: a peer may open it as
+		// the exporter gives up.
+		if _, err := imp.ImportEvent(h); err != nil {
+			t.Errorf("importing a just destroyed event: %v", err)
+		}
+		for range maxDestroyedEvents {
+			ev, err := exp.NewIPCEvent()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := exp.ExportEvent(ev); err != nil {
+				t.Fatal(err)
+			}
+			if err := ev.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if e, _ := exported(id); e {
-			t.Error("a destroyed event is still in the exports")
+			t.Errorf("an event destroyed %d destroys ago is still in the exports", maxDestroyedEvents)
 		}
 		if _, err := imp.ImportEvent(h); !errors.Is(err, gpu.ErrInvalidValue) {
-			t.Errorf("importing a destroyed event: %v, want ErrInvalidValue", err)
+			t.Errorf("importing an event destroyed long ago: %v, want ErrInvalidValue", err)
 		}
-		if _, err := exp.ExportEvent(ev); err == nil {
-			t.Error("exporting a destroyed event succeeded")
+		exports.mu.Lock()
+		n := len(exports.destroyed)
+		exports.mu.Unlock()
+		if n > maxDestroyedEvents {
+			t.Errorf("%d destroyed events kept, want at most %d", n, maxDestroyedEvents)
 		}
 	})
 
