@@ -22,8 +22,10 @@
 // The rules, on both backends: the range lies inside one managed
 // allocation, else ErrInvalidValue; n > 0, else ErrInvalidValue; a
 // location of an unknown kind ErrInvalidValue, a device that is not this
-// one ErrInvalidDevice; an unknown Advice ErrInvalidValue. Addresses need
-// no alignment: the driver rounds a range out to whole pages.
+// one ErrInvalidDevice; an unknown Advice ErrInvalidValue; the location
+// given with read-mostly advice is ignored (CheckAdvice, CheckLocation).
+// Addresses need no alignment: the driver rounds a range out to whole
+// pages.
 //
 // ManagedMemory is an optional part of the interface: both backends
 // implement it; ManagedMemoryOf says ErrNotSupported for a device that
@@ -69,6 +71,33 @@ func (l Location) String() string {
 	return fmt.Sprintf("location kind %d id %d", int(l.Kind), l.ID)
 }
 
+// MaxNUMANode is the highest host NUMA node a Location may name; a
+// larger ID is refused before it reaches the driver.
+const MaxNUMANode = 1 << 20
+
+// CheckLocation reports whether a device of the given ordinal may name
+// loc: itself, the host, or a host NUMA node in [0, MaxNUMANode]. Another
+// device is an error matching ErrInvalidDevice; an unknown kind or a NUMA
+// node out of range one matching ErrInvalidValue. A backend adds its own
+// limits (the simulator has NUMA node 0 only) after this check.
+func CheckLocation(ordinal int, loc Location) error {
+	switch loc.Kind {
+	case LocationDevice:
+		if loc.ID != ordinal {
+			return fmt.Errorf("%v from device %d: %w", loc, ordinal, ErrInvalidDevice)
+		}
+		return nil
+	case LocationHost:
+		return nil
+	case LocationHostNUMA:
+		if loc.ID < 0 || loc.ID > MaxNUMANode {
+			return fmt.Errorf("%v: %w", loc, ErrInvalidValue)
+		}
+		return nil
+	}
+	return fmt.Errorf("%v: %w", loc, ErrInvalidValue)
+}
+
 // Advice is a CUmem_advise.
 type Advice int
 
@@ -99,6 +128,30 @@ func (a Advice) String() string {
 		return "UNSET_ACCESSED_BY"
 	}
 	return fmt.Sprintf("Advice(%d)", int(a))
+}
+
+// Valid reports whether a is one of cuda.h's six advices.
+func (a Advice) Valid() bool { return a >= AdviseSetReadMostly && a <= AdviseUnsetAccessedBy }
+
+// TakesLocation reports whether a names a location: the read-mostly
+// advices do not, and the driver ignores the location given with them.
+func (a Advice) TakesLocation() bool {
+	return a != AdviseSetReadMostly && a != AdviseUnsetReadMostly
+}
+
+// CheckAdvice reports whether a device of the given ordinal may give
+// advice a with loc: an unknown advice is an error matching
+// ErrInvalidValue; loc is checked by CheckLocation only where a takes a
+// location, so read-mostly advice with a zero Location is accepted, as
+// the driver accepts it.
+func CheckAdvice(ordinal int, a Advice, loc Location) error {
+	if !a.Valid() {
+		return fmt.Errorf("%v: %w", a, ErrInvalidValue)
+	}
+	if !a.TakesLocation() {
+		return nil
+	}
+	return CheckLocation(ordinal, loc)
 }
 
 // ManagedMemory is implemented by a Device that can prefetch and advise

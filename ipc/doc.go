@@ -24,7 +24,7 @@
 // handle of its return event. Both events are interprocess events made
 // once per connection, each recorded only on a stream of its own side:
 //
-//   - Lend(p, size, s): the lend stream waits on s (an event of the
+//   - Lend(ctx, p, size, s): the lend stream waits on s (an event of the
 //     exporter's cache), the lend event is recorded on the lend stream, the
 //     frame goes out. Receive(s) in the importer imports the pointer and
 //     makes s wait on the lend event. The lend event is only ever recorded
@@ -39,6 +39,12 @@
 //     (ErrLent), and after it a free on another stream is ordered after the
 //     loan's stream. So the exporter's free always runs after the
 //     importer's free and every use before it.
+//   - Every frame is written under one write lock per side, taken and
+//     written until a context ends: Lend's, or byeWait for a goodbye. An
+//     importer that stops calling Receive fills its queue and then the
+//     socket; Lend then fails with ctx's error and lends nothing. A frame
+//     that ctx cut part-way ends the link (the write side is shut, so the
+//     importer reads the connection's end, not half a frame).
 //   - A buf.Buffer is lent with its block-use state (LendBuffer): the loan
 //     is a write use on the buffer's stream, after its last write and
 //     reads; when it comes back, the buffer's next users wait on the

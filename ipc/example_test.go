@@ -31,8 +31,11 @@ func ExampleExporter() {
 	}
 	defer ln.Close()
 
-	// The importing process.
+	// The importing process. It gives the loan back once the exporter
+	// has tried to free it (checked), so that the output is the same on
+	// every run.
 	done := make(chan error)
+	checked := make(chan struct{})
 	go func() {
 		conn, err := net.DialUnix("unix", nil, ln.Addr().(*net.UnixAddr))
 		if err != nil {
@@ -55,6 +58,7 @@ func ExampleExporter() {
 		s.Synchronize()
 		fmt.Printf("importer read %q\n", b)
 		impDev.CopyHtoDAsync(x.Ptr(), []byte("world"), s)
+		<-checked
 		x.Release(s) // unmapped here, given back after the copy
 		done <- im.Close()
 	}()
@@ -74,13 +78,14 @@ func ExampleExporter() {
 	s, _ := expDev.NewStream()
 	p, _ := e.Allocate(5, s)
 	expDev.CopyHtoDAsync(p, []byte("hello"), s)
-	loan, err := link.Lend(p, 5, s)
+	loan, err := link.Lend(ctx, p, 5, s)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	refused := e.Deallocate(p, 5, s) != nil // ipc.ErrLent
-	if err := loan.Wait(ctx); err != nil {  // given back: s now waits on the importer
+	close(checked)
+	if err := loan.Wait(ctx); err != nil { // given back: s now waits on the importer
 		fmt.Println(err)
 		return
 	}

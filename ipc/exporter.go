@@ -184,7 +184,7 @@ type Link struct {
 	lendEvent  gpu.Event // interprocess, recorded only on lendStream
 	retEvent   gpu.Event // the importer's return event, imported
 
-	wmu sync.Mutex // frames out, and the lend event's record with its frame
+	wmu writeLock // frames out, and the lend event's record with its frame
 
 	mu      sync.Mutex
 	next    uint64
@@ -220,7 +220,7 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err 
 	}()
 	// l, not the result: the undo functions below run after a return
 	// has set the result to nil.
-	l := &Link{e: e, conn: conn, peerPID: peerPID(conn), loans: make(map[uint64]*Loan), done: make(chan struct{})}
+	l := &Link{e: e, conn: conn, peerPID: peerPID(conn), loans: make(map[uint64]*Loan), done: make(chan struct{}), wmu: newWriteLock()}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -333,11 +333,18 @@ func (ln *Loan) Wait(ctx context.Context) error {
 // importer: it sees everything enqueued on s before the call. When it
 // comes back, later work on s waits for the importer's last use. Until
 // then the exporter must not use it, and cannot free it (ErrLent).
-func (l *Link) Lend(p gpu.DevicePtr, size int, s gpu.Stream) (*Loan, error) {
-	return l.lend(p, size, s, nil)
+//
+// Lend blocks while the connection cannot take the lend frame (an
+// importer that stops calling Receive fills its queue and then the
+// socket) until ctx ends; it then returns ctx's error
+// (context.DeadlineExceeded, context.Canceled) and nothing is lent. If
+// ctx ended the frame part-way, the link has ended too (Err matches
+// ErrPeerLost): the importer can no longer read frames from it.
+func (l *Link) Lend(ctx context.Context, p gpu.DevicePtr, size int, s gpu.Stream) (*Loan, error) {
+	return l.lend(ctx, p, size, s, nil)
 }
 
-func (l *Link) lend(p gpu.DevicePtr, size int, s gpu.Stream, onReturn func() error) (*Loan, error) {
+func (l *Link) lend(ctx context.Context, p gpu.DevicePtr, size int, s gpu.Stream, onReturn func() error) (*Loan, error) {
 	e := l.e
 	if s == nil {
 		return nil, fmt.Errorf("ipc: lend: nil stream: %w", gpu.ErrInvalidHandle)
@@ -373,7 +380,7 @@ func (l *Link) lend(p gpu.DevicePtr, size int, s gpu.Stream, onReturn func() err
 	l.mu.Unlock()
 	e.mu.Unlock()
 
-	if err := l.send(ln); err != nil {
+	if err := l.send(ctx, ln); err != nil {
 		// Nothing reached the importer: the loan never was.
 		l.mu.Lock()
 		delete(l.loans, ln.id)
@@ -386,14 +393,17 @@ func (l *Link) lend(p gpu.DevicePtr, size int, s gpu.Stream, onReturn func() err
 	return ln, nil
 }
 
-// send orders the lend event after s and sends the lend frame.
-func (l *Link) send(ln *Loan) error {
+// send orders the lend event after s and sends the lend frame until ctx
+// ends. A frame cut short ends the link.
+func (l *Link) send(ctx context.Context, ln *Loan) error {
 	data, err := l.e.x.ExportPointer(ln.p)
 	if err != nil {
 		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
 	}
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
+	if err := l.wmu.lock(ctx); err != nil {
+		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
+	}
+	defer l.wmu.unlock()
 	if err := l.e.order(l.lendStream, ln.s); err != nil {
 		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
 	}
@@ -401,8 +411,15 @@ func (l *Link) send(ln *Loan) error {
 		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
 	}
 	f := frame{kind: kindLend, id: ln.id, size: uint64(ln.size), a: data}
-	if _, err := l.conn.Write(f.marshal()); err != nil {
-		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), lostIfEOF(err))
+	if err := writeLocked(ctx, l.conn, f); err != nil {
+		if errors.Is(err, errFrameCut) {
+			l.mu.Lock()
+			if l.lost == nil {
+				l.lost = fmt.Errorf("ipc: lend %#x: %w: %w", uint64(ln.p), ErrPeerLost, err)
+			}
+			l.mu.Unlock()
+		}
+		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
 	}
 	return nil
 }
@@ -410,8 +427,9 @@ func (l *Link) send(ln *Loan) error {
 // LendBuffer lends b, a buffer of the exporter, with its block-use state:
 // the importer sees b after its last write and every read since, and
 // when the loan comes back (Wait) b's next users wait on the importer's
-// last use. b must not be used until then.
-func (l *Link) LendBuffer(b *buf.Buffer) (*Loan, error) {
+// last use. b must not be used until then. ctx bounds the wait for the
+// connection as in Lend.
+func (l *Link) LendBuffer(ctx context.Context, b *buf.Buffer) (*Loan, error) {
 	if b == nil || b.Resource() != mr.Resource(l.e) {
 		return nil, fmt.Errorf("ipc: lend buffer: not a buffer of this exporter: %w", ErrNotLendable)
 	}
@@ -427,7 +445,7 @@ func (l *Link) LendBuffer(b *buf.Buffer) (*Loan, error) {
 		}
 		return nil
 	}
-	ln, err := l.lend(b.Ptr(), b.Size(), s, back)
+	ln, err := l.lend(ctx, b.Ptr(), b.Size(), s, back)
 	if err != nil {
 		if ferr := b.Finish(s, buf.ReadWrite); ferr != nil {
 			err = errors.Join(err, ferr)
@@ -506,7 +524,9 @@ func (l *Link) bye() {
 	if !answered {
 		err := l.e.dev.Synchronize()
 		if err == nil {
-			err = l.write(frame{kind: kindBye})
+			ctx, cancel := context.WithTimeout(context.Background(), byeWait)
+			err = l.write(ctx, frame{kind: kindBye})
+			cancel()
 		}
 		if err != nil {
 			// No answer: the connection's end tells the importer not to
@@ -520,8 +540,10 @@ func (l *Link) bye() {
 	close(l.done)
 }
 
-// write sends one frame.
-func (l *Link) write(f frame) error { return writeFrame(&l.wmu, l.conn, f) }
+// write sends one frame until ctx ends.
+func (l *Link) write(ctx context.Context, f frame) error {
+	return writeFrame(ctx, l.wmu, l.conn, f)
+}
 
 // lose ends the link on a lost connection: every loan still out comes
 // back with ErrPeerLost, once the importer's process has finished exiting
@@ -569,8 +591,9 @@ func (l *Link) Outstanding() int {
 	return len(l.loans)
 }
 
-// byeWait bounds how long either side's Close waits for the answer to
-// its goodbye.
+// byeWait bounds how long either side's Close waits to send its goodbye
+// (a peer that stops reading leaves the socket full) and, again, for the
+// answer.
 const byeWait = 10 * time.Second
 
 // Close says goodbye to the importer, waits for its answer (its waits on
@@ -595,13 +618,18 @@ func (l *Link) Close() error {
 	l.mu.Unlock()
 	var errs []error
 	if running {
-		if err := l.write(frame{kind: kindBye}); err != nil && !errors.Is(err, ErrPeerLost) {
-			errs = append(errs, err)
-		}
-		select {
-		case <-l.done:
-		case <-time.After(byeWait):
-			errs = append(errs, fmt.Errorf("ipc: close link: no answer to the goodbye in %v", byeWait))
+		ctx, cancel := context.WithTimeout(context.Background(), byeWait)
+		err := l.write(ctx, frame{kind: kindBye})
+		cancel()
+		switch {
+		case err == nil:
+			select {
+			case <-l.done:
+			case <-time.After(byeWait):
+				errs = append(errs, fmt.Errorf("ipc: close link: no answer to the goodbye in %v", byeWait))
+			}
+		case !errors.Is(err, ErrPeerLost):
+			errs = append(errs, fmt.Errorf("ipc: close link: goodbye: %w", err))
 		}
 	}
 	errs = append(errs, l.conn.Close())
@@ -609,8 +637,9 @@ func (l *Link) Close() error {
 	l.e.mu.Lock()
 	delete(l.e.links, l)
 	l.e.mu.Unlock()
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
+	// The connection is closed: a writer still inside returns now.
+	l.wmu.lock(context.Background())
+	defer l.wmu.unlock()
 	errs = append(errs, l.lendStream.Synchronize(), l.lendStream.Destroy(), l.retEvent.Destroy(), l.lendEvent.Destroy())
 	return errors.Join(errs...)
 }

@@ -70,7 +70,7 @@ func TestHandshakeFaults(t *testing.T) {
 			si, _ := imp.NewStream()
 			p, err := e.Allocate(4096, s)
 			must(t, err)
-			ln, err := l.Lend(p, 4096, s)
+			ln, err := l.Lend(context.Background(), p, 4096, s)
 			must(t, err)
 			x, err := im.Receive(context.Background(), si)
 			must(t, err)

@@ -37,7 +37,7 @@ type Importer struct {
 	frames    chan frame
 	readErr   error // why frames closed; written before close(frames)
 
-	wmu sync.Mutex // give-backs: the return event's record with its frame
+	wmu writeLock // give-backs: the return event's record with its frame
 
 	mu        sync.Mutex
 	imports   map[uint64]*Import
@@ -66,7 +66,7 @@ func Accept(ctx context.Context, dev gpu.Device, conn *net.UnixConn) (_ *Importe
 	// im, not the result: the undo functions below run after a return
 	// has set the result to nil.
 	im := &Importer{dev: dev, x: x, conn: conn, events: gpu.EventCache{Device: dev},
-		frames: make(chan frame, 64), imports: make(map[uint64]*Import), closing: make(chan struct{})}
+		frames: make(chan frame, 64), imports: make(map[uint64]*Import), closing: make(chan struct{}), wmu: newWriteLock()}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -166,7 +166,7 @@ func (im *Importer) read() {
 				if serr := im.dev.Synchronize(); serr != nil {
 					err = errors.Join(err, serr)
 					im.conn.Close() // no answer: the end of the connection says so
-				} else if werr := im.write(frame{kind: kindBye}); werr != nil {
+				} else if werr := im.sayBye(); werr != nil {
 					err = errors.Join(err, werr)
 				}
 			}
@@ -189,7 +189,17 @@ func (im *Importer) finish(why error) {
 }
 
 // write sends one frame.
-func (im *Importer) write(f frame) error { return writeFrame(&im.wmu, im.conn, f) }
+func (im *Importer) write(ctx context.Context, f frame) error {
+	return writeFrame(ctx, im.wmu, im.conn, f)
+}
+
+// sayBye sends a goodbye or answers one, waiting at most byeWait for the
+// socket to take it.
+func (im *Importer) sayBye() error {
+	ctx, cancel := context.WithTimeout(context.Background(), byeWait)
+	defer cancel()
+	return im.write(ctx, frame{kind: kindBye})
+}
 
 // Import is one loan, mapped in this process.
 type Import struct {
@@ -290,8 +300,13 @@ func (i *Import) Release(s gpu.Stream) error {
 
 // giveBack orders the return event after s and sends the give-back of id.
 func (im *Importer) giveBack(id uint64, s gpu.Stream) error {
-	im.wmu.Lock()
-	defer im.wmu.Unlock()
+	// The exporter's link reads give-backs as they come, so the socket
+	// drains while the exporter runs; a lost exporter ends the write.
+	ctx := context.Background()
+	if err := im.wmu.lock(ctx); err != nil {
+		return err
+	}
+	defer im.wmu.unlock()
 	ev, err := im.events.Get()
 	if err != nil {
 		return err
@@ -306,11 +321,7 @@ func (im *Importer) giveBack(id uint64, s gpu.Stream) error {
 	if err := im.retEvent.Record(im.retStream); err != nil {
 		return err
 	}
-	f := frame{kind: kindGiveBack, id: id}
-	if _, err := im.conn.Write(f.marshal()); err != nil {
-		return lostIfEOF(err)
-	}
-	return nil
+	return writeLocked(ctx, im.conn, frame{kind: kindGiveBack, id: id})
 }
 
 // Pool is the imported pool.
@@ -359,7 +370,7 @@ func (im *Importer) Close() error {
 	im.mu.Lock()
 	im.saidBye = true
 	im.mu.Unlock()
-	if err := im.write(frame{kind: kindBye}); err == nil {
+	if err := im.sayBye(); err == nil {
 		timeout := time.After(byeWait)
 	wait:
 		for {

@@ -162,7 +162,7 @@ func TestLendRoundTrip(t *testing.T) {
 		must(t, err)
 		ptrs[i] = p
 		must(t, ke.Fill(se, p, words, uint32(i)))
-		loans[i], err = l.Lend(p, 4*words, se)
+		loans[i], err = l.Lend(context.Background(), p, 4*words, se)
 		must(t, err)
 	}
 	wg.Wait()
@@ -188,12 +188,12 @@ func TestLentRefusals(t *testing.T) {
 	si, _ := imp.NewStream()
 	p, err := e.Allocate(4096, se)
 	must(t, err)
-	ln, err := l.Lend(p, 4096, se)
+	ln, err := l.Lend(context.Background(), p, 4096, se)
 	must(t, err)
 	if err := e.Deallocate(p, 4096, se); !errors.Is(err, ipc.ErrLent) {
 		t.Errorf("freeing a lent allocation: %v, want ipc.ErrLent", err)
 	}
-	if _, err := l.Lend(p, 4096, se); !errors.Is(err, ipc.ErrLent) {
+	if _, err := l.Lend(context.Background(), p, 4096, se); !errors.Is(err, ipc.ErrLent) {
 		t.Errorf("lending it twice: %v, want ipc.ErrLent", err)
 	}
 	if err := e.Close(); !errors.Is(err, ipc.ErrLent) {
@@ -216,7 +216,7 @@ func TestLentRefusals(t *testing.T) {
 		{"a wrong size", q, 256, se, mr.ErrSizeMismatch},
 		{"a nil stream", q, 512, nil, gpu.ErrInvalidHandle},
 	} {
-		if _, err := l.Lend(c.p, c.n, c.s); !errors.Is(err, c.want) {
+		if _, err := l.Lend(context.Background(), c.p, c.n, c.s); !errors.Is(err, c.want) {
 			t.Errorf("lending %s: %v, want %v", c.what, err, c.want)
 		}
 	}
@@ -250,7 +250,7 @@ func TestBrokenProtocol(t *testing.T) {
 	const words = 1024
 	p, err := e.Allocate(4*words, se)
 	must(t, err)
-	_, err = l.Lend(p, 4*words, se)
+	_, err = l.Lend(context.Background(), p, 4*words, se)
 	must(t, err)
 	x, err := im.Receive(context.Background(), si)
 	must(t, err)
@@ -291,7 +291,7 @@ func TestLostImporter(t *testing.T) {
 	for i := range loans {
 		p, err := e.Allocate(size, se)
 		must(t, err)
-		loans[i], err = l.Lend(p, size, se)
+		loans[i], err = l.Lend(context.Background(), p, size, se)
 		must(t, err)
 	}
 	for i := 0; i < n/2; i++ { // it received half, then died
@@ -312,7 +312,7 @@ func TestLostImporter(t *testing.T) {
 	if !errors.Is(l.Err(), ipc.ErrPeerLost) {
 		t.Errorf("link error %v, want ipc.ErrPeerLost", l.Err())
 	}
-	if _, err := l.Lend(0, 0, se); err == nil {
+	if _, err := l.Lend(context.Background(), 0, 0, se); err == nil {
 		t.Error("lending through a lost link succeeded")
 	}
 	must(t, se.Synchronize())
@@ -333,7 +333,7 @@ func TestLostExporter(t *testing.T) {
 	si, _ := imp.NewStream()
 	p, err := e.Allocate(1<<20, se)
 	must(t, err)
-	_, err = l.Lend(p, 1<<20, se)
+	_, err = l.Lend(context.Background(), p, 1<<20, se)
 	must(t, err)
 	x, err := im.Receive(context.Background(), si)
 	must(t, err)
@@ -374,7 +374,7 @@ func TestLendBuffer(t *testing.T) {
 	b, err := buf.New(e, 4*words, s1)
 	must(t, err)
 	must(t, b.Use(s2, buf.Write, func() error { return ke.Fill(s2, b.Ptr(), words, 5) }))
-	ln, err := l.LendBuffer(b)
+	ln, err := l.LendBuffer(context.Background(), b)
 	must(t, err)
 	si, _ := imp.NewStream()
 	x, err := im.Receive(context.Background(), si)
@@ -398,7 +398,7 @@ func TestLendBuffer(t *testing.T) {
 	other, err := buf.New(mr.NewDirect(exp), 256, s1)
 	must(t, err)
 	defer other.Close()
-	if _, err := l.LendBuffer(other); !errors.Is(err, ipc.ErrNotLendable) {
+	if _, err := l.LendBuffer(context.Background(), other); !errors.Is(err, ipc.ErrNotLendable) {
 		t.Errorf("lending a buffer of another resource: %v, want ipc.ErrNotLendable", err)
 	}
 	must(t, im.Close())
@@ -419,7 +419,7 @@ func TestReleaseRace(t *testing.T) {
 	for r := 0; r < rounds; r++ {
 		p, err := e.Allocate(size, se)
 		must(t, err)
-		ln, err := l.Lend(p, size, se)
+		ln, err := l.Lend(context.Background(), p, size, se)
 		must(t, err)
 		x, err := im.Receive(context.Background(), si)
 		must(t, err)
@@ -479,7 +479,7 @@ func TestReceiveDuringClose(t *testing.T) {
 			defer wg.Done()
 			cerr = im.Close()
 		}()
-		ln, lerr := l.Lend(p, size, se) // while Close runs
+		ln, lerr := l.Lend(context.Background(), p, size, se) // while Close runs
 		if lerr != nil && !errors.Is(lerr, ipc.ErrClosed) && !errors.Is(lerr, ipc.ErrPeerLost) {
 			t.Fatalf("round %d: Lend during the importer's Close: %v", r, lerr)
 		}

@@ -124,7 +124,7 @@ func TestTwoProcessesFill(t *testing.T) {
 		p, err := e.Allocate(size, s)
 		must(t, err)
 		must(t, k.Fill(s, p, words, uint32(i)<<24))
-		loans[i], err = l.Lend(p, size, s)
+		loans[i], err = l.Lend(context.Background(), p, size, s)
 		must(t, err)
 	}
 	cnt, _ := dev.Malloc(4)
@@ -178,7 +178,7 @@ func TestKilledImporter(t *testing.T) {
 		p, err := e.Allocate(size, s)
 		must(t, err)
 		must(t, dev.MemsetD8Async(p, byte(i), size, s))
-		loans[i], err = l.Lend(p, size, s)
+		loans[i], err = l.Lend(context.Background(), p, size, s)
 		must(t, err)
 	}
 	if got := ch.line(t); got != "holding "+strconv.Itoa(n) {
@@ -262,7 +262,7 @@ func TestReleasedImporterTrim(t *testing.T) {
 	for i := range loans {
 		p, err := e.Allocate(size, s)
 		must(t, err)
-		loans[i], err = l.Lend(p, size, s)
+		loans[i], err = l.Lend(context.Background(), p, size, s)
 		must(t, err)
 	}
 	for _, ln := range loans {
@@ -320,7 +320,7 @@ func TestRoundTripCost(t *testing.T) {
 	poolSend := make([]time.Duration, iters)
 	for i, p := range ptrs {
 		t0 := time.Now()
-		ln, err := l.Lend(p, size, s)
+		ln, err := l.Lend(context.Background(), p, size, s)
 		must(t, err)
 		poolSend[i] = time.Since(t0)
 		must(t, ln.Wait(ctx))
@@ -632,7 +632,7 @@ func TestTwoProcessesFabric(t *testing.T) {
 	p, err := e.Allocate(4*words, s)
 	must(t, err)
 	must(t, k.Fill(s, p, words, 0))
-	ln, err := l.Lend(p, 4*words, s)
+	ln, err := l.Lend(context.Background(), p, 4*words, s)
 	must(t, err)
 	must(t, ln.Wait(ctx))
 	cnt, _ := dev.Malloc(4)

@@ -20,12 +20,15 @@
 package ipc
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
-	"sync"
+	"os"
+	"time"
 )
 
 const frameSize = 160
@@ -84,15 +87,87 @@ func parseFrame(b []byte) (frame, error) {
 	return f, nil
 }
 
-// writeFrame sends f on c with mu held, so that frames of several
-// writers never interleave.
-func writeFrame(mu *sync.Mutex, c net.Conn, f frame) error {
-	mu.Lock()
-	defer mu.Unlock()
-	if _, err := c.Write(f.marshal()); err != nil {
+// writeLock serializes one side's frames so that frames of several
+// writers never interleave. It is taken with a context: a writer stuck
+// behind a peer that stops reading must not hold up, without bound, one
+// that has a deadline.
+type writeLock chan struct{}
+
+func newWriteLock() writeLock { return make(writeLock, 1) }
+
+// lock takes w, or returns ctx's error when ctx ends first.
+func (w writeLock) lock(ctx context.Context) error {
+	select {
+	case w <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w writeLock) unlock() { <-w }
+
+// errFrameCut marks a write that ctx ended after part of the frame had
+// gone: the stream is no longer framed, and the caller must end the link.
+var errFrameCut = errors.New("frame cut short")
+
+// writeLocked sends f on c, with the lock held, until ctx ends: ctx's
+// deadline is the write deadline, and its cancellation ends the write
+// too. When ctx ends the write the error is ctx's (context.Canceled or
+// context.DeadlineExceeded); if part of the frame had gone it also
+// matches errFrameCut, and c's write side has been shut so that the peer
+// reads the connection's end rather than half a frame followed by
+// another.
+func writeLocked(ctx context.Context, c *net.UnixConn, f frame) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ctx.Done() == nil { // never ends: no deadline to set
+		if _, err := c.Write(f.marshal()); err != nil {
+			return lostIfEOF(err)
+		}
+		return nil
+	}
+	d, _ := ctx.Deadline() // zero: none
+	if err := c.SetWriteDeadline(d); err != nil {
 		return lostIfEOF(err)
 	}
-	return nil
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.SetWriteDeadline(time.Unix(1, 0)) // in the past: the write returns
+		close(fired)
+	})
+	b := f.marshal()
+	n, err := c.Write(b)
+	if !stop() {
+		<-fired
+	}
+	c.SetWriteDeadline(time.Time{})
+	if err == nil {
+		return nil
+	}
+	cerr := ctx.Err()
+	if cerr == nil && !d.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The socket's deadline can pass a moment before ctx's timer.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
+		if n > 0 {
+			c.CloseWrite()
+			return fmt.Errorf("%w after %d of %d bytes: %w", errFrameCut, n, len(b), cerr)
+		}
+		return cerr
+	}
+	return lostIfEOF(err)
+}
+
+// writeFrame takes w and sends f on c until ctx ends (see writeLocked).
+func writeFrame(ctx context.Context, w writeLock, c *net.UnixConn, f frame) error {
+	if err := w.lock(ctx); err != nil {
+		return err
+	}
+	defer w.unlock()
+	return writeLocked(ctx, c, f)
 }
 
 // readFrame reads one frame of the wanted kind, or a bye (want 0: any).

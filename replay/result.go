@@ -181,3 +181,23 @@ type Result struct {
 	// form.
 	Timeline *Timeline `json:"-"`
 }
+
+// GroupByTrace splits xs by the trace each belongs to (trace(x), a
+// Result's Trace), groups in the order of each trace's first element,
+// elements in their order. Reports and tables of several replays show one
+// section a trace this way.
+func GroupByTrace[T any](xs []T, trace func(T) string) [][]T {
+	var groups [][]T
+	index := map[string]int{}
+	for _, x := range xs {
+		name := trace(x)
+		i, ok := index[name]
+		if !ok {
+			i = len(groups)
+			index[name] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], x)
+	}
+	return groups
+}

@@ -88,7 +88,7 @@ func buildPage(results []*replay.Result, opts Options) (*page, error) {
 		}
 	}
 	pg.MultiDevice = len(pg.Devices) > 1
-	for gi, g := range groupByTrace(results) {
+	for gi, g := range replay.GroupByTrace(results, func(r *replay.Result) string { return r.Trace }) {
 		sec := traceSection{ID: "trace-" + strconv.Itoa(gi), DataID: "sa-data-" + strconv.Itoa(gi), Name: g[0].Trace}
 		sec.Facts = traceFacts(g)
 		names := legendNames(g)
@@ -200,23 +200,6 @@ func summaryRows(id string, g []*replay.Result, names []string) []summaryRow {
 	}
 	rows[0].TraceID, rows[0].Trace, rows[0].Rows = id, g[0].Trace, len(g)
 	return rows
-}
-
-// groupByTrace splits results by trace name, groups in the order of each
-// trace's first result, results in their order.
-func groupByTrace(results []*replay.Result) [][]*replay.Result {
-	var groups [][]*replay.Result
-	index := map[string]int{}
-	for _, r := range results {
-		i, ok := index[r.Trace]
-		if !ok {
-			i = len(groups)
-			index[r.Trace] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], r)
-	}
-	return groups
 }
 
 // legendNames names each result of one trace: its resource, with the

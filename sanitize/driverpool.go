@@ -38,8 +38,7 @@ import (
 type driverPool struct {
 	live  map[gpu.DevicePtr]int // size of each live pool allocation
 	freed index                 // freed ranges, each with its free's clock
-	fifo  []*region             // freed ranges in order, oldest at head
-	head  int
+	fifo  freedQueue            // the ranges in freed, oldest first
 }
 
 // driverAllocated notes that the driver handed [p, p+n) to s: s is ordered
@@ -99,22 +98,8 @@ func (z *Sanitizer) driverFreedRange(base gpu.DevicePtr, n int, c clock) {
 	dp := &z.drv
 	r := &region{base: base, size: n, freeClock: c}
 	dp.freed.insert(r)
-	dp.fifo = append(dp.fifo, r)
-	for len(dp.fifo)-dp.head > z.maxFreed {
-		old := dp.fifo[dp.head]
-		dp.fifo[dp.head] = nil
-		dp.head++
-		if !old.dead {
-			dp.freed.remove(old)
-			old.dead = true
-		}
-	}
-	if dp.head > 1024 && dp.head*2 > len(dp.fifo) {
-		k := copy(dp.fifo, dp.fifo[dp.head:])
-		clear(dp.fifo[k:])
-		dp.fifo = dp.fifo[:k]
-		dp.head = 0
-	}
+	dp.fifo.push(r)
+	dp.fifo.evict(&dp.freed, z.maxFreed)
 }
 
 // MallocAsync allocates from the stream's current pool, with the stream

@@ -662,7 +662,7 @@ func (z *Sanitizer) commit(x *execModel, ls *streamState, base clock) {
 				r.live, r.free, r.lastWrite, r.reads = false, this, site{}, nil
 				delete(g.outputs, n.alloc)
 				if !r.dead {
-					z.freed = append(z.freed, r)
+					z.freed.push(r)
 					z.evict()
 				}
 			}
@@ -680,7 +680,14 @@ func (z *Sanitizer) commit(x *execModel, ls *streamState, base clock) {
 // place removes from the index what an allocation of [p, p+n) covers,
 // keeping the uncovered parts of freed regions; z.mu is held.
 func (z *Sanitizer) place(p gpu.DevicePtr, n int) {
-	over := z.idx.overlapping(p, max(n, 1), z.scratch[:0])
+	z.reclaim(p, n, z.idx.overlapping(p, max(n, 1), z.scratch[:0]))
+}
+
+// reclaim removes over, the regions of the index an allocation of
+// [p, p+n) overlaps, keeping the parts of freed regions it does not cover
+// (uses there are still uses after free), and returns over's storage to
+// z.scratch; z.mu is held.
+func (z *Sanitizer) reclaim(p gpu.DevicePtr, n int, over []*region) {
 	for _, r := range over {
 		z.idx.remove(r)
 		r.dead = true
@@ -759,7 +766,7 @@ func (z *Sanitizer) captureReleased(id uint64, s gpu.Stream) error {
 		}
 		this.ep = epoch{ss.idx, ss.clock.tick(ss.idx)}
 		r.live, r.free, r.lastWrite, r.reads = false, this, site{}, nil
-		z.freed = append(z.freed, r)
+		z.freed.push(r)
 		z.evict()
 	}
 	z.mu.Unlock()

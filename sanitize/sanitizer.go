@@ -139,8 +139,7 @@ type Sanitizer struct {
 	hostVer uint64
 	events  map[gpu.Event]clock
 	idx     index
-	freed   []*region // FIFO of freed regions, oldest at freedHead
-	head    int
+	freed   freedQueue // the freed regions in idx, oldest first
 	scratch []*region
 
 	drv driverPool // the driver's pools, as the instrumented devices see them
@@ -383,24 +382,7 @@ func (z *Sanitizer) allocated(p gpu.DevicePtr, n int, s gpu.Stream, st *stack, o
 		z.mu.Unlock()
 		return z.deliver(ps)
 	}
-	for _, r := range over {
-		z.idx.remove(r)
-		r.dead = true
-		if r.live {
-			continue
-		}
-		// Keep the parts of a freed region the new allocation does not
-		// cover: uses there are still uses after free.
-		end := r.base + gpu.DevicePtr(r.size)
-		if r.base < p {
-			z.addFreed(z.fragment(r, r.base, int(p-r.base)))
-		}
-		if nend := p + gpu.DevicePtr(max(n, 1)); end > nend {
-			z.addFreed(z.fragment(r, nend, int(end-nend)))
-		}
-	}
-	clear(over)
-	z.scratch = over[:0]
+	z.reclaim(p, n, over)
 	this.ep = epoch{ss.idx, ss.clock.tick(ss.idx)}
 	z.idx.insert(&region{base: p, size: n, live: true, allocStream: ss, alloc: this})
 	z.mu.Unlock()
@@ -416,28 +398,12 @@ func (z *Sanitizer) fragment(r *region, base gpu.DevicePtr, size int) *region {
 // z.mu is held.
 func (z *Sanitizer) addFreed(r *region) {
 	z.idx.insert(r)
-	z.freed = append(z.freed, r)
+	z.freed.push(r)
 	z.evict()
 }
 
 // evict forgets the oldest freed regions beyond MaxFreed; z.mu is held.
-func (z *Sanitizer) evict() {
-	for len(z.freed)-z.head > z.maxFreed {
-		old := z.freed[z.head]
-		z.freed[z.head] = nil
-		z.head++
-		if !old.dead {
-			z.idx.remove(old)
-			old.dead = true
-		}
-	}
-	if z.head > 1024 && z.head*2 > len(z.freed) {
-		n := copy(z.freed, z.freed[z.head:])
-		clear(z.freed[n:])
-		z.freed = z.freed[:n]
-		z.head = 0
-	}
-}
+func (z *Sanitizer) evict() { z.freed.evict(&z.idx, z.maxFreed) }
 
 // checkFree checks a free about to be made; it returns the region (nil if
 // the pointer is not a live allocation this sanitizer knows, which the
@@ -500,7 +466,7 @@ func (z *Sanitizer) commitFree(r *region) {
 	r.lastWrite = site{}
 	r.reads = nil
 	if !r.dead {
-		z.freed = append(z.freed, r) // already indexed
+		z.freed.push(r) // already indexed
 		z.evict()
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/streamalloc/streamalloc/replay"
 )
 
 // tableColumn is one per-resource column of the replay table.
@@ -95,7 +97,7 @@ func writeReplayTable(w io.Writer, rows []replayRow) error {
 		dev += " -- SIMULATED GPU: reserved bytes are the resources' decisions, times the simulator's on this CPU"
 	}
 	fmt.Fprintf(&b, "device: %s\n", dev)
-	for _, g := range groupRows(rows) {
+	for _, g := range replay.GroupByTrace(rows, func(r replayRow) string { return r.Trace }) {
 		r := g[0]
 		facts := []string{
 			groupDigits(uint64(max(r.Events, 0))) + " events",
@@ -150,22 +152,6 @@ func writeReplayTable(w io.Writer, rows []replayRow) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// groupRows splits rows by trace, in the order of each trace's first row.
-func groupRows(rows []replayRow) [][]replayRow {
-	var groups [][]replayRow
-	index := map[string]int{}
-	for _, r := range rows {
-		i, ok := index[r.Trace]
-		if !ok {
-			i = len(groups)
-			index[r.Trace] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], r)
-	}
-	return groups
 }
 
 func count(n int, what string) string {

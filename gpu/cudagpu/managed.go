@@ -6,7 +6,9 @@
 // What the driver would take on trust is checked here, so that both
 // backends answer alike: a size that is not positive, a location of an
 // unknown kind (ErrInvalidValue), a device location other than this
-// device (ErrInvalidDevice), an unknown advice (ErrInvalidValue). Whether
+// device (ErrInvalidDevice), an unknown advice (ErrInvalidValue), by
+// gpu.CheckLocation and gpu.CheckAdvice, the checks the simulator makes
+// too. Read-mostly advice takes no location: the one given is ignored. Whether
 // a range is managed memory is the driver's to say. Host-pool slices are
 // remembered (first byte -> size) so that FreeHostAsync of anything else
 // is refused before it reaches the driver.
@@ -26,23 +28,18 @@ var (
 	_ gpu.HostMemPools  = (*Device)(nil)
 )
 
-// location checks loc for op and converts it.
+// location checks loc for op (gpu.CheckLocation) and converts it.
 func (d *Device) location(op string, loc gpu.Location) (cuda.Location, error) {
+	if err := gpu.CheckLocation(d.ordinal, loc); err != nil {
+		return cuda.Location{}, fmt.Errorf("cudagpu: %s: %w", op, err)
+	}
 	switch loc.Kind {
 	case gpu.LocationDevice:
-		if loc.ID != d.ordinal {
-			return cuda.Location{}, fmt.Errorf("cudagpu: %s: %v from device %d: %w", op, loc, d.ordinal, gpu.ErrInvalidDevice)
-		}
 		return cuda.Location{Type: cuda.LocationDevice, ID: int32(d.dev)}, nil
-	case gpu.LocationHost:
-		return cuda.Location{Type: cuda.LocationHost}, nil
 	case gpu.LocationHostNUMA:
-		if loc.ID < 0 || loc.ID > 1<<20 {
-			return cuda.Location{}, fmt.Errorf("cudagpu: %s: %v: %w", op, loc, gpu.ErrInvalidValue)
-		}
 		return cuda.Location{Type: cuda.LocationHostNUMA, ID: int32(loc.ID)}, nil
 	}
-	return cuda.Location{}, fmt.Errorf("cudagpu: %s: %v: %w", op, loc, gpu.ErrInvalidValue)
+	return cuda.Location{Type: cuda.LocationHost}, nil
 }
 
 // PrefetchAsync is cuMemPrefetchAsync_v2.
@@ -68,12 +65,17 @@ func (d *Device) Advise(p gpu.DevicePtr, n int, a gpu.Advice, loc gpu.Location) 
 	if n <= 0 {
 		return fmt.Errorf("cudagpu: %s: size %d: %w", op, n, gpu.ErrInvalidValue)
 	}
-	if a < gpu.AdviseSetReadMostly || a > gpu.AdviseUnsetAccessedBy {
-		return fmt.Errorf("cudagpu: %s: %v: %w", op, a, gpu.ErrInvalidValue)
+	if err := gpu.CheckAdvice(d.ordinal, a, loc); err != nil {
+		return fmt.Errorf("cudagpu: %s: %w", op, err)
 	}
-	cl, err := d.location(op, loc)
-	if err != nil {
-		return err
+	// Read-mostly advice takes no location; the driver ignores the one
+	// passed, so a zero Location goes as the host.
+	cl := cuda.Location{Type: cuda.LocationHost}
+	if a.TakesLocation() {
+		var err error
+		if cl, err = d.location(op, loc); err != nil {
+			return err
+		}
 	}
 	return d.ctx.MemAdvise(cuda.DevicePtr(p), uint64(n), cuda.Advice(a), cl)
 }

@@ -87,7 +87,7 @@ func testPrefetchKernel(t *testing.T, dev gpu.Device, mm gpu.ManagedMemory) {
 }
 
 // testAdvice: every advice on a managed range, then kernels still see the
-// data.
+// data; read-mostly advice with a location it ignores is accepted.
 func testAdvice(t *testing.T, dev gpu.Device, mm gpu.ManagedMemory) {
 	const size = 2 << 20
 	s := newStream(t, dev)
@@ -109,6 +109,12 @@ func testAdvice(t *testing.T, dev gpu.Device, mm gpu.ManagedMemory) {
 		{gpu.AdviseUnsetPreferredLocation, here},
 		{gpu.AdviseSetPreferredLocation, here},
 		{gpu.AdviseUnsetReadMostly, here},
+		// Read-mostly advice takes no location: a zero Location is
+		// ignored, not refused.
+		{gpu.AdviseSetReadMostly, gpu.Location{}},
+		{gpu.AdviseUnsetReadMostly, gpu.Location{}},
+		{gpu.AdviseSetReadMostly, gpu.DeviceLocation(99)},
+		{gpu.AdviseUnsetReadMostly, gpu.Location{Kind: 7}},
 	} {
 		if err := mm.Advise(m, size, c.a, c.loc); err != nil {
 			t.Fatalf("Advise(%v, %v): %v", c.a, c.loc, err)

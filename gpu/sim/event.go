@@ -93,21 +93,28 @@ func recErr(r *op) error {
 	return se.err
 }
 
+// waitable makes the checks of a call that waits on e's latest record
+// and returns that record: nil, with the failed check's error or nil when
+// e was never recorded.
+func (e *event) waitable(call string, o Op) (*op, error) {
+	if err := e.self(call); err != nil {
+		return nil, err
+	}
+	if err := e.dev.inject(o); err != nil {
+		return nil, err
+	}
+	if err := e.eventGate(call); err != nil {
+		return nil, err
+	}
+	return e.current(), nil
+}
+
 // Query returns nil if the event completed or was never recorded.
 func (e *event) Query() error {
 	const call = "cuEventQuery"
-	if err := e.self(call); err != nil {
-		return err
-	}
-	if err := e.dev.inject(OpEventQuery); err != nil {
-		return err
-	}
-	if err := e.eventGate(call); err != nil {
-		return err
-	}
-	r := e.current()
+	r, err := e.waitable(call, OpEventQuery)
 	if r == nil {
-		return nil
+		return err
 	}
 	if r.s.doneSeq() < r.seq {
 		return driverErr(call, gpu.ErrNotReady)
@@ -122,18 +129,9 @@ func (e *event) Query() error {
 // Synchronize blocks until the event has completed.
 func (e *event) Synchronize() error {
 	const call = "cuEventSynchronize"
-	if err := e.self(call); err != nil {
-		return err
-	}
-	if err := e.dev.inject(OpEventSynchronize); err != nil {
-		return err
-	}
-	if err := e.eventGate(call); err != nil {
-		return err
-	}
-	r := e.current()
+	r, err := e.waitable(call, OpEventSynchronize)
 	if r == nil {
-		return nil
+		return err
 	}
 	r.s.waitSeq(r.seq)
 	r.s.observed(r)
@@ -189,5 +187,6 @@ func (e *event) Destroy() error {
 	}
 	e.destroyed = true
 	e.dev.foreign.forgetEvent(e)
+	e.unexport()
 	return nil
 }

@@ -49,14 +49,34 @@ import (
 var _ gpu.IPC = (*Device)(nil)
 
 // The exports of exported pools, events and legacy allocations of the
-// real process, shared by every Backend in it.
+// real process, shared by every Backend in it. None keeps a device alive
+// for the rest of the process:
+//
+//   - destroying a pool, or freeing an allocation exported with
+//     cuIpcGetMemHandle, drops its entry; a handle of it then no longer
+//     opens (ErrInvalidValue), as OpenMem of freed memory already answered;
+//   - a destroyed event stays importable, the last maxDestroyedEvents of
+//     them only. The driver documents any use of an imported event after
+//     the exporter destroyed it as undefined, and says nothing of opening
+//     its handle then; a handshake may open a peer's event just as the
+//     peer gives up and destroys it, so the simulator goes on opening the
+//     recently destroyed ones, as it did when it kept them all, and
+//     refuses older ones.
+//
+// Lock order: a Device's mu, then an event's mu, before exports.mu.
 var exports struct {
 	mu     sync.Mutex
 	next   uint64
 	pools  map[uint64]*memPool
 	events map[uint64]*event
 	mems   map[uint64]legacyExport
+	// destroyed holds the IDs of destroyed events still in events, oldest
+	// first, at most maxDestroyedEvents.
+	destroyed []uint64
 }
+
+// maxDestroyedEvents bounds the destroyed events that stay importable.
+const maxDestroyedEvents = 256
 
 type legacyExport struct {
 	dev *Device
@@ -119,13 +139,7 @@ func (d *Device) NewExportableMemPool(t gpu.HandleType) (gpu.MemPool, error) {
 	if err := d.inject(OpMemPoolCreate); err != nil {
 		return nil, err
 	}
-	p := newMemPool(d, false)
-	p.handles = t
-	d.mu.Lock()
-	d.pools = append(d.pools, p)
-	d.mu.Unlock()
-	d.foreign.addPool(p)
-	return p, nil
+	return d.createMemPool(func(p *memPool) { p.handles = t }), nil
 }
 
 // ExportMemPool exports a pool made by NewExportableMemPool as t.
@@ -219,13 +233,7 @@ func (d *Device) ImportMemPool(h gpu.Shareable) (gpu.MemPool, error) {
 	if from == nil {
 		return nil, driverErrf(call, gpu.ErrInvalidValue, "not the handle of an exported pool")
 	}
-	p := newMemPool(d, false)
-	p.from = from
-	d.mu.Lock()
-	d.pools = append(d.pools, p)
-	d.mu.Unlock()
-	d.foreign.addPool(p)
-	return p, nil
+	return d.createMemPool(func(p *memPool) { p.from = from }), nil
 }
 
 // ExportPointer exports a live allocation of an exported pool of d.
@@ -329,6 +337,11 @@ func (d *Device) ExportEvent(ge gpu.Event) (gpu.IPCEventHandle, error) {
 	if err := d.injectNamed(OpIPC, call); err != nil {
 		return gpu.IPCEventHandle{}, err
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.destroyed {
+		return gpu.IPCEventHandle{}, wrap(call, gpu.ErrDestroyed)
+	}
 	exports.mu.Lock()
 	defer exports.mu.Unlock()
 	if e.exportID == 0 {
@@ -336,6 +349,23 @@ func (d *Device) ExportEvent(ge gpu.Event) (gpu.IPCEventHandle, error) {
 		exports.events[e.exportID] = e
 	}
 	return gpu.IPCEventHandle(handle64(tagEvent, e.exportID)), nil
+}
+
+// unexport notes that an exported event was destroyed, and drops the
+// oldest destroyed events beyond maxDestroyedEvents; e.mu is held.
+func (e *event) unexport() {
+	exports.mu.Lock()
+	defer exports.mu.Unlock()
+	if e.exportID == 0 {
+		return
+	}
+	exports.destroyed = append(exports.destroyed, e.exportID)
+	if n := len(exports.destroyed) - maxDestroyedEvents; n > 0 {
+		for _, id := range exports.destroyed[:n] {
+			delete(exports.events, id)
+		}
+		exports.destroyed = append(exports.destroyed[:0], exports.destroyed[n:]...)
+	}
 }
 
 // ImportEvent opens an exported event.
@@ -363,17 +393,29 @@ func (d *Device) ExportMem(ptr gpu.DevicePtr) (gpu.IPCMemHandle, error) {
 	if err := d.injectNamed(OpIPC, call); err != nil {
 		return gpu.IPCMemHandle{}, err
 	}
+	// d.mu is held until the entry is in: a Free after this call drops it.
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	a := d.allocs[uint64(ptr)]
-	d.mu.Unlock()
 	if a == nil || a.kind != allocMalloc {
 		return gpu.IPCMemHandle{}, driverErrf(call, gpu.ErrInvalidValue, "%#x is not a cuMemAlloc allocation of %v", uint64(ptr), d)
 	}
 	exports.mu.Lock()
-	id := exportLocked()
-	exports.mems[id] = legacyExport{d, a}
-	exports.mu.Unlock()
-	return gpu.IPCMemHandle(handle64(tagMem, id, a.ptr)), nil
+	defer exports.mu.Unlock()
+	if a.exportID == 0 {
+		a.exportID = exportLocked()
+		exports.mems[a.exportID] = legacyExport{d, a}
+	}
+	return gpu.IPCMemHandle(handle64(tagMem, a.exportID, a.ptr)), nil
+}
+
+// unexport drops a freed allocation from the exports.
+func (a *allocation) unexport() {
+	exports.mu.Lock()
+	defer exports.mu.Unlock()
+	if a.exportID != 0 {
+		delete(exports.mems, a.exportID)
+	}
 }
 
 // OpenMem is cuIpcOpenMemHandle.

@@ -41,7 +41,8 @@ type allocation struct {
 	blk       *block   // allocPool
 	freeOp    *op      // async free of cuMemAlloc memory, pending
 	ga        *graphAlloc
-	legacy    bool // allocImport: opened with cuIpcOpenMemHandle, closed with cuIpcCloseMemHandle
+	legacy    bool   // allocImport: opened with cuIpcOpenMemHandle, closed with cuIpcCloseMemHandle
+	exportID  uint64 // allocMalloc: its number in exports.mems once exported, under exports.mu
 }
 
 func mallocCharge(size uint64) uint64 {
@@ -174,6 +175,7 @@ func (d *Device) Free(p gpu.DevicePtr) error {
 	}
 	delete(d.allocs, uint64(p)) // claimed: a concurrent Free of p now fails
 	d.mu.Unlock()
+	a.unexport()
 
 	// The driver synchronizes the device; sticky stream errors are the
 	// streams' to report, the memory is freed regardless.
@@ -272,6 +274,7 @@ func (d *Device) FreeAsync(p gpu.DevicePtr, gs gpu.Stream) error {
 		return d.freeGraphAllocLocked(call, a, s)
 	}
 	delete(d.allocs, uint64(p))
+	a.unexport()
 	o := &op{kind: opFree, name: call}
 	s.mu.Lock()
 	s.enqueueLocked(o)

@@ -206,26 +206,17 @@ func (d *Device) managedRange(call string, p gpu.DevicePtr, n int) (*segment, ui
 	return seg, off, nil
 }
 
-// checkLocation validates loc: this device, the host, or host NUMA node 0
-// (the model has one). Another device is ErrInvalidDevice (the simulator
-// keeps managed memory per device); anything else ErrInvalidValue. It
+// checkLocation validates loc (gpu.CheckLocation) and refuses a host
+// NUMA node other than 0 (the model has one) with ErrInvalidValue. It
 // reports whether loc is on the host.
 func (d *Device) checkLocation(call string, loc gpu.Location) (bool, error) {
-	switch loc.Kind {
-	case gpu.LocationDevice:
-		if loc.ID != d.ordinal {
-			return false, driverErrf(call, gpu.ErrInvalidDevice, "%v from device %d", loc, d.ordinal)
-		}
-		return false, nil
-	case gpu.LocationHost:
-		return true, nil
-	case gpu.LocationHostNUMA:
-		if loc.ID != 0 {
-			return false, driverErrf(call, gpu.ErrInvalidValue, "%v: the simulator has NUMA node 0 only", loc)
-		}
-		return true, nil
+	if err := gpu.CheckLocation(d.ordinal, loc); err != nil {
+		return false, wrap(call, err)
 	}
-	return false, driverErrf(call, gpu.ErrInvalidValue, "%v", loc)
+	if loc.Kind == gpu.LocationHostNUMA && loc.ID != 0 {
+		return false, driverErrf(call, gpu.ErrInvalidValue, "%v: the simulator has NUMA node 0 only", loc)
+	}
+	return loc.Kind != gpu.LocationDevice, nil
 }
 
 var _ gpu.ManagedMemory = (*Device)(nil)
@@ -308,8 +299,11 @@ func (d *Device) Advise(p gpu.DevicePtr, n int, a gpu.Advice, loc gpu.Location) 
 	if err != nil {
 		return err
 	}
+	if err := gpu.CheckAdvice(d.ordinal, a, loc); err != nil {
+		return wrap(call, err)
+	}
 	var onHost bool
-	if a != gpu.AdviseSetReadMostly && a != gpu.AdviseUnsetReadMostly {
+	if a.TakesLocation() {
 		if onHost, err = d.checkLocation(call, loc); err != nil {
 			return err
 		}
@@ -357,13 +351,7 @@ func (d *Device) NewManagedPool() (gpu.MemPool, error) {
 	if err := d.inject(OpMemPoolCreate); err != nil {
 		return nil, err
 	}
-	p := newMemPool(d, false)
-	p.managed = true
-	d.mu.Lock()
-	d.pools = append(d.pools, p)
-	d.mu.Unlock()
-	d.foreign.addPool(p)
-	return p, nil
+	return d.createMemPool(func(p *memPool) { p.managed = true }), nil
 }
 
 // String is the counts in one line.

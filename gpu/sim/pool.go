@@ -208,12 +208,23 @@ func (d *Device) NewMemPool() (gpu.MemPool, error) {
 	if err := d.inject(OpMemPoolCreate); err != nil {
 		return nil, err
 	}
+	return d.createMemPool(nil), nil
+}
+
+// createMemPool makes a pool of d, lets init set what sets it apart
+// (export handles, managed memory, the pool it imports) before anyone can
+// see it, and registers it: in d.pools, and with the table that resolves
+// raw pool handles.
+func (d *Device) createMemPool(init func(p *memPool)) *memPool {
 	p := newMemPool(d, false)
+	if init != nil {
+		init(p)
+	}
 	d.mu.Lock()
 	d.pools = append(d.pools, p)
 	d.mu.Unlock()
 	d.foreign.addPool(p)
-	return p, nil
+	return p
 }
 
 // pool resolves a gpu.MemPool of this device for call.

@@ -195,6 +195,23 @@ func (d *Device) rangeLocked(call string, bad gpu.Code, p gpu.DevicePtr, size ui
 	return r, int((uint64(p) - s.base) / vmGranule), nil
 }
 
+// mappedLocked is rangeLocked for a call on mapped memory (ErrInvalidValue
+// when a check fails), which also refuses a granule not mapped; it
+// returns the reservation and the range's granules [first, end).
+func (d *Device) mappedLocked(call string, p gpu.DevicePtr, size uint64) (r *reservation, first, end int, err error) {
+	r, first, err = d.rangeLocked(call, gpu.ErrInvalidValue, p, size)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	end = first + int(size/vmGranule)
+	for i := first; i < end; i++ {
+		if r.maps[i].h == nil {
+			return nil, 0, 0, driverErrf(call, gpu.ErrInvalidValue, "%#x is not mapped", r.seg.base+uint64(i)*vmGranule)
+		}
+	}
+	return r, first, end, nil
+}
+
 // Map maps size bytes of h from offset at p. A range, offset or size the
 // driver cannot map (unaligned, past the allocation's end, over a mapped
 // granule) is ErrNotSupported, as driver 580 answers cuMemMap; a handle
@@ -235,15 +252,9 @@ func (d *Device) Unmap(p gpu.DevicePtr, size uint64) error {
 	const call = "cuMemUnmap"
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r, first, err := d.rangeLocked(call, gpu.ErrInvalidValue, p, size)
+	r, first, end, err := d.mappedLocked(call, p, size)
 	if err != nil {
 		return err
-	}
-	end := first + int(size/vmGranule)
-	for i := first; i < end; i++ {
-		if r.maps[i].h == nil {
-			return driverErrf(call, gpu.ErrInvalidValue, "%#x is not mapped", r.seg.base+uint64(i)*vmGranule)
-		}
 	}
 	if first > 0 && r.maps[first-1].h != nil && r.maps[first-1].id == r.maps[first].id ||
 		end < len(r.maps) && r.maps[end].h != nil && r.maps[end].id == r.maps[end-1].id {
@@ -264,15 +275,9 @@ func (d *Device) SetAccess(p gpu.DevicePtr, size uint64) error {
 	const call = "cuMemSetAccess"
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r, first, err := d.rangeLocked(call, gpu.ErrInvalidValue, p, size)
+	r, first, end, err := d.mappedLocked(call, p, size)
 	if err != nil {
 		return err
-	}
-	end := first + int(size/vmGranule)
-	for i := first; i < end; i++ {
-		if r.maps[i].h == nil {
-			return driverErrf(call, gpu.ErrInvalidValue, "%#x is not mapped", r.seg.base+uint64(i)*vmGranule)
-		}
 	}
 	for i := first; i < end; i++ {
 		m := &r.maps[i]
