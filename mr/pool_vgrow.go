@@ -32,10 +32,16 @@
 // decommit (virtual_grow.go): physical memory passes between streams'
 // ranges without a host synchronization.
 //
-// A request the growable chunk cannot place (its range is full, or the
-// upstream reports ErrGrowBlocked) starts a new growable chunk; one that
-// the upstream cannot reserve a range for falls back to a chunk of the
-// ordinary kind. Out of memory goes the usual way (pool_grow.go).
+// A commit the upstream refuses with ErrGrowBlocked (addresses whose
+// memory went to another commit while their decommit's work runs) is
+// placed again clear of the refused addresses, and after a second refusal
+// above every address the chunk ever committed (poolChunk.top), where the
+// upstream cannot refuse it: a stream whose range was decommitted whole
+// and handed to others meets a long run of such addresses. A request the
+// growable chunk cannot place (its range is full) starts a new growable
+// chunk; one that the upstream cannot reserve a range for falls back to a
+// chunk of the ordinary kind, which is never decommitted, only released
+// whole. Out of memory goes the usual way (pool_grow.go).
 //
 // Invariants, under Pool.mu: vlist holds every growable chunk the pool
 // holds; vgrow[st], if set, is one of them, the chunk st commits into

@@ -15,7 +15,7 @@ import (
 // snapshots recorded on the H100 (testdata/traces/README.md). Measured on
 // the simulator over repeated runs: cuda-graph 1.042 and llama-generate
 // 1.029 every run; gpt2-train 1.002-1.003, oom 1.003-1.005, resnet50-amp
-// 1.021-1.026, three-stream 1.016-1.020. The figures vary from run to run
+// 1.021-1.027, three-stream 1.016-1.020. The figures vary from run to run
 // because a decommit's memory is handed to a later commit only while the
 // decommit's work has not completed, and the simulator's streams complete
 // it at their own pace (on a loaded host, later): a commit of addresses
