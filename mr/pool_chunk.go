@@ -68,8 +68,11 @@ type poolChunk struct {
 	// limit is the address space of a growable chunk (pool_vgrow.go),
 	// equal to size; 0 for a chunk of fixed size. mapped is the bytes of
 	// a growable chunk's blocks that are not unmapped, guarded by
-	// home.mu and changed under Pool.mu too.
-	limit, mapped int
+	// home.mu and changed under Pool.mu too. top is the offset past the
+	// highest granule a growable chunk ever committed, guarded likewise:
+	// the upstream never mapped its addresses above top, so a commit
+	// there cannot find them still mapped (ErrGrowBlocked).
+	limit, mapped, top int
 
 	home atomic.Pointer[poolStream]
 

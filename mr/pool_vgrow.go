@@ -32,10 +32,16 @@
 // decommit (virtual_grow.go): physical memory passes between streams'
 // ranges without a host synchronization.
 //
-// A request the growable chunk cannot place (its range is full, or the
-// upstream reports ErrGrowBlocked) starts a new growable chunk; one that
-// the upstream cannot reserve a range for falls back to a chunk of the
-// ordinary kind. Out of memory goes the usual way (pool_grow.go).
+// A commit the upstream refuses with ErrGrowBlocked (addresses whose
+// memory went to another commit while their decommit's work runs) is
+// placed again clear of the refused addresses, and after a second refusal
+// above every address the chunk ever committed (poolChunk.top), where the
+// upstream cannot refuse it: a stream whose range was decommitted whole
+// and handed to others meets a long run of such addresses. A request the
+// growable chunk cannot place (its range is full) starts a new growable
+// chunk; one that the upstream cannot reserve a range for falls back to a
+// chunk of the ordinary kind, which is never decommitted, only released
+// whole. Out of memory goes the usual way (pool_grow.go).
 //
 // Invariants, under Pool.mu: vlist holds every growable chunk the pool
 // holds; vgrow[st], if set, is one of them, the chunk st commits into
@@ -107,7 +113,7 @@ func (p *Pool) growableOf(st *poolStream) *poolChunk {
 func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, error) {
 	gran := p.grower.GrowGranularity()
 	var errs []error
-	var blocked []*poolBlock // unmapped blocks the upstream could not commit yet
+	var blocked []poolSpan // addresses the upstream could not commit yet
 	for range poolGrowAttempts {
 		c := p.growableOf(st)
 		if c == nil {
@@ -115,7 +121,12 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 		}
 		st.lock()
 		st.quickFlush()
-		pl, ok := c.placeCommit(rounded, gran, blocked)
+		// After two refusals, commit only addresses never mapped: the
+		// refused ones may be the start of a long run of addresses whose
+		// memory went elsewhere (a range its stream left idle and the
+		// pool decommitted whole).
+		fresh := len(blocked) >= 2
+		pl, ok := c.placeCommit(rounded, gran, blocked, fresh)
 		st.mu.Unlock()
 		if !ok {
 			break // the range is full: start another
@@ -127,7 +138,7 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 			return 0, err
 		}
 		st.lock()
-		pl, ok = c.placeCommit(rounded, gran, blocked)
+		pl, ok = c.placeCommit(rounded, gran, blocked, fresh)
 		st.mu.Unlock()
 		if !ok {
 			break
@@ -137,9 +148,11 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 			if errors.Is(err, ErrGrowBlocked) {
 				// Its memory went to another range's commit and is
 				// still mapped here until the decommit's work
-				// completes: place the request elsewhere.
+				// completes: place the request elsewhere in the
+				// range, clear of these addresses.
 				errs = append(errs, err)
-				blocked = append(blocked, u)
+				at := c.base + gpu.DevicePtr(off)
+				blocked = append(blocked, poolSpan{at, at + gpu.DevicePtr(n)})
 				continue
 			}
 			return 0, fmt.Errorf("pool: commit %d bytes in chunk %#x: %w", n, uint64(c.base), err)
@@ -233,20 +246,26 @@ func (pl poolPlace) outside(b *poolBlock, gran int) (a, z gpu.DevicePtr) {
 	return a, min(z, pl.lo&^gpu.DevicePtr(gran-1))
 }
 
+// poolSpan is the addresses [lo, hi).
+type poolSpan struct{ lo, hi gpu.DevicePtr }
+
 // placeCommit finds where in growable chunk c a request of rounded bytes
 // costs the fewest granules to commit: an unmapped block, with the free
 // blocks on either side of it; the request lies at the start of the free
 // bytes before it, or ends at the end of the free bytes after it. Ties go
-// to the lowest address. ok is false if no unmapped block but skip can
-// hold it. Caller holds the home's mutex.
-func (c *poolChunk) placeCommit(rounded, gran int, skip []*poolBlock) (pl poolPlace, ok bool) {
+// to the lowest address. The granules it commits overlap none of skip,
+// addresses the upstream could not commit (ErrGrowBlocked): a request
+// that would is placed just after or just before them instead; if fresh,
+// the granules it commits lie above c.top, where the upstream never
+// mapped anything. ok is false if no unmapped block can hold it so.
+// Caller holds the home's mutex.
+func (c *poolChunk) placeCommit(rounded, gran int, skip []poolSpan, fresh bool) (pl poolPlace, ok bool) {
+	size := gpu.DevicePtr(rounded)
+	top := c.base + gpu.DevicePtr(c.top)
 	for b := c.first; b != nil; b = b.next {
 		if b.state != blockUnmapped {
 			continue
 		}
-		// A block whose start the upstream could not commit yet is
-		// tried at its end only.
-		blocked := slices.Contains(skip, b)
 		lo, hi := b.ptr, b.end() // what may be committed
 		before, after := lo, hi  // the free bytes around it
 		if f := b.prev; f != nil && f.state == blockFree {
@@ -258,19 +277,28 @@ func (c *poolChunk) placeCommit(rounded, gran int, skip []*poolBlock) (pl poolPl
 		if int(after-before) < rounded {
 			continue
 		}
-		for i, r := range [2][2]gpu.DevicePtr{
-			{before, before + gpu.DevicePtr(rounded)},
-			{after - gpu.DevicePtr(rounded), after},
-		} {
-			if blocked && (i == 0 || after != hi) {
+		places := [][2]gpu.DevicePtr{{before, before + size}, {after - size, after}}
+		if fresh && top >= lo && top < hi {
+			places = append(places, [2]gpu.DevicePtr{top, top + size})
+		}
+		for _, x := range skip {
+			if x.hi > lo && x.lo < hi {
+				places = append(places, [2]gpu.DevicePtr{x.hi, x.hi + size})
+				if x.lo >= size {
+					places = append(places, [2]gpu.DevicePtr{x.lo - size, x.lo})
+				}
+			}
+		}
+		for _, r := range places {
+			if r[0] < before || r[1] > after {
 				continue
 			}
 			a := max(lo, r[0]&^gpu.DevicePtr(gran-1))
 			z := min(hi, poolRoundUpPtr(r[1], gran))
-			if z <= a {
+			if z <= a || fresh && a < top || slices.ContainsFunc(skip, func(x poolSpan) bool { return x.hi > a && x.lo < z }) {
 				continue
 			}
-			if k := int(z - a); !ok || k < pl.n {
+			if k := int(z - a); !ok || k < pl.n || k == pl.n && r[0] < pl.lo {
 				pl, ok = poolPlace{u: b, off: int(a - c.base), n: k, lo: r[0], hi: r[1]}, true
 			}
 		}
@@ -288,6 +316,7 @@ func poolRoundUpPtr(p gpu.DevicePtr, m int) gpu.DevicePtr {
 func (st *poolStream) commitBlock(u *poolBlock, at gpu.DevicePtr, n int) {
 	mid := st.cutBlock(u, at, n)
 	u.c.mapped += n
+	u.c.top = max(u.c.top, int(at-u.c.base)+n)
 	st.putFree(mid)
 }
 
@@ -341,7 +370,7 @@ func (p *Pool) newGrowable(st *poolStream, g, size, rounded int) (gpu.DevicePtr,
 	}
 	p.grown = true
 	p.wide.growths++
-	c := &poolChunk{base: ptr, size: limit, limit: limit, mapped: g}
+	c := &poolChunk{base: ptr, size: limit, limit: limit, mapped: g, top: g}
 	p.chunks.add(c.base, c.size, c)
 	p.vlist = append(p.vlist, c)
 	p.vgrow[st] = c

@@ -164,3 +164,75 @@ func TestPoolLayoutGrowable(t *testing.T) {
 		t.Fatalf("after the release: %+v", l.Chunks)
 	}
 }
+
+// TestPoolCommitBlocked: a stream whose range's memory went to another
+// stream's commit while the decommit's work still runs (ErrGrowBlocked
+// from Virtual) grows elsewhere in its own range, instead of starting a
+// new range or falling back to a chunk of fixed size: just past the
+// refused addresses, and after a second refusal above every address the
+// range ever committed.
+func TestPoolCommitBlocked(t *testing.T) {
+	const MiB = 1 << 20
+	for _, tc := range []struct {
+		name string
+		// first: ss[0]'s block, freed; other: ss[1]'s block, which takes
+		// its decommitted memory; again: ss[0]'s next request
+		first, other, again int
+		at                  gpu.DevicePtr // where again lands, from first
+	}{
+		{"one refusal", 6 * MiB, 4 * MiB, 6 * MiB, 6 * MiB},
+		{"two refusals", 12 * MiB, 12 * MiB, 4 * MiB, 12 * MiB},
+		{"a long run refused", 24 * MiB, 24 * MiB, 2 * MiB, 24 * MiB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev, v, ss := newSimVirtual(t, 32*MiB)
+			p := newPool(t, v, mr.PoolOptions{})
+			a, err := p.Allocate(tc.first, ss[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Deallocate(a, tc.first, ss[0]); err != nil {
+				t.Fatal(err)
+			}
+			// ss[0]'s work is still running when the pool decommits its
+			// free granules for ss[1]'s request, whose commit takes their
+			// memory.
+			release := dev.Hold(ss[0])
+			defer release()
+			b, err := p.Allocate(tc.other, ss[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := v.Stats(); st.Handoffs == 0 {
+				t.Fatalf("no handoff of the decommitted memory: %+v", st)
+			}
+			before := p.Stats()
+			c, err := p.Allocate(tc.again, ss[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != a+tc.at {
+				t.Errorf("block at first+%#x, want first+%#x", uint64(c-a), uint64(tc.at))
+			}
+			if st := p.Stats(); st.Growths != before.Growths || st.InPlaceGrowths != before.InPlaceGrowths+1 || st.AddressSpace != before.AddressSpace {
+				t.Errorf("stats %+v after the refused commit, want one growth in place more than %+v", st, before)
+			}
+			release()
+			for _, x := range []struct {
+				ptr  gpu.DevicePtr
+				size int
+				s    gpu.Stream
+			}{{b, tc.other, ss[1]}, {c, tc.again, ss[0]}} {
+				if err := p.Deallocate(x.ptr, x.size, x.s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if u := p.Usage(); u.Reserved != 0 || u.Used != 0 {
+				t.Errorf("after the frees and a release: %+v", u)
+			}
+		})
+	}
+}
