@@ -190,6 +190,7 @@ type Pool struct {
 	aux       sync.Mutex
 	dirty     []*poolStream
 	cands     map[*poolStream]struct{}
+	parked    map[*poolStream]struct{}
 	forgotten poolStreamStats
 	streamSeq uint64
 

@@ -87,28 +87,74 @@ func (st *poolStream) markCand() {
 	p.aux.Unlock()
 }
 
-// unmarkCandIfNone unlists st if none of its chunks is without live
-// blocks. Caller holds st.mu, and has flushed its quick cache.
-func (st *poolStream) unmarkCandIfNone() {
+// sortCand files st, which a walker just visited, by what its chunks
+// without live blocks offer: none, it is unlisted; only its working chunks
+// or growable ones, which no walker but a forced one or st's own takes, it
+// is parked; else it stays listed. Caller holds st.mu, and has flushed
+// its quick cache.
+func (st *poolStream) sortCand() {
+	idle, park := false, true
 	for _, c := range st.homed {
 		if c.live == 0 {
-			return
+			idle = true
+			if !st.isWorking(c) && c.limit == 0 {
+				park = false
+				break
+			}
 		}
 	}
-	st.cand = false
+	if idle && !park {
+		return
+	}
 	p := st.pool
 	p.aux.Lock()
 	delete(p.cands, st)
+	if idle {
+		if p.parked == nil {
+			p.parked = make(map[*poolStream]struct{})
+		}
+		p.parked[st] = struct{}{}
+	}
+	p.aux.Unlock()
+	st.cand, st.parked = idle, idle
+}
+
+// unpark lists the parked stream st for every walker again: its state may
+// change now. Caller holds st.mu.
+//
+//go:noinline
+func (st *poolStream) unpark() {
+	st.parked = false
+	p := st.pool
+	p.aux.Lock()
+	delete(p.parked, st)
+	if p.cands == nil {
+		p.cands = make(map[*poolStream]struct{})
+	}
+	p.cands[st] = struct{}{}
 	p.aux.Unlock()
 }
 
-// candidates returns the streams that may home an idle chunk, in the order
-// the pool first saw them. Caller holds p.mu.
-func (p *Pool) candidates() []*poolStream {
+// candidates returns the streams that may home an idle chunk a walker may
+// take, in the order the pool first saw them: with force, the parked
+// streams too; else, of them, only self, whose own walk takes its working
+// chunks (releaseIdle). Caller holds p.mu.
+func (p *Pool) candidates(force bool, self *poolStream) []*poolStream {
 	p.aux.Lock()
-	list := make([]*poolStream, 0, len(p.cands))
+	n := len(p.cands)
+	if force {
+		n += len(p.parked)
+	}
+	list := make([]*poolStream, 0, n)
 	for st := range p.cands {
 		list = append(list, st)
+	}
+	if force {
+		for st := range p.parked {
+			list = append(list, st)
+		}
+	} else if _, ok := p.parked[self]; ok && self != nil {
+		list = append(list, self)
 	}
 	p.aux.Unlock()
 	slices.SortFunc(list, func(a, b *poolStream) int { return cmp.Compare(a.seq, b.seq) })
