@@ -104,6 +104,10 @@ type poolStream struct {
 	// Release; seq orders the streams as the pool first saw them.
 	dirty, cand, parked, dropped bool
 	seq                          uint64
+	// The tree of Pool.cands or Pool.parked st is in, and its links
+	// there (pool_candtree.go), under Pool.aux.
+	tree   uint8
+	cl, cr *poolStream
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }

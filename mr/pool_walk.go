@@ -37,10 +37,8 @@
 package mr
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // markDirty lists st as having an unflushed change. Caller holds st.mu.
@@ -80,11 +78,28 @@ func (st *poolStream) markCand() {
 	st.cand = true
 	p := st.pool
 	p.aux.Lock()
-	if p.cands == nil {
-		p.cands = make(map[*poolStream]struct{})
-	}
-	p.cands[st] = struct{}{}
+	p.moveTo(st, treeCands)
 	p.aux.Unlock()
+}
+
+// moveTo lists st in tree (treeNone: in none). Caller holds p.aux.
+func (p *Pool) moveTo(st *poolStream, tree uint8) {
+	if st.tree == tree {
+		return
+	}
+	switch st.tree {
+	case treeCands:
+		p.cands.remove(st)
+	case treeParked:
+		p.parked.remove(st)
+	}
+	switch tree {
+	case treeCands:
+		p.cands.insert(st)
+	case treeParked:
+		p.parked.insert(st)
+	}
+	st.tree = tree
 }
 
 // sortCand files st, which a walker just visited, by what its chunks
@@ -106,15 +121,13 @@ func (st *poolStream) sortCand() {
 	if idle && !park {
 		return
 	}
+	tree := treeNone
+	if idle {
+		tree = treeParked
+	}
 	p := st.pool
 	p.aux.Lock()
-	delete(p.cands, st)
-	if idle {
-		if p.parked == nil {
-			p.parked = make(map[*poolStream]struct{})
-		}
-		p.parked[st] = struct{}{}
-	}
+	p.moveTo(st, tree)
 	p.aux.Unlock()
 	st.cand, st.parked = idle, idle
 }
@@ -127,38 +140,31 @@ func (st *poolStream) unpark() {
 	st.parked = false
 	p := st.pool
 	p.aux.Lock()
-	delete(p.parked, st)
-	if p.cands == nil {
-		p.cands = make(map[*poolStream]struct{})
-	}
-	p.cands[st] = struct{}{}
+	p.moveTo(st, treeCands)
 	p.aux.Unlock()
 }
 
-// candidates returns the streams that may home an idle chunk a walker may
-// take, in the order the pool first saw them: with force, the parked
-// streams too; else, of them, only self, whose own walk takes its working
-// chunks (releaseIdle). Caller holds p.mu.
-func (p *Pool) candidates(force bool, self *poolStream) []*poolStream {
+// nextCand returns the stream a walker visits after the one numbered
+// after (0: the first), in the order the pool first saw them, among those
+// that may home an idle chunk the walker may take: the listed ones; with
+// force, the parked ones too; else, of them, only self, whose own
+// releaseIdle takes its working chunks. Each step looks the next one up,
+// so a walk that stops early costs O(log n) a step, and a walk sees the
+// streams listed or unlisted while it runs. Caller holds p.mu.
+func (p *Pool) nextCand(after uint64, force bool, self *poolStream) *poolStream {
 	p.aux.Lock()
-	n := len(p.cands)
+	defer p.aux.Unlock()
+	next := p.cands.next(after)
+	var parked *poolStream
 	if force {
-		n += len(p.parked)
+		parked = p.parked.next(after)
+	} else if self != nil && self.tree == treeParked && self.seq > after {
+		parked = self
 	}
-	list := make([]*poolStream, 0, n)
-	for st := range p.cands {
-		list = append(list, st)
+	if next == nil || (parked != nil && parked.seq < next.seq) {
+		return parked
 	}
-	if force {
-		for st := range p.parked {
-			list = append(list, st)
-		}
-	} else if _, ok := p.parked[self]; ok && self != nil {
-		list = append(list, self)
-	}
-	p.aux.Unlock()
-	slices.SortFunc(list, func(a, b *poolStream) int { return cmp.Compare(a.seq, b.seq) })
-	return list
+	return next
 }
 
 // forgetEmptyStreams drops the state of every stream that holds nothing,
@@ -197,9 +203,9 @@ func (p *Pool) forgetEmptyStreams() error {
 		p.forgotten.waits += st.stats.waits
 		st.stats = poolStreamStats{}
 		if st.cand {
-			st.cand = false
+			st.cand, st.parked = false, false
 			p.aux.Lock()
-			delete(p.cands, st)
+			p.moveTo(st, treeNone)
 			p.aux.Unlock()
 		}
 		return true
