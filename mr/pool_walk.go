@@ -23,11 +23,27 @@
 //     Walkers visit the listed streams in the order the pool first saw
 //     them, as they visited every stream before, so a replay decides the
 //     same way on every run.
+//   - parked: listed streams whose chunks with no live block are all
+//     their working chunks or growable ones, which an unforced steal or
+//     release of another stream never takes. A stream that allocated and
+//     freed once keeps its working chunk so, and with many such streams
+//     every slow-path allocation visited them all. A walker that finds a
+//     stream so parks it; unforced walks skip parked streams (but the
+//     requester's own release, which takes its working chunks), forced
+//     ones visit them. Any change to a parked stream's chunks or working
+//     chunks is made under its mutex, taken with lock, which lists it
+//     again (unpark), so skipping it changes no decision. cand stays set
+//     while parked: the invariant above holds over both sets.
+//
+// Both sets are trees ordered by seq (pool_candtree.go): a walker steps
+// to the next stream after the one it visited, O(log n) a step, instead
+// of sorting every listed stream at each walk.
 //
 // Listing takes Pool.aux, a leaf lock, under the stream's own mutex; it
 // happens on a stream's first change after being flushed or unlisted, so a
-// stream busy with its own pairs takes it once. Each poolStream's dirty and
-// cand flags are guarded by its mutex.
+// stream busy with its own pairs takes it once. Each poolStream's dirty,
+// cand and parked flags are guarded by its mutex, its tree and links by
+// Pool.aux.
 //
 // Release forgets the state of every stream that holds nothing (no chunk,
 // no pending or cached block), folding its counters into the pool's, so
