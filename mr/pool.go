@@ -189,7 +189,8 @@ type Pool struct {
 	// under the stream table's lock.
 	aux       sync.Mutex
 	dirty     []*poolStream
-	cands     map[*poolStream]struct{}
+	cands     candTree // pool_candtree.go
+	parked    candTree
 	forgotten poolStreamStats
 	streamSeq uint64
 

@@ -119,12 +119,16 @@ func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int) bool {
 	return st.fstate.CompareAndSwap(v, v-fastLiveOf)
 }
 
-// lock takes the stream's mutex and settles its fast slot. Every holder of
-// st.mu takes it this way.
+// lock takes the stream's mutex, settles its fast slot and, if a walker
+// parked the stream, lists it for the walkers again (pool_walk.go). Every
+// holder of st.mu takes it this way.
 func (st *poolStream) lock() {
 	st.mu.Lock()
 	if st.fstate.Load() != fastEmpty {
 		st.settle()
+	}
+	if st.parked {
+		st.unpark()
 	}
 }
 

@@ -143,7 +143,9 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, e
 // take one back, and streams would pass chunks around instead of growing
 // to one each. Caller holds p.mu.
 func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, error) {
-	for _, o := range p.candidates() { // only streams that may home an idle chunk (pool_walk.go)
+	var after uint64
+	for o := p.nextCand(0, force, nil); o != nil; o = p.nextCand(after, force, nil) { // only streams that may home an idle chunk it may take (pool_walk.go)
+		after = o.seq
 		if o == st || gpu.Capturing(o.s) {
 			continue
 		}
@@ -160,13 +162,13 @@ func (p *Pool) steal(st *poolStream, rounded int, small, force bool) (bool, erro
 			}
 		}
 		if best == nil {
-			o.unmarkCandIfNone()
+			o.sortCand()
 			o.mu.Unlock()
 			continue
 		}
 		o.detach(best, nil)
 		o.removeHomed(best, st)
-		o.unmarkCandIfNone()
+		o.sortCand()
 		o.mu.Unlock()
 
 		p.wide.steals++
@@ -327,7 +329,9 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 		home *poolStream
 	}
 	var cands []cand
-	for _, o := range p.candidates() { // only streams that may home an idle chunk (pool_walk.go)
+	var after uint64
+	for o := p.nextCand(0, force, requester); o != nil; o = p.nextCand(after, force, requester) { // only streams that may home an idle chunk it may take (pool_walk.go)
+		after = o.seq
 		if gpu.Capturing(o.s) {
 			continue // its chunks cannot be freed on it now (capture.go)
 		}
@@ -341,7 +345,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 				cands = append(cands, cand{c, o})
 			}
 		}
-		o.unmarkCandIfNone()
+		o.sortCand()
 		o.mu.Unlock()
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(b.c.held(), a.c.held()) })

@@ -99,10 +99,15 @@ type poolStream struct {
 
 	stats poolStreamStats // pool_stats.go
 
-	// pool_walk.go: listed in Pool.dirty, listed in Pool.cands, forgotten
-	// by Release; seq orders the streams as the pool first saw them.
-	dirty, cand, dropped bool
-	seq                  uint64
+	// pool_walk.go: listed in Pool.dirty, listed in Pool.cands or
+	// Pool.parked (cand), listed in Pool.parked (parked), forgotten by
+	// Release; seq orders the streams as the pool first saw them.
+	dirty, cand, parked, dropped bool
+	seq                          uint64
+	// The tree of Pool.cands or Pool.parked st is in, and its links
+	// there (pool_candtree.go), under Pool.aux.
+	tree   uint8
+	cl, cr *poolStream
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }

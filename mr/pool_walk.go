@@ -23,11 +23,27 @@
 //     Walkers visit the listed streams in the order the pool first saw
 //     them, as they visited every stream before, so a replay decides the
 //     same way on every run.
+//   - parked: listed streams whose chunks with no live block are all
+//     their working chunks or growable ones, which an unforced steal or
+//     release of another stream never takes. A stream that allocated and
+//     freed once keeps its working chunk so, and with many such streams
+//     every slow-path allocation visited them all. A walker that finds a
+//     stream so parks it; unforced walks skip parked streams (but the
+//     requester's own release, which takes its working chunks), forced
+//     ones visit them. Any change to a parked stream's chunks or working
+//     chunks is made under its mutex, taken with lock, which lists it
+//     again (unpark), so skipping it changes no decision. cand stays set
+//     while parked: the invariant above holds over both sets.
+//
+// Both sets are trees ordered by seq (pool_candtree.go): a walker steps
+// to the next stream after the one it visited, O(log n) a step, instead
+// of sorting every listed stream at each walk.
 //
 // Listing takes Pool.aux, a leaf lock, under the stream's own mutex; it
 // happens on a stream's first change after being flushed or unlisted, so a
-// stream busy with its own pairs takes it once. Each poolStream's dirty and
-// cand flags are guarded by its mutex.
+// stream busy with its own pairs takes it once. Each poolStream's dirty,
+// cand and parked flags are guarded by its mutex, its tree and links by
+// Pool.aux.
 //
 // Release forgets the state of every stream that holds nothing (no chunk,
 // no pending or cached block), folding its counters into the pool's, so
@@ -37,10 +53,8 @@
 package mr
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // markDirty lists st as having an unflushed change. Caller holds st.mu.
@@ -80,39 +94,93 @@ func (st *poolStream) markCand() {
 	st.cand = true
 	p := st.pool
 	p.aux.Lock()
-	if p.cands == nil {
-		p.cands = make(map[*poolStream]struct{})
-	}
-	p.cands[st] = struct{}{}
+	p.moveTo(st, treeCands)
 	p.aux.Unlock()
 }
 
-// unmarkCandIfNone unlists st if none of its chunks is without live
-// blocks. Caller holds st.mu, and has flushed its quick cache.
-func (st *poolStream) unmarkCandIfNone() {
+// moveTo lists st in tree (treeNone: in none). Caller holds p.aux.
+func (p *Pool) moveTo(st *poolStream, tree uint8) {
+	if st.tree == tree {
+		return
+	}
+	switch st.tree {
+	case treeCands:
+		p.cands.remove(st)
+	case treeParked:
+		p.parked.remove(st)
+	}
+	switch tree {
+	case treeCands:
+		p.cands.insert(st)
+	case treeParked:
+		p.parked.insert(st)
+	}
+	st.tree = tree
+}
+
+// sortCand files st, which a walker just visited, by what its chunks
+// without live blocks offer: none, it is unlisted; only its working chunks
+// or growable ones, which no walker but a forced one or st's own takes, it
+// is parked; else it stays listed. Caller holds st.mu, and has flushed
+// its quick cache.
+func (st *poolStream) sortCand() {
+	idle, park := false, true
 	for _, c := range st.homed {
 		if c.live == 0 {
-			return
+			idle = true
+			if !st.isWorking(c) && c.limit == 0 {
+				park = false
+				break
+			}
 		}
 	}
-	st.cand = false
+	if idle && !park {
+		return
+	}
+	tree := treeNone
+	if idle {
+		tree = treeParked
+	}
 	p := st.pool
 	p.aux.Lock()
-	delete(p.cands, st)
+	p.moveTo(st, tree)
+	p.aux.Unlock()
+	st.cand, st.parked = idle, idle
+}
+
+// unpark lists the parked stream st for every walker again: its state may
+// change now. Caller holds st.mu.
+//
+//go:noinline
+func (st *poolStream) unpark() {
+	st.parked = false
+	p := st.pool
+	p.aux.Lock()
+	p.moveTo(st, treeCands)
 	p.aux.Unlock()
 }
 
-// candidates returns the streams that may home an idle chunk, in the order
-// the pool first saw them. Caller holds p.mu.
-func (p *Pool) candidates() []*poolStream {
+// nextCand returns the stream a walker visits after the one numbered
+// after (0: the first), in the order the pool first saw them, among those
+// that may home an idle chunk the walker may take: the listed ones; with
+// force, the parked ones too; else, of them, only self, whose own
+// releaseIdle takes its working chunks. Each step looks the next one up,
+// so a walk that stops early costs O(log n) a step, and a walk sees the
+// streams listed or unlisted while it runs. Caller holds p.mu.
+func (p *Pool) nextCand(after uint64, force bool, self *poolStream) *poolStream {
 	p.aux.Lock()
-	list := make([]*poolStream, 0, len(p.cands))
-	for st := range p.cands {
-		list = append(list, st)
+	defer p.aux.Unlock()
+	next := p.cands.next(after)
+	var parked *poolStream
+	if force {
+		parked = p.parked.next(after)
+	} else if self != nil && self.tree == treeParked && self.seq > after {
+		parked = self
 	}
-	p.aux.Unlock()
-	slices.SortFunc(list, func(a, b *poolStream) int { return cmp.Compare(a.seq, b.seq) })
-	return list
+	if next == nil || (parked != nil && parked.seq < next.seq) {
+		return parked
+	}
+	return next
 }
 
 // forgetEmptyStreams drops the state of every stream that holds nothing,
@@ -151,9 +219,9 @@ func (p *Pool) forgetEmptyStreams() error {
 		p.forgotten.waits += st.stats.waits
 		st.stats = poolStreamStats{}
 		if st.cand {
-			st.cand = false
+			st.cand, st.parked = false, false
 			p.aux.Lock()
-			delete(p.cands, st)
+			p.moveTo(st, treeNone)
 			p.aux.Unlock()
 		}
 		return true
