@@ -39,7 +39,7 @@ type hostMemPool struct {
 	free      []hostPoolBlock
 	live      map[*byte]hostPoolLive
 
-	reserved, reservedHigh, used, usedHigh uint64
+	poolMarks
 }
 
 type hostPoolBlock struct {
@@ -245,14 +245,9 @@ func (p *hostMemPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 		return 1, nil
 	case gpu.PoolReleaseThreshold:
 		return p.threshold, nil
-	case gpu.PoolReservedMemCurrent:
-		return p.reserved, nil
-	case gpu.PoolReservedMemHigh:
-		return p.reservedHigh, nil
-	case gpu.PoolUsedMemCurrent:
-		return p.used, nil
-	case gpu.PoolUsedMemHigh:
-		return p.usedHigh, nil
+	}
+	if v, ok := p.mark(a); ok {
+		return v, nil
 	}
 	return 0, driverErrf(call, gpu.ErrInvalidValue, "unknown pool attribute %d", int(a))
 }
@@ -273,14 +268,7 @@ func (p *hostMemPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 	case gpu.PoolReleaseThreshold:
 		p.threshold = v
 	case gpu.PoolReservedMemHigh, gpu.PoolUsedMemHigh:
-		if v != 0 {
-			return driverErrf(call, gpu.ErrInvalidValue, "high-water mark %d may only be reset to 0, not %d", int(a), v)
-		}
-		if a == gpu.PoolReservedMemHigh {
-			p.reservedHigh = p.reserved
-		} else {
-			p.usedHigh = p.used
-		}
+		return p.resetHigh(call, a, v)
 	default:
 		return driverErrf(call, gpu.ErrInvalidValue, "pool attribute %d cannot be set", int(a))
 	}

@@ -118,9 +118,9 @@ type memPool struct {
 	followEvents, opportunistic, internalDep bool
 	threshold                                uint64
 	frees                                    uint64 // frees so far: block.freed
-	reserved, reservedHigh, used, usedHigh   uint64
-	heaps                                    []*heap
-	free                                     *block // list of free blocks (fprev, fnext)
+	poolMarks
+	heaps []*heap
+	free  *block // list of free blocks (fprev, fnext)
 	// apart holds every free block whose next neighbour is free too (kept
 	// apart because their frees could not coalesce yet), and perhaps
 	// blocks that no longer are: settleLocked visits these, not every
@@ -854,14 +854,9 @@ func (p *memPool) Attribute(a gpu.PoolAttr) (uint64, error) {
 		return b2u(p.internalDep), nil
 	case gpu.PoolReleaseThreshold:
 		return p.threshold, nil
-	case gpu.PoolReservedMemCurrent:
-		return p.reserved, nil
-	case gpu.PoolReservedMemHigh:
-		return p.reservedHigh, nil
-	case gpu.PoolUsedMemCurrent:
-		return p.used, nil
-	case gpu.PoolUsedMemHigh:
-		return p.usedHigh, nil
+	}
+	if v, ok := p.mark(a); ok {
+		return v, nil
 	}
 	return 0, driverErrf(call, gpu.ErrInvalidValue, "unknown pool attribute %d", int(a))
 }
@@ -910,14 +905,7 @@ func (p *memPool) SetAttribute(a gpu.PoolAttr, v uint64) error {
 	case gpu.PoolReleaseThreshold:
 		p.threshold = v
 	case gpu.PoolReservedMemHigh, gpu.PoolUsedMemHigh:
-		if v != 0 {
-			return driverErrf(call, gpu.ErrInvalidValue, "high-water mark %d may only be reset to 0, not %d", int(a), v)
-		}
-		if a == gpu.PoolReservedMemHigh {
-			p.reservedHigh = p.reserved
-		} else {
-			p.usedHigh = p.used
-		}
+		return p.resetHigh(call, a, v)
 	default:
 		return driverErrf(call, gpu.ErrInvalidValue, "pool attribute %d cannot be set", int(a))
 	}
