@@ -156,6 +156,11 @@ type block struct {
 	// allDue: every free in deps is known to be due. Due is for good
 	// once true, so settled answers from it without visiting deps again.
 	allDue bool
+	// seen: the host knows one of the frees in deps complete; else, if
+	// not 0, unseenAt is a host generation at which it knew none
+	// (seenComplete). Both reset whenever deps change.
+	seen     bool
+	unseenAt uint64
 	// pending marks a free block whose frees the pool has not yet
 	// processed (flushLocked): only its own stream reuses it, first.
 	pending    bool
@@ -488,6 +493,9 @@ func (p *memPool) growLocked(call string, rq *mapFor, need uint64) (*block, []*o
 			return nil, nil, err // out of device memory, not of addresses
 		}
 	}
+	if err := p.refuseNewHeapLocked(call, rq, need); err != nil {
+		return nil, nil, err
+	}
 	h, err := p.newHeapLocked(call, need)
 	if err != nil {
 		return nil, nil, err
@@ -547,7 +555,7 @@ func (p *memPool) extendLocked(call string, rq *mapFor, h *heap, start, need uin
 func (p *memPool) carveLocked(b *block, need uint64) {
 	if b.size > need {
 		rest := &block{pool: p, heap: b.heap, addr: b.addr + need, size: b.size - need, free: true,
-			deps: b.deps, depAt: b.depAt, allDue: b.allDue, pending: b.pending, freed: b.freed, prev: b, next: b.next}
+			deps: b.deps, depAt: b.depAt, allDue: b.allDue, seen: b.seen, unseenAt: b.unseenAt, pending: b.pending, freed: b.freed, prev: b, next: b.next}
 		if b.next != nil {
 			b.next.prev = rest
 		} else {
@@ -559,7 +567,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		p.noteApart(rest)
 	}
 	p.unlistFree(b)
-	b.free, b.deps, b.depAt, b.allDue, b.pending = false, nil, nil, false, false
+	b.free, b.deps, b.depAt, b.allDue, b.seen, b.unseenAt, b.pending = false, nil, nil, false, false, 0, false
 	p.used += b.size
 	p.usedHigh = max(p.usedHigh, p.used)
 }
@@ -569,7 +577,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 func (p *memPool) freeBlockLocked(b *block, f *op) {
 	p.used -= b.size
 	b.free = true
-	b.deps, b.depAt, b.allDue = nil, nil, f == nil
+	b.deps, b.depAt, b.allDue, b.seen, b.unseenAt = nil, nil, f == nil, false, 0
 	p.frees++
 	b.freed = p.frees
 	b.pending = f != nil
@@ -683,6 +691,7 @@ func (b *block) mergeDeps(n *block) {
 		b.depAt, n.depAt = n.depAt, b.depAt
 	}
 	b.allDue = b.allDue && n.allDue
+	b.seen, b.unseenAt = false, 0 // a later free may replace the one the host knew
 	for _, f := range n.deps {
 		if i := b.depOn(f.s); i >= 0 {
 			if f.seq > b.deps[i].seq {
@@ -739,15 +748,36 @@ func (p *memPool) settleLocked() {
 // seenComplete reports whether every free b depends on is due and the
 // host has seen at least one of them complete (it synchronized with it).
 // A block freed by nothing (never used) counts as seen.
+// gen is the host's current generation. What the host knows at it it
+// knows for good, so a yes is kept (b.seen) until b's frees change; a no
+// is remembered as the generation it was given at (b.unseenAt), and the
+// next question asks only about the streams the host learned of since
+// (Backend.learnedSince), when it still remembers them and they are
+// fewer than b's frees. A block coalescing the frees of thousands of
+// streams is then not asked about each at every synchronization, which
+// made synchronizing those streams one by one quadratic.
 func (b *block) seenComplete(host *Backend, gen uint64) bool {
-	seen := len(b.deps) == 0
-	for _, f := range b.deps {
-		if !f.due() {
-			return false
-		}
-		seen = seen || host.hostKnows(f.s, f.seq, gen)
+	if !b.settled() {
+		return false
 	}
-	return seen
+	if b.seen || len(b.deps) == 0 {
+		return true
+	}
+	if b.unseenAt != 0 && b.unseenAt == gen {
+		return false
+	}
+	known := func(f *op) bool { return host.hostKnows(f.s, f.seq, gen) }
+	if b.unseenAt != 0 && host.learnedSince(b.unseenAt, gen, len(b.deps), func(s *stream) {
+		if i := b.depOn(s); i >= 0 && known(b.deps[i]) {
+			b.seen = true
+		}
+	}) {
+		b.unseenAt = gen
+		return b.seen
+	}
+	b.seen = slices.ContainsFunc(b.deps, known)
+	b.unseenAt = gen
+	return b.seen
 }
 
 // releaseLocked gives idle granules back to the device, the highest
