@@ -121,6 +121,11 @@ type memPool struct {
 	poolMarks
 	heaps []*heap
 	free  *block // list of free blocks (fprev, fnext)
+	// The free blocks by size, and each stream's pending ones
+	// (pooltree.go).
+	bySize blockTree
+	byPend map[*stream]*blockTree
+	pend   *block // the pending free blocks (pprev, pnext)
 	// apart holds every free block whose next neighbour is free too (kept
 	// apart because their frees could not coalesce yet), and perhaps
 	// blocks that no longer are: settleLocked visits these, not every
@@ -168,6 +173,12 @@ type block struct {
 	prev, next *block // neighbours in the heap, by address
 	fprev      *block // free blocks: neighbours in the pool's free list
 	fnext      *block
+	// Links in the pool's trees of free blocks (pooltree.go), and the
+	// stream whose byPend tree holds the block, if one does.
+	bySize, byPend treeLinks
+	pendOf         *stream
+	inPend         bool
+	pprev, pnext   *block
 }
 
 // listFree and unlistFree maintain the pool's list of free blocks, which
@@ -178,9 +189,11 @@ func (p *memPool) listFree(b *block) {
 		p.free.fprev = b
 	}
 	p.free = b
+	p.index(b)
 }
 
 func (p *memPool) unlistFree(b *block) {
+	p.unindex(b)
 	if b.fprev != nil {
 		b.fprev.fnext = b.fnext
 	} else {
@@ -193,7 +206,8 @@ func (p *memPool) unlistFree(b *block) {
 }
 
 func newMemPool(d *Device, isDefault bool) *memPool {
-	return &memPool{dev: d, isDefault: isDefault, raw: newRaw(), followEvents: true, opportunistic: true, internalDep: true}
+	return &memPool{dev: d, isDefault: isDefault, raw: newRaw(), followEvents: true, opportunistic: true, internalDep: true,
+		bySize: blockTree{links: bySizeLinks, less: sizeLess}}
 }
 
 var _ gpu.MemPool = (*memPool)(nil)
@@ -349,11 +363,8 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	s.nextDepsLocked()
 	rq := &mapFor{s: s}
 	var best *block
-	for x := p.free; x != nil; x = x.fnext {
-		if x.pending && x.size >= need && onlyOn(x.deps, s) &&
-			(best == nil || x.size < best.size || x.size == best.size && (x.freed < best.freed || x.freed == best.freed && x.addr < best.addr)) {
-			best = x
-		}
+	if t := p.pendTree(s, false); t != nil {
+		t.ascend(need, func(x *block) bool { best = x; return false })
 	}
 	if best != nil && p.mapLocked(call, rq, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need) == nil {
 		p.carveLocked(best, need)
@@ -371,7 +382,7 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 		c = p.scanLocked(s, need, true)
 	}
 	best = c.best
-	bestAcq, bestWait, bestWaits, bestWaitAcq := c.acq, c.wait, c.waits, c.waitAcq
+	bestAcq := c.acq
 	if best != nil {
 		// A free block over pages given back maps them again.
 		if err := p.mapLocked(call, rq, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need); err != nil {
@@ -379,14 +390,20 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 		}
 	}
 	if best == nil {
-		if g, acq, err := p.growLocked(call, rq, need); err == nil {
+		g, acq, err := p.growLocked(call, rq, need)
+		if err == nil {
 			best, bestAcq = g, acq
-		} else if bestWait == nil {
-			return nil, nil, nil, err
-		} else if err := p.mapLocked(call, rq, bestWait.heap, bestWait.addr-bestWait.heap.seg.base, bestWait.addr-bestWait.heap.seg.base+need); err != nil {
-			return nil, nil, nil, err
 		} else {
-			best, bestAcq, waits = bestWait, bestWaitAcq, bestWaits
+			if !c.allWaits {
+				p.scanWaitLocked(s, need, &c)
+			}
+			if c.wait == nil {
+				return nil, nil, nil, err
+			}
+			if err := p.mapLocked(call, rq, c.wait.heap, c.wait.addr-c.wait.heap.seg.base, c.wait.addr-c.wait.heap.seg.base+need); err != nil {
+				return nil, nil, nil, err
+			}
+			best, bestAcq, waits = c.wait, c.waitAcq, c.waits
 		}
 	}
 	p.carveLocked(best, need)
@@ -395,35 +412,37 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 
 // candidates are what scanLocked found: the best block a request may
 // take at once (with the frees it acquires), and the best one behind
-// inserted waits.
+// inserted waits; allWaits, whether every block was looked at for the
+// latter (the search stops at the best block, and scanWaitLocked goes on
+// only if a growth then fails).
 type candidates struct {
 	best, wait          *block
 	acq, waits, waitAcq []*op
+	allWaits            bool
 }
 
 // scanLocked finds the best fitting free blocks of at least need bytes
-// that s may use; the free end of the range, withTail, only if no other
+// that s may use, the smallest first and the lowest address among equal
+// sizes (bySize); the free end of the range, withTail, only if no other
 // block fits.
 func (p *memPool) scanLocked(s *stream, need uint64, withTail bool) candidates {
 	var c candidates
 	tail := p.tail()
-	for x := p.free; x != nil; x = x.fnext {
-		if x.size < need || x == tail {
-			continue
+	c.allWaits = p.bySize.ascend(need, func(x *block) bool {
+		if x == tail {
+			return true
 		}
 		ok, w, a := p.usable(x, s)
 		switch {
 		case !ok:
 		case len(w) == 0:
-			if c.best == nil || x.size < c.best.size || (x.size == c.best.size && x.addr < c.best.addr) {
-				c.best, c.acq = x, a
-			}
-		default:
-			if c.wait == nil || x.size < c.wait.size || (x.size == c.wait.size && x.addr < c.wait.addr) {
-				c.wait, c.waits, c.waitAcq = x, w, a
-			}
+			c.best, c.acq = x, a
+			return false
+		case c.wait == nil:
+			c.wait, c.waits, c.waitAcq = x, w, a
 		}
-	}
+		return true
+	})
 	if c.best == nil && withTail && tail != nil && tail.size >= need {
 		if ok, w, a := p.usable(tail, s); ok && len(w) == 0 {
 			c.best, c.acq = tail, a
@@ -432,14 +451,25 @@ func (p *memPool) scanLocked(s *stream, need uint64, withTail bool) candidates {
 	return c
 }
 
-// onlyOn reports whether every free of deps is on s (and there is one).
-func onlyOn(deps []*op, s *stream) bool {
-	for _, f := range deps {
-		if f.s != s {
+// scanWaitLocked completes c's search for the best block behind inserted
+// waits, past the best block scanLocked stopped at.
+func (p *memPool) scanWaitLocked(s *stream, need uint64, c *candidates) {
+	if c.wait != nil {
+		c.allWaits = true // the first one met is the best
+		return
+	}
+	tail := p.tail()
+	p.bySize.ascend(need, func(x *block) bool {
+		if x == tail {
+			return true
+		}
+		if ok, w, a := p.usable(x, s); ok && len(w) > 0 {
+			c.wait, c.waits, c.waitAcq = x, w, a
 			return false
 		}
-	}
-	return len(deps) > 0
+		return true
+	})
+	c.allWaits = true
 }
 
 // tail is the free block at the end of the pool's last range, if its
@@ -459,9 +489,10 @@ func (p *memPool) tail() *block {
 // being pending and coalesce with free neighbours whose frees were
 // processed too.
 func (p *memPool) flushLocked() {
-	for x := p.free; x != nil; x = x.fnext {
+	for x, next := p.pend, (*block)(nil); x != nil; x = next {
+		next = x.pnext
 		if x.pending && x.settled() {
-			x.pending = false
+			p.rekey(x, func() { x.pending = false })
 			p.noteApart(x)
 			if x.prev != nil {
 				p.noteApart(x.prev)
@@ -534,7 +565,7 @@ func (p *memPool) extendLocked(call string, rq *mapFor, h *heap, start, need uin
 	grown := end - h.end
 	h.end = end
 	if tail != nil {
-		tail.size += grown
+		p.rekey(tail, func() { tail.size += grown })
 		return tail, nil
 	}
 	b := &block{pool: p, heap: h, addr: h.seg.base + end - grown, size: grown, free: true, prev: h.last}
@@ -553,6 +584,7 @@ func (p *memPool) extendLocked(call string, rq *mapFor, h *heap, start, need uin
 
 // carveLocked allocates the first need bytes of free block b.
 func (p *memPool) carveLocked(b *block, need uint64) {
+	p.unlistFree(b)
 	if b.size > need {
 		rest := &block{pool: p, heap: b.heap, addr: b.addr + need, size: b.size - need, free: true,
 			deps: b.deps, depAt: b.depAt, allDue: b.allDue, seen: b.seen, unseenAt: b.unseenAt, pending: b.pending, freed: b.freed, prev: b, next: b.next}
@@ -566,7 +598,6 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		p.listFree(rest)
 		p.noteApart(rest)
 	}
-	p.unlistFree(b)
 	b.free, b.deps, b.depAt, b.allDue, b.seen, b.unseenAt, b.pending = false, nil, nil, false, false, 0, false
 	p.used += b.size
 	p.usedHigh = max(p.usedHigh, p.used)
@@ -589,7 +620,7 @@ func (p *memPool) freeBlockLocked(b *block, f *op) {
 		b.absorb(n)
 	}
 	if pr := b.prev; pr != nil && pr.free && coalescible(pr, b) {
-		pr.absorb(b)
+		p.rekey(pr, func() { pr.absorb(b) })
 		p.noteApart(pr)
 		return
 	}
@@ -740,7 +771,7 @@ func (p *memPool) settleLocked() {
 				break // still apart
 			}
 			p.unlistFree(n)
-			b.absorb(n)
+			p.rekey(b, func() { b.absorb(n) })
 		}
 	}
 }
