@@ -129,8 +129,8 @@ type memPool struct {
 	// apart holds every free block whose next neighbour is free too (kept
 	// apart because their frees could not coalesce yet), and perhaps
 	// blocks that no longer are: settleLocked visits these, not every
-	// block of every heap, so an allocation costs O(free blocks), not
-	// O(blocks) (a million live blocks made each one walk a million).
+	// block of every heap (a million live blocks made each allocation
+	// walk a million).
 	apart map[*block]struct{}
 
 	// peers has bit b set when device b may access the pool's memory,
