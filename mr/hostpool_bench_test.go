@@ -36,11 +36,11 @@ func BenchmarkHostPair(b *testing.B) {
 			p := mr.NewHostPool(dev)
 			defer p.Release()
 			for b.Loop() {
-				buf, err := p.Allocate(size, s)
+				buf, err := mr.AllocateHost[byte](p, size, s)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := p.Free(buf, s); err != nil {
+				if err := mr.FreeHost(p, buf, s); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -50,11 +50,11 @@ func BenchmarkHostPair(b *testing.B) {
 			p := mr.NewHostPool(dev)
 			defer p.Release()
 			for b.Loop() {
-				buf, err := p.AllocateOrdered(size, s)
+				buf, err := allocOrdered(p, size, s)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := p.Free(buf, s); err != nil {
+				if err := mr.FreeHost(p, buf, s); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -72,7 +72,7 @@ func BenchmarkHostPair(b *testing.B) {
 				}
 				defer p.Close()
 				for b.Loop() {
-					buf, err := p.Allocate(size, s)
+					buf, err := mr.AllocateHost[byte](p, size, s)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -81,7 +81,7 @@ func BenchmarkHostPair(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					if err := p.Free(buf, s); err != nil {
+					if err := mr.FreeHost(p, buf, s); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -113,7 +113,7 @@ func BenchmarkHtoD(b *testing.B) {
 	defer p.Release()
 	for _, size := range []int{1 << 20, 64 << 20} {
 		d := testdev.Must(dev.Malloc(size))(b)
-		pinned := testdev.Must(p.Allocate(size, s))(b)
+		pinned := testdev.Must(mr.AllocateHost[byte](p, size, s))(b)
 		for _, src := range []struct {
 			name string
 			buf  []byte
@@ -130,7 +130,7 @@ func BenchmarkHtoD(b *testing.B) {
 				}
 			})
 		}
-		if err := p.Free(pinned, s); err != nil {
+		if err := mr.FreeHost(p, pinned, s); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Synchronize(); err != nil {
