@@ -2,6 +2,7 @@ package buf_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 
@@ -61,7 +62,7 @@ func TestPinnedCopies(t *testing.T) {
 	if err := mr.FreeHost(pool, dst, s); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Release(); err != nil {
+	if _, err := pool.ReleaseContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

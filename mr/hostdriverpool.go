@@ -203,6 +203,11 @@ func (p *DriverHostPool) Trim(keep uint64) error {
 	return nil
 }
 
+// Release gives back to the driver every byte of the pool that no
+// allocation uses and whose free has completed (Trim(0)), without
+// blocking the host: the Releaser every adaptor forwards.
+func (p *DriverHostPool) Release() error { return p.Trim(0) }
+
 // Usage reports the bytes handed out and not freed (Used, as asked) and
 // the bytes the driver's pool holds (Reserved, and its high-water mark,
 // read from the pool; 0 once closed).

@@ -281,7 +281,7 @@ func (p *HostPool) putMarks(b *hostBlock) {
 func (p *HostPool) grow(n, class int, s gpu.Stream) ([]byte, error) {
 	mem, err := p.dev.MallocHost(class)
 	if errors.Is(err, gpu.ErrOutOfMemory) {
-		if _, rerr := p.release(false); rerr == nil {
+		if _, rerr := p.release(); rerr == nil {
 			mem, err = p.dev.MallocHost(class)
 		}
 	}
@@ -433,14 +433,19 @@ func (p *HostPool) liveLocked(a uintptr, n int) (*hostBlock, error) {
 	return b, nil
 }
 
-// Release gives every cached block back to the driver (cuMemFreeHost). It
-// blocks the host until the copies enqueued before each block's free have
-// completed; live blocks stay. It returns the bytes released.
-func (p *HostPool) Release() (int, error) { return p.release(true) }
+// Release gives back to the driver (cuMemFreeHost) every cached block
+// whose free has completed, without blocking the host (the Releaser
+// every adaptor forwards, and what Retry's reclaim calls); live blocks,
+// and blocks whose copies are still running, stay. ReleaseContext waits
+// for those copies and gives back every cached block.
+func (p *HostPool) Release() error {
+	_, err := p.release()
+	return err
+}
 
-// release frees the cached blocks, waiting for their frees to complete if
-// wait is set, and otherwise only those that have completed.
-func (p *HostPool) release(wait bool) (int, error) {
+// release frees the cached blocks whose frees have completed and returns
+// the bytes released.
+func (p *HostPool) release() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var released int
@@ -449,11 +454,8 @@ func (p *HostPool) release(wait bool) (int, error) {
 	for class, list := range p.free {
 		keep := list[:0]
 		for _, b := range list {
-			if err := p.completeLocked(b, wait); err != nil {
+			if !b.completed() {
 				keep = append(keep, b)
-				if wait {
-					errs = append(errs, err)
-				}
 				continue
 			}
 			a := uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))
@@ -485,19 +487,14 @@ func (p *HostPool) release(wait bool) (int, error) {
 	return released, nil
 }
 
-// completeLocked reports (nil) whether the copies before b's free have
-// completed, waiting for them if wait is set.
-func (p *HostPool) completeLocked(b *hostBlock, wait bool) error {
+// completed reports whether the copies before b's free have completed.
+func (b *hostBlock) completed() bool {
 	for _, m := range b.done {
-		if wait {
-			if err := m.e.Synchronize(); err != nil {
-				return fmt.Errorf("wait for stream %d: %w", m.s.ID(), err)
-			}
-		} else if err := m.e.Query(); err != nil {
-			return err
+		if m.e.Query() != nil {
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // Usage reports the bytes handed out and not freed (Used, as asked) and

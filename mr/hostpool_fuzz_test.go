@@ -1,6 +1,7 @@
 package mr_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"unsafe"
@@ -130,7 +131,7 @@ func FuzzHostPoolOps(f *testing.F) {
 			case 7: // release the cache
 				release()
 				release = func() {}
-				if _, err := p.Release(); err != nil {
+				if _, err := p.ReleaseContext(context.Background()); err != nil {
 					t.Fatalf("step %d: release: %v", i, err)
 				}
 				for a := range blocks {
@@ -159,7 +160,7 @@ func FuzzHostPoolOps(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := p.Release(); err != nil {
+		if _, err := p.ReleaseContext(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {

@@ -64,7 +64,7 @@ func TestHostPoolSizeClasses(t *testing.T) {
 		if err := mr.FreeHost(p, b, s); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Release(); err != nil {
+		if _, err := p.ReleaseContext(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
@@ -154,7 +154,7 @@ func TestHostPoolReuse(t *testing.T) {
 	if u := p.Usage(); u.Used != 0 || u.Reserved != 2*(4<<10) || u.PeakUsed != 2000 {
 		t.Errorf("usage %+v", u)
 	}
-	n, err := p.Release()
+	n, err := p.ReleaseContext(context.Background())
 	if err != nil || n != 2*(4<<10) {
 		t.Errorf("Release = %d, %v", n, err)
 	}
@@ -214,7 +214,7 @@ func TestHostPoolBadFrees(t *testing.T) {
 		t.Errorf("Free of the live slice after the bad frees: %v", err)
 	}
 	// A released block's address is unknown, not a double free.
-	if _, err := p.Release(); err != nil {
+	if _, err := p.ReleaseContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := mr.FreeHost(p, b, s); !errors.Is(err, mr.ErrUnknownPointer) {
@@ -349,7 +349,7 @@ func TestHostPoolCopies(t *testing.T) {
 	if u.Used != 0 || u.PeakUsed == 0 || u.Reserved == 0 {
 		t.Errorf("usage %+v", u)
 	}
-	if _, err := p.Release(); err != nil {
+	if _, err := p.ReleaseContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if u := p.Usage(); u.Reserved != 0 {
