@@ -203,6 +203,23 @@ func (p *DriverHostPool) Trim(keep uint64) error {
 	return nil
 }
 
+// Attribute reads one of the driver pool's attributes (its reuse
+// policies, release threshold, reserved and used bytes). A sanitizer
+// stacked over the pool reads the reuse policies, as over an Async, to
+// know that the driver orders reuse across streams itself.
+func (p *DriverHostPool) Attribute(a gpu.PoolAttr) (uint64, error) {
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		return 0, fmt.Errorf("driver host pool: attribute %d: %w", a, ErrClosed)
+	}
+	v, err := p.pool.Attribute(a)
+	if err != nil {
+		return 0, fmt.Errorf("driver host pool: attribute %d: %w", a, err)
+	}
+	return v, nil
+}
+
 // Release gives back to the driver every byte of the pool that no
 // allocation uses and whose free has completed (Trim(0)), without
 // blocking the host: the Releaser every adaptor forwards.
