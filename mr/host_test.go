@@ -316,3 +316,46 @@ func TestHostPointerOnSimulator(t *testing.T) {
 		})
 	}
 }
+
+// On a GPU, a HostPool's address is the unified address of its
+// page-locked block: the driver's memset and device copies take it, and
+// the host sees what they wrote through the []byte view. (The simulator
+// refuses it: TestHostPointerOnSimulator.)
+func TestHostPoolPointerOnDevice(t *testing.T) {
+	dev := testdev.Device(t)
+	if dev.Properties().Simulated {
+		t.Skip("the simulator does not model device access to host memory")
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	top := mr.NewStats(mr.NewHostPool(dev), mr.StatsOptions{})
+	const n = 1 << 20
+	p := must[gpu.DevicePtr](t)(top.Allocate(n, s))
+	if err := dev.MemsetD8Async(p, 0xab, n, s); err != nil {
+		t.Fatalf("memset through a host pool's address: %v", err)
+	}
+	d := must[gpu.DevicePtr](t)(dev.Malloc(n))
+	defer dev.Free(d)
+	if err := dev.CopyDtoDAsync(d, p, n, s); err != nil {
+		t.Fatalf("device copy from a host pool's address: %v", err)
+	}
+	back := make([]byte, n)
+	if err := dev.CopyDtoHAsync(back, d, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	host := must[[]byte](t)(mr.HostBytesOf(top, p, n))
+	for i := range n {
+		if host[i] != 0xab || back[i] != 0xab {
+			t.Fatalf("byte %d: %#x in the pool's memory, %#x copied through the device; want 0xab", i, host[i], back[i])
+		}
+	}
+	if err := top.Deallocate(p, n, s); err != nil {
+		t.Fatal(err)
+	}
+}
