@@ -76,8 +76,10 @@ import (
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
-// ErrSubSlice is the error of a free of a slice that lies inside memory the
-// pool handed out but is not the slice it handed out.
+// ErrSubSlice is the error of a HostPool's free (Deallocate, FreeHost) or
+// RecordStream of memory that lies inside an allocation but is not the
+// allocation; the error matches ErrUnknownPointer (another start) or
+// ErrSizeMismatch (the same start, another length) as well.
 var ErrSubSlice = errors.New("mr: slice is part of an allocation, not the allocation")
 
 const (
