@@ -43,18 +43,25 @@ const (
 
 // block is a piece of a chunk. Descriptors are recycled through the spare
 // list of a poolStream, so the hot path allocates no Go memory.
+//
+// The fields that coalescing reads of a neighbour and that a tlsf reads of
+// the blocks it scans or unlinks (state, class, size, links) come first,
+// in 48 bytes: of a free, most of a descriptor's cache misses are on
+// neighbours and list members, and with those fields together half the
+// descriptors of a batch (80 bytes each, from a 64-byte boundary) serve
+// them from one cache line instead of two.
 type poolBlock struct {
-	ptr  gpu.DevicePtr
-	size int // a multiple of Alignment
-	req  int // the size asked for, while live
-	c    *poolChunk
+	state  poolBlockState
+	handed bool  // ptr was handed out by Allocate (for diagnose)
+	fl, sl uint8 // free: the tlsf class it is filed in (set by insert)
+	size   int   // a multiple of Alignment
 
 	prev, next   *poolBlock // neighbours in c, by address
 	lprev, lnext *poolBlock // links in a tlsf class, a pending list or the spare list
 
-	state   poolBlockState
-	handed  bool        // ptr was handed out by Allocate (for diagnose)
-	fl, sl  uint8       // free: the tlsf class it is filed in (set by insert)
+	ptr     gpu.DevicePtr
+	req     int // the size asked for, while live
+	c       *poolChunk
 	freedBy *poolStream // pending: the stream the free was enqueued on
 }
 
