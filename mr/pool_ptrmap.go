@@ -16,8 +16,10 @@
 // Invariants: keys are non-zero addresses (0 marks an empty slot); a key
 // is in the front slot or in the table, never both; every key in the table
 // is reachable from its home slot without crossing an empty slot; the
-// table is at most 3/4 full, and grows (the only time it allocates) by
-// doubling.
+// table is at most half full, and grows (the only time it allocates) by
+// doubling. (In random churn under cachegrind, the removals' backward
+// shifts took 39 instructions per operation with the table at most 3/4
+// full, 29 at most half full.)
 
 package mr
 
