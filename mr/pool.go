@@ -191,8 +191,12 @@ type Pool struct {
 	dirty     []*poolStream
 	cands     candTree // pool_candtree.go
 	parked    candTree
+	lfStale   []*poolStream // pool_largest.go
 	forgotten poolStreamStats
 	streamSeq uint64
+	// The streams by their largest free or cached block
+	// (pool_largest.go), under mu.
+	lfHeap []*poolStream
 
 	tune poolTune
 

@@ -108,6 +108,10 @@ type poolStream struct {
 	// there (pool_candtree.go), under Pool.aux.
 	tree   uint8
 	cl, cr *poolStream
+	// pool_largest.go: listed in Pool.lfStale (under mu); the largest
+	// block filed and the place in Pool.lfHeap, plus one (under Pool.mu).
+	lfStale  bool
+	lf, lfAt int
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
