@@ -56,6 +56,7 @@ type poolBlock struct {
 	handed  bool        // ptr was handed out by Allocate (for diagnose)
 	fl, sl  uint8       // free: the tlsf class it is filed in (set by insert)
 	freedBy *poolStream // pending: the stream the free was enqueued on
+	owner   uint64      // live: the Owner it was handed out to (owner.go)
 }
 
 func (b *poolBlock) end() gpu.DevicePtr { return b.ptr + gpu.DevicePtr(b.size) }

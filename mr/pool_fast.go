@@ -97,12 +97,15 @@ func fastGen(v uint64) uint64 { return v >> fastGenShift & fastGenMax }
 
 // fastAllocate takes the slot's block for a request of size bytes, and
 // returns its address, or 0 if the slot cannot serve it.
-func (st *poolStream) fastAllocate(size int) gpu.DevicePtr {
+func (st *poolStream) fastAllocate(size int, owner uint64) gpu.DevicePtr {
 	v := st.fstate.Load()
 	if v&fastTag != fastCached || fastReq(v) != size || fastGen(v) == fastGenMax {
 		return 0
 	}
 	ptr := st.fptr.Load()
+	if st.fowner.Load() != owner {
+		return 0
+	}
 	if !st.fstate.CompareAndSwap(v, v+fastLiveOf+fastGenOne) {
 		return 0
 	}
@@ -111,9 +114,9 @@ func (st *poolStream) fastAllocate(size int) gpu.DevicePtr {
 
 // fastFree puts the slot's block back if ptr is its address and size
 // the request it was handed out for, and reports whether it did.
-func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int) bool {
+func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint64) bool {
 	v := st.fstate.Load()
-	if v&fastTag != fastLive || fastReq(v) != size || st.fptr.Load() != uint64(ptr) {
+	if v&fastTag != fastLive || fastReq(v) != size || st.fptr.Load() != uint64(ptr) || st.fowner.Load() != owner {
 		return false
 	}
 	return st.fstate.CompareAndSwap(v, v-fastLiveOf)
@@ -158,7 +161,7 @@ func (st *poolStream) settle() {
 	b.c.cached--
 	if v&fastTag == fastLive {
 		st.stats.allocs += n - 1 // markLive counts the last one
-		st.markLive(b, fastReq(v))
+		st.markLive(b, fastReq(v), b.owner)
 		return
 	}
 	st.stats.allocs += n
@@ -178,6 +181,9 @@ func (st *poolStream) arm(b *poolBlock, req int) bool {
 	st.fblock = b
 	if st.fptr.Load() != uint64(b.ptr) {
 		st.fptr.Store(uint64(b.ptr))
+	}
+	if st.fowner.Load() != b.owner {
+		st.fowner.Store(b.owner)
 	}
 	st.fstate.Store(st.fepoch<<fastEpochShift | uint64(req)<<fastReqShift | fastCached)
 	if !st.dirty {
