@@ -171,13 +171,13 @@ type Pool struct {
 
 	// mu serializes growth, steals and releases; taken before any
 	// stream's mutex.
-	mu     sync.Mutex
-	grown  bool // the first growth (InitialSize) happened
+	mu    sync.Mutex
+	grown bool // the first growth (InitialSize) happened
 	// slowOwner is the Owner of the request allocateSlow serves.
 	slowOwner uint64
-	closed atomic.Bool
-	usage  usageMeter // reserved and its peak; peakUsed of the flushed total
-	wide   poolWideStats
+	closed    atomic.Bool
+	usage     usageMeter // reserved and its peak; peakUsed of the flushed total
+	wide      poolWideStats
 	// usedSum is written by every allocation while one stream uses the
 	// pool; keep it off the line of the fields the hot path only reads.
 	_           [64]byte

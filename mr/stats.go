@@ -157,7 +157,7 @@ type statStream struct {
 	// upstream (stats_owned.go).
 	alloc, free atomic.Uint64
 	own         statCounters // PerStream: the stream's own counters
-	_              [cacheLine]byte
+	_           [cacheLine]byte
 }
 
 // statTotals are the totals of one shard of the pointer table, guarded by
