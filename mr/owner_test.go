@@ -99,7 +99,7 @@ func TestPoolOwners(t *testing.T) {
 }
 
 // ownedCases are the adaptors that keep no pointer table over an
-// OwnedResource, with their observable state.
+// OwnedResource, with their observable state (Logging's is its log).
 func ownedCases() []adaptorCase {
 	var out []adaptorCase
 	for _, ac := range adaptorCases() {
@@ -108,7 +108,7 @@ func ownedCases() []adaptorCase {
 			out = append(out, adaptorCase{"stats",
 				func(t testing.TB, up mr.Resource) mr.Resource { return mr.NewStats(up, mr.StatsOptions{}) },
 				func(a mr.Resource) string { return fmt.Sprint(a.(*mr.Stats).Snapshot()) }})
-		case "limit", "retry":
+		case "limit", "retry", "logging":
 			out = append(out, ac)
 		}
 	}

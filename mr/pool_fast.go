@@ -89,6 +89,8 @@ const (
 	fastMaxReq = usedQuantum
 	fastGenMax = 1<<fastGenBits - 1
 	fastGenOne = 1 << fastGenShift
+	fastTagReq = 1<<fastGenShift - 1 // the tag and request bits
+	fastGenAll = fastGenMax << fastGenShift
 	fastLiveOf = fastLive - fastCached // added to a cached word to make it live
 )
 
@@ -97,15 +99,15 @@ func fastGen(v uint64) uint64 { return v >> fastGenShift & fastGenMax }
 
 // fastAllocate takes the slot's block for a request of size bytes, and
 // returns its address, or 0 if the slot cannot serve it.
+//
+// One comparison checks the tag and the request size: a size of
+// fastReqBits or more has bits above the mask and never matches.
 func (st *poolStream) fastAllocate(size int, owner uint64) gpu.DevicePtr {
 	v := st.fstate.Load()
-	if v&fastTag != fastCached || fastReq(v) != size || fastGen(v) == fastGenMax {
+	if v&fastTagReq != uint64(size)<<fastReqShift|fastCached || v&fastGenAll == fastGenAll || st.fowner.Load() != owner {
 		return 0
 	}
 	ptr := st.fptr.Load()
-	if st.fowner.Load() != owner {
-		return 0
-	}
 	if !st.fstate.CompareAndSwap(v, v+fastLiveOf+fastGenOne) {
 		return 0
 	}
@@ -116,7 +118,7 @@ func (st *poolStream) fastAllocate(size int, owner uint64) gpu.DevicePtr {
 // the request it was handed out for, and reports whether it did.
 func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint64) bool {
 	v := st.fstate.Load()
-	if v&fastTag != fastLive || fastReq(v) != size || st.fptr.Load() != uint64(ptr) || st.fowner.Load() != owner {
+	if v&fastTagReq != uint64(size)<<fastReqShift|fastLive || st.fptr.Load() != uint64(ptr) || st.fowner.Load() != owner {
 		return false
 	}
 	return st.fstate.CompareAndSwap(v, v-fastLiveOf)

@@ -368,3 +368,49 @@ func BenchmarkCSVWriter(b *testing.B) {
 		w.Write(ev)
 	}
 }
+
+// TestCSVWriterWriteIf checks that WriteIf writes its event only when do
+// reports true, runs do with the writer's lock held (a Write from do's
+// goroutine would deadlock, so another goroutine's Write must wait for
+// do), and refuses a bad event without running do.
+func TestCSVWriterWriteIf(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewCSVWriter(&buf)
+	ev := Event{Op: Free, Thread: 1, Time: time.Second, Ptr: 0x100, Size: 256, Stream: 2}
+	if err := w.WriteIf(ev, func() bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if err := w.WriteIf(Event{Op: Free, Size: -1}, func() bool { ran = true; return true }); err == nil || ran {
+		t.Errorf("bad event: err %v, do ran %v", err, ran)
+	}
+	started, other := make(chan struct{}), make(chan error)
+	err := w.WriteIf(ev, func() bool {
+		go func() {
+			close(started)
+			other <- w.Write(Event{Op: Alloc, Thread: 1, Time: 2 * time.Second, Ptr: 0x100, Size: 256, Stream: 3})
+		}()
+		<-started
+		select {
+		case err := <-other:
+			t.Errorf("a Write ran while do held the lock: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const want = Header + "\n" +
+		"1,00:00:01.000000,free,0x100,256,0x2\n" +
+		"1,00:00:02.000000,allocate,0x100,256,0x3\n"
+	if buf.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
+	}
+}

@@ -46,14 +46,45 @@ func NewCSVWriter(w io.Writer) *CSVWriter {
 // not Alloc, AllocFailure or Free, is refused with an error and nothing is
 // written.
 func (cw *CSVWriter) Write(e Event) error {
+	if err := checkEvent(e); err != nil {
+		return err
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return cw.writeLocked(e)
+}
+
+// WriteIf runs do with the writer's lock held and, if do returns true,
+// appends e as Write does, before any other goroutine's line. A logger
+// uses it to write the line of an operation in the order the operation
+// took effect: a free made inside do is logged before any allocation that
+// gets its memory back can log its own line. do must not call the writer.
+// The error is Write's; if do returns false nothing is written and the
+// error is nil.
+func (cw *CSVWriter) WriteIf(e Event, do func() bool) error {
+	if err := checkEvent(e); err != nil {
+		return err
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if !do() {
+		return nil
+	}
+	return cw.writeLocked(e)
+}
+
+func checkEvent(e Event) error {
 	if e.Size < 0 {
 		return fmt.Errorf("trace: write: negative size %d", e.Size)
 	}
 	if e.Op < Alloc || e.Op > Free {
 		return fmt.Errorf("trace: write: invalid op %v", e.Op)
 	}
-	cw.mu.Lock()
-	defer cw.mu.Unlock()
+	return nil
+}
+
+// writeLocked appends e. cw.mu must be held.
+func (cw *CSVWriter) writeLocked(e Event) error {
 	if err := cw.writeHeader(); err != nil {
 		return err
 	}
