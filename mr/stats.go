@@ -301,13 +301,8 @@ func (a *Stats) flush(st *statStream) {
 // Allocate allocates from the upstream and counts the allocation, or the
 // failure.
 func (a *Stats) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return a.AllocateOwned(size, s, a.owner)
-}
-
-// AllocateOwned is Allocate for owner o (owner.go).
-func (a *Stats) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
 	if a.trusted() {
-		return a.allocateOwned(size, s, o)
+		return a.allocateOwned(size, s, a.owner)
 	}
 	if zero, err := checkAlloc("stats", a.dev, size, s); zero || err != nil {
 		return 0, err
@@ -335,13 +330,8 @@ func (a *Stats) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, e
 // Deallocate frees p through the upstream and uncounts it. Bad frees are
 // refused with typed errors before they reach the upstream.
 func (a *Stats) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	return a.DeallocateOwned(p, size, s, a.owner)
-}
-
-// DeallocateOwned is Deallocate for owner o (owner.go).
-func (a *Stats) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
 	if a.trusted() {
-		return a.deallocateOwned(p, size, s, o)
+		return a.deallocateOwned(p, size, s, a.owner)
 	}
 	if null, err := checkFree("stats", a.dev, p, size, s); null || err != nil {
 		return err
@@ -358,6 +348,22 @@ func (a *Stats) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner
 		return fmt.Errorf("stats: deallocate: %w", err)
 	}
 	return nil
+}
+
+// AllocateOwned is Allocate for owner o (owner.go).
+func (a *Stats) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
+	if a.trusted() {
+		return a.allocateOwned(size, s, o)
+	}
+	return a.Allocate(size, s)
+}
+
+// DeallocateOwned is Deallocate for owner o (owner.go).
+func (a *Stats) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
+	if a.trusted() {
+		return a.deallocateOwned(p, size, s, o)
+	}
+	return a.Deallocate(p, size, s)
 }
 
 // Device is the upstream's device.

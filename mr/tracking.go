@@ -3,8 +3,10 @@
 // so that `go tool pprof` shows which code holds device memory, as a Go
 // heap profile does for the Go heap.
 //
-// Cost: an allocation takes runtime.Callers (program counters only; no
-// symbol lookup) into an array on the caller's stack, then interns the
+// Cost: an allocation records the return addresses of its stack (program
+// counters only; no symbol lookup) by following frame pointers
+// (callers_fp.go; runtime.Callers where Go keeps none) into an array on
+// the caller's stack, then interns the
 // stack: stacks are hashed into a sharded table of stack records, so a
 // stack seen before costs a hash and a lookup, and only a new call site
 // allocates (one copy of its PCs). Symbols are resolved only when a profile
@@ -61,7 +63,8 @@ const stackShards = 16
 
 // TrackingOptions configure a Tracking adaptor.
 type TrackingOptions struct {
-	// Depth is the number of frames recorded per allocation; 0 means 32,
+	// Depth is the number of return addresses recorded per allocation
+	// (calls inlined at one of them add frames to a report); 0 means 32,
 	// and more than 64 is 64.
 	Depth int
 	// Skip drops that many more frames from the innermost end, for
@@ -168,8 +171,8 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, err
 	}
 	var buf [maxStackDepth]uintptr
-	// Skip runtime.Callers and Allocate itself.
-	n := runtime.Callers(2+t.skip, buf[:t.depth])
+	// From Allocate's caller on (callers_fp.go).
+	n := callersFP(t.skip, buf[:t.depth])
 	p, err := t.up.Allocate(size, s)
 	if err != nil {
 		return 0, fmt.Errorf("tracking: %w", err)
