@@ -67,3 +67,35 @@ func BenchmarkAdaptorsOverPool(b *testing.B) {
 		})
 	}
 }
+
+// atDepth calls f n frames deeper than its caller.
+//
+//go:noinline
+func atDepth(n int, f func()) {
+	if n <= 0 {
+		f()
+		return
+	}
+	atDepth(n-1, f)
+}
+
+// BenchmarkTrackingDeep is the pair over a pool, bare and through
+// Tracking (16 frames recorded), made 16 frames below the benchmark, so
+// that Tracking records a full 16-frame stack.
+func BenchmarkTrackingDeep(b *testing.B) {
+	for _, name := range []string{"pool", "tracking"} {
+		b.Run(name, func(b *testing.B) {
+			dev := testdev.Device(b)
+			s, err := dev.NewStream()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Synchronize(); s.Destroy() })
+			r := bench.NewResource(b, "pool", dev, 1<<20)
+			if name == "tracking" {
+				r = mr.NewTracking(r, mr.TrackingOptions{Depth: 16})
+			}
+			atDepth(16, func() { benchPairs(b, r, s) })
+		})
+	}
+}
