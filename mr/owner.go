@@ -15,11 +15,16 @@
 //
 // An OwnedResource is such an upstream (Pool is one). An adaptor made over
 // one takes an Owner of its own at construction, allocates and frees with
-// it, and keeps no table when it needs none for its own work (Limit, Retry
-// and Stats without PerStream). It is an OwnedResource itself, passing its
-// caller's owner down, so that a stack of adaptors over a Pool has no table
-// at any level: the owner recorded below is the outermost adaptor's, and a
-// free through any level is checked against it.
+// it, and keeps no table when it needs none for its own work (Limit, Retry,
+// Logging, and Stats without PerStream; Tracking, Aligned and Stats with
+// PerStream keep a record per allocation, and are not OwnedResources). It
+// is an OwnedResource itself, passing its caller's owner down, so that a
+// stack of such adaptors over a Pool has no table at any level: the owner
+// recorded below is the outermost adaptor's, and a free through any level
+// is checked against it. So memory allocated through the top of a stack
+// must be freed through the top: a free of it through a lower adaptor is
+// refused as an unknown pointer (with tables, the lower adaptor accepted
+// it and the upper one kept the allocation live forever).
 //
 // The contract, which every implementation keeps and the adaptors rely
 // on:

@@ -39,7 +39,7 @@
 // another stream freed and has not flushed), never missed.
 //
 // A word also flushes before its packed count or bytes could overflow
-// (statPackFlush), which bounds the totals' delay too.
+// (statPackCount, statPackBytes), which bounds the totals' delay too.
 //
 // Invariants: the current value is Stats.bytes plus every stream's net,
 // the total is the flushed total plus every stream's alloc word; both change
@@ -56,8 +56,8 @@ import (
 
 const (
 	statPackBits = 16
-	// statPackFlush bounds a packed word's count and bytes: a word at or
-	// past either flushes.
+	// statPackCount and statPackBytes bound a packed word's count and
+	// bytes: a word at or past either flushes, far below overflow.
 	statPackCount = 1 << (statPackBits - 1)
 	statPackBytes = 1 << 40
 )
