@@ -178,6 +178,10 @@ func TestCSVWriterFormat(t *testing.T) {
 			Ptr: 0x7f7e81d00000, Size: 2048, Stream: 0},
 		{Op: AllocFailure, Thread: 1, Time: 25*time.Hour + time.Second, Ptr: 0, Size: 1 << 40, Stream: 0x28b473b0},
 		{Op: Free, Thread: 1, Time: -time.Microsecond, Ptr: 0x7f7e81d00000, Size: 2048, Stream: 0xABC},
+		// The same second as the line before, another thread, then the
+		// first thread again: what the writer keeps from line to line.
+		{Op: Alloc, Thread: 0, Time: 24*time.Hour - 7*time.Microsecond, Ptr: 0x100, Size: 0, Stream: 0xFFFFFFFFFFFFFFFF},
+		{Op: Free, Thread: 1, Time: 24*time.Hour - 500*time.Millisecond, Ptr: 0x100, Size: 0, Stream: 0x10},
 	}
 	for _, ev := range evs {
 		if err := w.Write(ev); err != nil {
@@ -190,7 +194,9 @@ func TestCSVWriterFormat(t *testing.T) {
 	const want = Header + "\n" +
 		"2342727,10:16:00.002061,allocate,0x7f7e81d00000,2048,0x0\n" +
 		"1,01:00:01.000000,allocate failure,0x0,1099511627776,0x28b473b0\n" +
-		"1,23:59:59.999999,free,0x7f7e81d00000,2048,0xabc\n"
+		"1,23:59:59.999999,free,0x7f7e81d00000,2048,0xabc\n" +
+		"0,23:59:59.999993,allocate,0x100,0,0xffffffffffffffff\n" +
+		"1,23:59:59.500000,free,0x100,0,0x10\n"
 	if buf.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
 	}
