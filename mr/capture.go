@@ -149,7 +149,7 @@ type deferredFree struct {
 	res   Resource
 	p     gpu.DevicePtr
 	size  int
-	owner uint64 // the Owner the memory was allocated for (owner.go)
+	owner uint32 // the Owner the memory was allocated for (owner.go)
 }
 
 // captures maps the gpu capture ID of every capture begun with
@@ -331,7 +331,7 @@ func (c *Capture) deferFree(res Resource, p gpu.DevicePtr, size int) error {
 
 // deferOwnedFree is deferFree of memory of owner, freed at Release with
 // DeallocateOwned (res is then an OwnedResource).
-func (c *Capture) deferOwnedFree(res Resource, p gpu.DevicePtr, size int, owner uint64) error {
+func (c *Capture) deferOwnedFree(res Resource, p gpu.DevicePtr, size int, owner uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range c.deferred {

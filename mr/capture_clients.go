@@ -41,14 +41,14 @@ func (p *Pool) captureClient() captureClient {
 }
 
 // ownerClient is the pool's capture client for a request of owner.
-func (p *Pool) ownerClient(owner uint64) captureClient {
+func (p *Pool) ownerClient(owner uint32) captureClient {
 	cl := p.captureClient()
 	cl.owner = owner
 	return cl
 }
 
 // knowsFor returns knows for the pointers of owner.
-func (p *Pool) knowsFor(owner uint64) func(gpu.DevicePtr, int) error {
+func (p *Pool) knowsFor(owner uint32) func(gpu.DevicePtr, int) error {
 	if owner == 0 {
 		return p.knows
 	}
@@ -61,7 +61,7 @@ func (p *Pool) knows(ptr gpu.DevicePtr, size int) error { return p.knowsOwned(pt
 
 // knowsOwned reports whether ptr is a live block of size bytes of the pool
 // that owner holds.
-func (p *Pool) knowsOwned(ptr gpu.DevicePtr, size int, owner uint64) error {
+func (p *Pool) knowsOwned(ptr gpu.DevicePtr, size int, owner uint32) error {
 	c, _, ok := p.chunks.find(ptr)
 	if !ok {
 		return ErrUnknownPointer

@@ -211,7 +211,7 @@ type privBlock struct {
 	allocIn   uint64     // the capture that allocated it
 	freedOn   gpu.Stream // the stream that freed it (nil: a fresh block)
 	freedIn   uint64     // the capture that freed it (0: outside any)
-	owner     uint64     // live: the Owner it was handed out to (owner.go)
+	owner     uint32     // live: the Owner it was handed out to (owner.go)
 }
 
 // captureClient describes a suballocating resource to the GraphPool.
@@ -220,7 +220,7 @@ type captureClient struct {
 	res   Resource // the resource itself
 	up    Resource // where chunks come from
 	block int      // FixedSize's block size; 0 otherwise
-	owner uint64   // the Owner of the request (owner.go); 0 but for Pool
+	owner uint32   // the Owner of the request (owner.go); 0 but for Pool
 }
 
 func (gp *GraphPool) privLocked(cl captureClient) *privatePool {

@@ -48,13 +48,22 @@ import (
 )
 
 // Owner names one client of an OwnedResource. The zero Owner is the
-// client that calls Allocate and Deallocate; NewOwner gives others.
-type Owner struct{ id uint64 }
+// client that calls Allocate and Deallocate; NewOwner gives others. An
+// Owner is 32 bits, kept in a Pool's block descriptor where it costs no
+// space.
+type Owner struct{ id uint32 }
 
-var owners atomic.Uint64
+var owners atomic.Uint32
 
-// NewOwner returns an Owner that no other call returned.
-func NewOwner() Owner { return Owner{owners.Add(1)} }
+// NewOwner returns an Owner that none of the last 2^32-1 calls returned,
+// and never the zero Owner.
+func NewOwner() Owner {
+	for {
+		if id := owners.Add(1); id != 0 {
+			return Owner{id}
+		}
+	}
+}
 
 // OwnedResource is a Resource that checks every free exactly and records
 // which Owner each allocation belongs to, so that adaptors over it need no

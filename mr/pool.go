@@ -174,7 +174,7 @@ type Pool struct {
 	mu    sync.Mutex
 	grown bool // the first growth (InitialSize) happened
 	// slowOwner is the Owner of the request allocateSlow serves.
-	slowOwner uint64
+	slowOwner uint32
 	closed    atomic.Bool
 	usage     usageMeter // reserved and its peak; peakUsed of the flushed total
 	wide      poolWideStats
@@ -294,7 +294,7 @@ func (p *Pool) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, er
 }
 
 // allocate is Allocate for owner.
-func (p *Pool) allocate(size int, s gpu.Stream, owner uint64) (gpu.DevicePtr, error) {
+func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
 	// A stream the pool knows was checked when it was added (IDs are
 	// never reused), so the hot path skips the device comparison (args.go).
 	var st *poolStream
@@ -364,7 +364,7 @@ func (p *Pool) DeallocateOwned(ptr gpu.DevicePtr, size int, s gpu.Stream, o Owne
 }
 
 // deallocate is Deallocate for owner.
-func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint64) error {
+func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
@@ -390,7 +390,7 @@ func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint6
 			return nil // pool_fast.go
 		}
 		st.lock()
-		if b := st.live.get(ptr); b != nil {
+		if b, at := st.live.find(ptr); b != nil {
 			if b.owner != owner {
 				st.mu.Unlock()
 				return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
@@ -401,7 +401,7 @@ func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint6
 				return poolSizeMismatch(ptr, req, size)
 			}
 			c := b.c
-			st.unlive(b)
+			st.unliveAt(b, at)
 			if p.opts.ReleaseThreshold == 0 || c.live > 0 {
 				if !st.arm(b, size) {
 					st.quickPut(b)

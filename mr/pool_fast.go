@@ -102,7 +102,7 @@ func fastGen(v uint64) uint64 { return v >> fastGenShift & fastGenMax }
 //
 // One comparison checks the tag and the request size: a size of
 // fastReqBits or more has bits above the mask and never matches.
-func (st *poolStream) fastAllocate(size int, owner uint64) gpu.DevicePtr {
+func (st *poolStream) fastAllocate(size int, owner uint32) gpu.DevicePtr {
 	v := st.fstate.Load()
 	if v&fastTagReq != uint64(size)<<fastReqShift|fastCached || v&fastGenAll == fastGenAll || st.fowner.Load() != owner {
 		return 0
@@ -116,7 +116,7 @@ func (st *poolStream) fastAllocate(size int, owner uint64) gpu.DevicePtr {
 
 // fastFree puts the slot's block back if ptr is its address and size
 // the request it was handed out for, and reports whether it did.
-func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint64) bool {
+func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint32) bool {
 	v := st.fstate.Load()
 	if v&fastTagReq != uint64(size)<<fastReqShift|fastLive || st.fptr.Load() != uint64(ptr) || st.fowner.Load() != owner {
 		return false

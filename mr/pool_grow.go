@@ -30,7 +30,7 @@ import (
 )
 
 // allocateSlow serves a request that st's own lists could not.
-func (p *Pool) allocateSlow(st *poolStream, size, rounded int, owner uint64) (gpu.DevicePtr, error) {
+func (p *Pool) allocateSlow(st *poolStream, size, rounded int, owner uint32) (gpu.DevicePtr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.slowOwner = owner
@@ -482,7 +482,7 @@ func (p *Pool) trim(st *poolStream) error {
 // deallocateSlow frees ptr, which is not live on the calling stream's own
 // chunks: memory of another stream's chunk (a cross-stream free), or bad
 // input, which it diagnoses without changing anything.
-func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint64) error {
+func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	c, _, ok := p.chunks.find(ptr)
 	if !ok {
 		if handled, err := freeOutsideCapture(p.ownerClient(owner), ptr, size, s); handled {

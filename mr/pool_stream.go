@@ -67,7 +67,7 @@ type poolStream struct {
 	// swapped without mu; fblock and fepoch change under mu.
 	fstate atomic.Uint64
 	fptr   atomic.Uint64
-	fowner atomic.Uint64 // the owner of fptr's block, read with it
+	fowner atomic.Uint32 // the owner of fptr's block, read with it
 	fblock *poolBlock
 	fepoch uint64
 	// last is the block the stream handed out last (markLive), the one
@@ -204,7 +204,7 @@ func (st *poolStream) split(t *tlsf, b *poolBlock, rounded int) *poolBlock {
 }
 
 // markLive hands b out for a request of req bytes.
-func (st *poolStream) markLive(b *poolBlock, req int, owner uint64) {
+func (st *poolStream) markLive(b *poolBlock, req int, owner uint32) {
 	b.state = blockLive
 	b.owner = owner
 	b.handed = true
@@ -248,6 +248,18 @@ func (st *poolStream) putFree(b *poolBlock) {
 // unlive takes live block b out of the live map and the counters.
 func (st *poolStream) unlive(b *poolBlock) {
 	st.live.del(b.ptr)
+	st.unlisted(b)
+}
+
+// unliveAt is unlive for a block that live.find found at position at.
+func (st *poolStream) unliveAt(b *poolBlock, at int) {
+	st.live.delAt(at)
+	st.unlisted(b)
+}
+
+// unlisted counts live block b, out of the live map now, out of the
+// stream's counters.
+func (st *poolStream) unlisted(b *poolBlock) {
 	st.freed[st.freedPos%poolFreedRing] = b.ptr
 	st.freedPos++
 	b.c.live--
