@@ -146,9 +146,10 @@ type Capture struct {
 }
 
 type deferredFree struct {
-	res  Resource
-	p    gpu.DevicePtr
-	size int
+	res   Resource
+	p     gpu.DevicePtr
+	size  int
+	owner uint32 // the Owner the memory was allocated for (owner.go)
 }
 
 // captures maps the gpu capture ID of every capture begun with
@@ -297,7 +298,13 @@ func (c *Capture) Release(s gpu.Stream) error {
 		}
 	}
 	for _, f := range deferred {
-		if err := f.res.Deallocate(f.p, f.size, s); err != nil {
+		var err error
+		if or, ok := f.res.(OwnedResource); ok && f.owner != 0 {
+			err = or.DeallocateOwned(f.p, f.size, s, Owner{f.owner})
+		} else {
+			err = f.res.Deallocate(f.p, f.size, s)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("deferred free of %#x: %w", uint64(f.p), err))
 		}
 	}
@@ -319,6 +326,12 @@ func (c *Capture) Release(s gpu.Stream) error {
 // deferFree keeps the free of p (allocated by res before the capture) for
 // Release. A second free of the same pointer is ErrDoubleFree.
 func (c *Capture) deferFree(res Resource, p gpu.DevicePtr, size int) error {
+	return c.deferOwnedFree(res, p, size, 0)
+}
+
+// deferOwnedFree is deferFree of memory of owner, freed at Release with
+// DeallocateOwned (res is then an OwnedResource).
+func (c *Capture) deferOwnedFree(res Resource, p gpu.DevicePtr, size int, owner uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range c.deferred {
@@ -326,7 +339,7 @@ func (c *Capture) deferFree(res Resource, p gpu.DevicePtr, size int) error {
 			return fmt.Errorf("mr: capture %d: %#x freed twice: %w", c.id, uint64(p), ErrDoubleFree)
 		}
 	}
-	c.deferred = append(c.deferred, deferredFree{res, p, size})
+	c.deferred = append(c.deferred, deferredFree{res, p, size, owner})
 	return nil
 }
 

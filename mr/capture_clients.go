@@ -40,8 +40,28 @@ func (p *Pool) captureClient() captureClient {
 	return captureClient{name: "pool", res: p, up: p.upstream}
 }
 
-// knows reports whether ptr is a live block of size bytes of the pool.
-func (p *Pool) knows(ptr gpu.DevicePtr, size int) error {
+// ownerClient is the pool's capture client for a request of owner.
+func (p *Pool) ownerClient(owner uint32) captureClient {
+	cl := p.captureClient()
+	cl.owner = owner
+	return cl
+}
+
+// knowsFor returns knows for the pointers of owner.
+func (p *Pool) knowsFor(owner uint32) func(gpu.DevicePtr, int) error {
+	if owner == 0 {
+		return p.knows
+	}
+	return func(ptr gpu.DevicePtr, size int) error { return p.knowsOwned(ptr, size, owner) }
+}
+
+// knows reports whether ptr is a live block of size bytes of the pool
+// that Allocate handed out.
+func (p *Pool) knows(ptr gpu.DevicePtr, size int) error { return p.knowsOwned(ptr, size, 0) }
+
+// knowsOwned reports whether ptr is a live block of size bytes of the pool
+// that owner holds.
+func (p *Pool) knowsOwned(ptr gpu.DevicePtr, size int, owner uint32) error {
 	c, _, ok := p.chunks.find(ptr)
 	if !ok {
 		return ErrUnknownPointer
@@ -61,6 +81,8 @@ func (p *Pool) knows(ptr gpu.DevicePtr, size int) error {
 		switch {
 		case b == nil:
 			return h.diagnose(c, ptr)
+		case b.owner != owner:
+			return ErrUnknownPointer
 		case b.req != size:
 			return poolSizeMismatch(ptr, b.req, size)
 		}

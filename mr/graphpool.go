@@ -211,6 +211,7 @@ type privBlock struct {
 	allocIn   uint64     // the capture that allocated it
 	freedOn   gpu.Stream // the stream that freed it (nil: a fresh block)
 	freedIn   uint64     // the capture that freed it (0: outside any)
+	owner     uint32     // live: the Owner it was handed out to (owner.go)
 }
 
 // captureClient describes a suballocating resource to the GraphPool.
@@ -219,6 +220,7 @@ type captureClient struct {
 	res   Resource // the resource itself
 	up    Resource // where chunks come from
 	block int      // FixedSize's block size; 0 otherwise
+	owner uint32   // the Owner of the request (owner.go); 0 but for Pool
 }
 
 func (gp *GraphPool) privLocked(cl captureClient) *privatePool {
@@ -297,7 +299,7 @@ func (gp *GraphPool) allocate(cl captureClient, c *Capture, size int, s gpu.Stre
 		best.size = need
 		pp.free = append(pp.free, rest)
 	}
-	best.req, best.allocOn, best.allocIn = size, s, c.id
+	best.req, best.allocOn, best.allocIn, best.owner = size, s, c.id, cl.owner
 	best.freedOn, best.freedIn = nil, 0
 	pp.live[best.ptr] = best
 	pp.used += best.size
@@ -449,7 +451,7 @@ func captureDeallocate(cl captureClient, id uint64, p gpu.DevicePtr, size int, s
 			return fmt.Errorf("%s %#x in capture %d: %w", op, uint64(p), id, err)
 		}
 	}
-	return c.deferFree(cl.res, p, size)
+	return c.deferOwnedFree(cl.res, p, size, cl.owner)
 }
 
 // free frees p if it is a live block of cl's private pool in gp; handled
@@ -470,6 +472,9 @@ func (gp *GraphPool) free(cl captureClient, c *Capture, p gpu.DevicePtr, size in
 			}
 		}
 		return false, nil
+	}
+	if b.owner != cl.owner {
+		return true, fmt.Errorf("%s: deallocate %#x: %w", cl.name, uint64(p), ErrUnknownPointer)
 	}
 	if b.req != size {
 		return true, fmt.Errorf("%s: deallocate %#x of %d bytes as %d: %w", cl.name, uint64(p), b.req, size, ErrSizeMismatch)

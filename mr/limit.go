@@ -12,6 +12,13 @@
 // after the upstream accepted it, so the budget never counts memory that
 // the upstream still holds as free.
 //
+// Over an upstream that checks owners (owner.go: a Pool, or adaptors over
+// one) Limit keeps no pointer table: the charge of an allocation is its
+// size rounded up, which the upstream's exact check of the free's size
+// makes known, and a free is refunded only after the upstream accepted it
+// for the adaptor's owner. Over any other upstream the table refuses bad
+// frees and holds the charges.
+//
 // Invariants: budget.used is the sum of the charges of the live
 // allocations of every Limit sharing it plus the charges of allocations in
 // flight, and never exceeds budget.limit (a charge is a compare-and-swap
@@ -70,19 +77,30 @@ type Limit struct {
 	passThrough
 	dev    gpu.Device
 	budget *Budget
-	live   ptrTable[gpu.DevicePtr, uint64] // the charge
-	used   atomic.Uint64
+	owned
+	live ptrTable[gpu.DevicePtr, uint64] // the charge; unused if trusted
+	used atomic.Uint64
 }
 
 // NewLimit returns an adaptor over upstream that charges budget.
 func NewLimit(upstream Resource, budget *Budget) *Limit {
-	return &Limit{passThrough: passThrough{upstream}, dev: upstream.Device(), budget: budget}
+	return &Limit{passThrough: passThrough{upstream}, dev: upstream.Device(), budget: budget,
+		owned: ownedOver(upstream)}
 }
 
 // Allocate charges the budget and allocates from the upstream. A request
 // over the budget fails with an *OutOfMemoryError (matching ErrOutOfMemory)
 // naming the budget, without reaching the upstream.
 func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return l.allocate(size, s, l.owner)
+}
+
+// AllocateOwned is Allocate for owner o (owner.go).
+func (l *Limit) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
+	return l.allocate(size, s, o)
+}
+
+func (l *Limit) allocate(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc("limit", l.dev, size, s); zero || err != nil {
 		return 0, err
 	}
@@ -97,6 +115,15 @@ func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 			Reserved: used, Used: l.used.Load(), Limit: l.budget.limit,
 			Reason: fmt.Sprintf("over the budget of %s: %s in use, %s more do not fit",
 				FormatBytes(l.budget.limit), FormatBytes(used), FormatBytes(c))}
+	}
+	if l.trusted() {
+		p, err := l.oup.AllocateOwned(size, s, o)
+		if err != nil {
+			l.budget.refund(c)
+			return 0, fmt.Errorf("limit: %w", err)
+		}
+		l.used.Add(c)
+		return p, nil
 	}
 	p, err := l.up.Allocate(size, s)
 	if err != nil {
@@ -115,8 +142,26 @@ func (l *Limit) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate frees p through the upstream and gives its charge back. Bad
 // frees are refused with typed errors before they reach the upstream.
 func (l *Limit) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	return l.deallocate(p, size, s, l.owner)
+}
+
+// DeallocateOwned is Deallocate for owner o (owner.go).
+func (l *Limit) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
+	return l.deallocate(p, size, s, o)
+}
+
+func (l *Limit) deallocate(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
 	if null, err := checkFree("limit", l.dev, p, size, s); null || err != nil {
 		return err
+	}
+	if l.trusted() {
+		if err := l.oup.DeallocateOwned(p, size, s, o); err != nil {
+			return fmt.Errorf("limit: deallocate: %w", err)
+		}
+		c := uint64(alignUp(size))
+		l.used.Add(-c)
+		l.budget.refund(c)
+		return nil
 	}
 	c, err := l.live.take(p, size, func(uint64) error { return l.up.Deallocate(p, size, s) })
 	if err != nil {

@@ -8,7 +8,12 @@
 //	0,14:03:07.123502,free,0x7f0000100000,1024,0x3
 //
 // The format is written by trace.CSVWriter (one implementation of it in the
-// project). Time is the wall-clock time of day, HH:MM:SS.ffffff. Pointer is
+// project). Time is the time of day, HH:MM:SS.ffffff: the wall clock read
+// once when the logger is made, advanced by the monotonic clock (one
+// reading per line, the cheapest clock Go has: a wall-clock reading costs
+// two clock reads and a time-zone lookup), so lines keep their order even
+// if the wall clock is stepped, and a logger that outlives a change of
+// the local time zone's offset keeps the old offset. Pointer is
 // the device address and Stream the stream's ID (gpu.Stream.ID; RMM writes
 // the cudaStream_t value), both in hex. Go has no thread ids that mean
 // anything to a program, so the Thread column holds LoggingOptions.Thread,
@@ -24,7 +29,13 @@
 //     same address: the free's line is written while the pointer table's
 //     shard lock is held, and an allocation that gets the address back
 //     takes that lock before it writes its line. So a replay never sees an
-//     address allocated twice.
+//     address allocated twice. Over an upstream that checks owners
+//     (owner.go) the logger keeps no table: the upstream refuses bad frees
+//     itself, and the free runs under the log writer's lock
+//     (trace.CSVWriter.WriteIf), which an allocation's line also takes,
+//     with the same effect. Frees through one writer then reach that
+//     upstream one at a time, which costs little over a Pool, whose free
+//     does not block.
 //   - A failed write does not fail the allocation or free (the memory is
 //     already handed out or freed); the first write error is kept and
 //     returned by Err and Flush, and later lines are not written (the
@@ -58,8 +69,11 @@ type Logging struct {
 	dev    gpu.Device
 	w      *trace.CSVWriter
 	thread uint64
-	now    func() time.Time
-	live   ptrTable[gpu.DevicePtr, struct{}]
+	now    func() time.Time // nil: base and the monotonic clock
+	base   time.Time
+	day    time.Duration // base's time of day
+	owned
+	live ptrTable[gpu.DevicePtr, struct{}] // unused if trusted
 
 	errMu sync.Mutex
 	err   error
@@ -74,16 +88,29 @@ func NewLogging(upstream Resource, w io.Writer, opts LoggingOptions) *Logging {
 // NewLoggingTo is NewLogging writing to an existing CSV writer, which
 // several loggers may share (their lines interleave whole).
 func NewLoggingTo(upstream Resource, w *trace.CSVWriter, opts LoggingOptions) *Logging {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+	base := time.Now()
+	return &Logging{passThrough: passThrough{upstream}, dev: upstream.Device(), w: w, thread: opts.Thread,
+		now: opts.Now, base: base, day: trace.SinceMidnight(base), owned: ownedOver(upstream)}
+}
+
+// clock is the time of day of a line written now.
+func (l *Logging) clock() time.Duration {
+	if l.now != nil {
+		return trace.SinceMidnight(l.now())
 	}
-	return &Logging{passThrough: passThrough{upstream}, dev: upstream.Device(), w: w, thread: opts.Thread, now: now}
+	return l.day + time.Since(l.base)
+}
+
+func (l *Logging) event(op trace.Op, p gpu.DevicePtr, size int, s gpu.Stream) trace.Event {
+	return trace.Event{Op: op, Thread: l.thread, Time: l.clock(), Ptr: uint64(p), Size: int64(size), Stream: s.ID()}
 }
 
 func (l *Logging) write(op trace.Op, p gpu.DevicePtr, size int, s gpu.Stream) {
-	err := l.w.Write(trace.Event{Op: op, Thread: l.thread, Time: trace.SinceMidnight(l.now()),
-		Ptr: uint64(p), Size: int64(size), Stream: s.ID()})
+	l.keep(l.w.Write(l.event(op, p, size, s)))
+}
+
+// keep keeps err, if it is the first error writing the log.
+func (l *Logging) keep(err error) {
 	if err != nil {
 		l.errMu.Lock()
 		if l.err == nil {
@@ -96,8 +123,22 @@ func (l *Logging) write(op trace.Op, p gpu.DevicePtr, size int, s gpu.Stream) {
 // Allocate allocates from the upstream and logs the allocation or its
 // failure.
 func (l *Logging) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return l.AllocateOwned(size, s, l.owner)
+}
+
+// AllocateOwned is Allocate for owner o (owner.go).
+func (l *Logging) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc("logging", l.dev, size, s); zero || err != nil {
 		return 0, err
+	}
+	if l.trusted() {
+		p, err := l.oup.AllocateOwned(size, s, o)
+		if err != nil {
+			l.write(trace.AllocFailure, 0, size, s)
+			return 0, fmt.Errorf("logging: %w", err)
+		}
+		l.write(trace.Alloc, p, size, s)
+		return p, nil
 	}
 	p, err := l.up.Allocate(size, s)
 	if err != nil {
@@ -112,8 +153,24 @@ func (l *Logging) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // refused with typed errors before they reach the upstream, and not
 // logged.
 func (l *Logging) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	return l.DeallocateOwned(p, size, s, l.owner)
+}
+
+// DeallocateOwned is Deallocate for owner o (owner.go).
+func (l *Logging) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
 	if null, err := checkFree("logging", l.dev, p, size, s); null || err != nil {
 		return err
+	}
+	if l.trusted() {
+		var err error
+		l.keep(l.w.WriteIf(l.event(trace.Free, p, size, s), func() bool {
+			err = l.oup.DeallocateOwned(p, size, s, o)
+			return err == nil
+		}))
+		if err != nil {
+			return fmt.Errorf("logging: deallocate: %w", err)
+		}
+		return nil
 	}
 	_, err := l.live.take(p, size, func(struct{}) error {
 		if err := l.up.Deallocate(p, size, s); err != nil {

@@ -117,7 +117,33 @@ func (r *reuseResource) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) erro
 // address is allocated while live, every free matches a live allocation,
 // and the counts match a Stats adaptor's.
 func TestLoggingReplays(t *testing.T) {
-	up := &reuseResource{dev: &fakeDevice{}, free: map[int][]gpu.DevicePtr{}}
+	t.Run("reuse", func(t *testing.T) {
+		up := &reuseResource{dev: &fakeDevice{}, free: map[int][]gpu.DevicePtr{}}
+		checkLoggingReplays(t, up, func(int) gpu.Stream { return newFakeStream(up.dev.(*fakeDevice)) })
+	})
+	// Over a pool, Logging and Stats keep no table (owner.go): the log's
+	// order comes from the writer's lock. Two goroutines share each
+	// stream, so a block one frees is the next the other gets.
+	t.Run("pool", func(t *testing.T) {
+		pool, s0 := newOwnedPool(t)
+		streams := []gpu.Stream{s0}
+		for range 3 {
+			s, err := pool.Device().NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Synchronize(); s.Destroy() })
+			streams = append(streams, s)
+		}
+		checkLoggingReplays(t, pool, func(g int) gpu.Stream { return streams[g%len(streams)] })
+	})
+}
+
+// checkLoggingReplays logs goroutines' pairs through Logging over Stats
+// over up, each goroutine on stream(g), and replays the log: every free
+// follows its allocation, no address is allocated while live, and the
+// counts agree with Stats.
+func checkLoggingReplays(t *testing.T, up mr.Resource, stream func(g int) gpu.Stream) {
 	st := mr.NewStats(up, mr.StatsOptions{})
 	var out syncBuffer
 	l := mr.NewLogging(st, &out, mr.LoggingOptions{})
@@ -131,7 +157,7 @@ func TestLoggingReplays(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := newFakeStream(up.dev.(*fakeDevice))
+			s := stream(g)
 			var held []gpu.DevicePtr
 			for i := range n {
 				p, err := l.Allocate(256, s)
@@ -150,7 +176,6 @@ func TestLoggingReplays(t *testing.T) {
 					held = held[:0]
 				}
 			}
-			_ = g
 		}()
 	}
 	wg.Wait()

@@ -171,11 +171,13 @@ type Pool struct {
 
 	// mu serializes growth, steals and releases; taken before any
 	// stream's mutex.
-	mu     sync.Mutex
-	grown  bool // the first growth (InitialSize) happened
-	closed atomic.Bool
-	usage  usageMeter // reserved and its peak; peakUsed of the flushed total
-	wide   poolWideStats
+	mu    sync.Mutex
+	grown bool // the first growth (InitialSize) happened
+	// slowOwner is the Owner of the request allocateSlow serves.
+	slowOwner uint32
+	closed    atomic.Bool
+	usage     usageMeter // reserved and its peak; peakUsed of the flushed total
+	wide      poolWideStats
 	// usedSum is written by every allocation while one stream uses the
 	// pool; keep it off the line of the fields the hot path only reads.
 	_           [64]byte
@@ -282,6 +284,21 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	return p.allocate(size, s, 0)
+}
+
+// OwnersChecked reports true: the pool checks every free exactly and
+// keeps the owner of every allocation (owner.go).
+func (p *Pool) OwnersChecked() bool { return true }
+
+// AllocateOwned is Allocate, recording o as the memory's owner: only
+// DeallocateOwned with o frees it (owner.go).
+func (p *Pool) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
+	return p.allocate(size, s, o.id)
+}
+
+// allocate is Allocate for owner.
+func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
 	// A stream the pool knows was checked when it was added (IDs are
 	// never reused), so the hot path skips the device comparison (args.go).
 	var st *poolStream
@@ -294,7 +311,7 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		// question while no capture is in progress (gpu/capturegate.go);
 		// a stream ID names one stream, so st.gated holds for s.
 		if id := gpu.CaptureID(s); id != 0 {
-			return captureAllocate(p.captureClient(), id, size, s)
+			return captureAllocate(p.ownerClient(owner), id, size, s)
 		}
 	}
 	if st == nil {
@@ -314,7 +331,7 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, fmt.Errorf("pool: allocate: %w", ErrClosed)
 	}
 	if st != nil {
-		if ptr := st.fastAllocate(size); ptr != 0 {
+		if ptr := st.fastAllocate(size, owner); ptr != 0 {
 			return ptr, nil // pool_fast.go
 		}
 	}
@@ -327,12 +344,12 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	// it if it cannot serve the request some other way.
 	b, _ := st.serve(rounded)
 	if b != nil {
-		st.markLive(b, size)
+		st.markLive(b, size, owner)
 		st.mu.Unlock()
 		return b.ptr, nil
 	}
 	st.mu.Unlock()
-	return p.allocateSlow(st, size, rounded)
+	return p.allocateSlow(st, size, rounded, owner)
 }
 
 // Deallocate frees p, which Allocate returned for size bytes, in stream
@@ -340,13 +357,25 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
+	return p.deallocate(ptr, size, s, 0)
+}
+
+// DeallocateOwned is Deallocate of memory that AllocateOwned gave o. A
+// live pointer of another owner (Allocate's included) is refused with an
+// error matching ErrUnknownPointer, and nothing changes.
+func (p *Pool) DeallocateOwned(ptr gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
+	return p.deallocate(ptr, size, s, o.id)
+}
+
+// deallocate is Deallocate for owner.
+func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
 	}
 	if st == nil || !st.gated || gpu.CapturesActive() { // as in Allocate
 		if id := gpu.CaptureID(s); id != 0 {
-			return captureDeallocate(p.captureClient(), id, ptr, size, s, p.knows)
+			return captureDeallocate(p.ownerClient(owner), id, ptr, size, s, p.knowsFor(owner))
 		}
 	}
 	if st == nil {
@@ -361,11 +390,15 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		return err
 	}
 	if st != nil {
-		if st.fastFree(ptr, size) {
+		if st.fastFree(ptr, size, owner) {
 			return nil // pool_fast.go
 		}
 		st.lock()
 		if b, at := st.live.find(ptr); b != nil {
+			if b.owner != owner {
+				st.mu.Unlock()
+				return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
+			}
 			if b.req != size {
 				req := b.req
 				st.mu.Unlock()
@@ -393,7 +426,7 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 		}
 		st.mu.Unlock()
 	}
-	return p.deallocateSlow(ptr, size, s)
+	return p.deallocateSlow(ptr, size, s, owner)
 }
 
 func poolSizeMismatch(p gpu.DevicePtr, req, size int) error {

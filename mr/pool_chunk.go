@@ -52,9 +52,10 @@ const (
 // them from one cache line instead of two.
 type poolBlock struct {
 	state  poolBlockState
-	handed bool  // ptr was handed out by Allocate (for diagnose)
-	fl, sl uint8 // free: the tlsf class it is filed in (set by insert)
-	size   int   // a multiple of Alignment
+	handed bool   // ptr was handed out by Allocate (for diagnose)
+	fl, sl uint8  // free: the tlsf class it is filed in (set by insert)
+	owner  uint32 // live: the Owner it was handed out to (owner.go)
+	size   int    // a multiple of Alignment
 
 	prev, next   *poolBlock // neighbours in c, by address
 	lprev, lnext *poolBlock // links in a tlsf class, a pending list or the spare list

@@ -89,6 +89,8 @@ const (
 	fastMaxReq = usedQuantum
 	fastGenMax = 1<<fastGenBits - 1
 	fastGenOne = 1 << fastGenShift
+	fastTagReq = 1<<fastGenShift - 1 // the tag and request bits
+	fastGenAll = fastGenMax << fastGenShift
 	fastLiveOf = fastLive - fastCached // added to a cached word to make it live
 )
 
@@ -97,9 +99,12 @@ func fastGen(v uint64) uint64 { return v >> fastGenShift & fastGenMax }
 
 // fastAllocate takes the slot's block for a request of size bytes, and
 // returns its address, or 0 if the slot cannot serve it.
-func (st *poolStream) fastAllocate(size int) gpu.DevicePtr {
+//
+// One comparison checks the tag and the request size: a size of
+// fastReqBits or more has bits above the mask and never matches.
+func (st *poolStream) fastAllocate(size int, owner uint32) gpu.DevicePtr {
 	v := st.fstate.Load()
-	if v&fastTag != fastCached || fastReq(v) != size || fastGen(v) == fastGenMax {
+	if v&fastTagReq != uint64(size)<<fastReqShift|fastCached || v&fastGenAll == fastGenAll || st.fowner.Load() != owner {
 		return 0
 	}
 	ptr := st.fptr.Load()
@@ -111,9 +116,9 @@ func (st *poolStream) fastAllocate(size int) gpu.DevicePtr {
 
 // fastFree puts the slot's block back if ptr is its address and size
 // the request it was handed out for, and reports whether it did.
-func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int) bool {
+func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint32) bool {
 	v := st.fstate.Load()
-	if v&fastTag != fastLive || fastReq(v) != size || st.fptr.Load() != uint64(ptr) {
+	if v&fastTagReq != uint64(size)<<fastReqShift|fastLive || st.fptr.Load() != uint64(ptr) || st.fowner.Load() != owner {
 		return false
 	}
 	return st.fstate.CompareAndSwap(v, v-fastLiveOf)
@@ -161,7 +166,7 @@ func (st *poolStream) settle() {
 	b.c.cached--
 	if v&fastTag == fastLive {
 		st.stats.allocs += n - 1 // markLive counts the last one
-		st.markLive(b, fastReq(v))
+		st.markLive(b, fastReq(v), b.owner)
 		return
 	}
 	st.stats.allocs += n
@@ -181,6 +186,9 @@ func (st *poolStream) arm(b *poolBlock, req int) bool {
 	st.fblock = b
 	if st.fptr.Load() != uint64(b.ptr) {
 		st.fptr.Store(uint64(b.ptr))
+	}
+	if st.fowner.Load() != b.owner {
+		st.fowner.Store(b.owner)
 	}
 	st.fstate.Store(st.fepoch<<fastEpochShift | uint64(req)<<fastReqShift | fastCached)
 	if !st.dirty {

@@ -30,9 +30,10 @@ import (
 )
 
 // allocateSlow serves a request that st's own lists could not.
-func (p *Pool) allocateSlow(st *poolStream, size, rounded int) (gpu.DevicePtr, error) {
+func (p *Pool) allocateSlow(st *poolStream, size, rounded int, owner uint32) (gpu.DevicePtr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.slowOwner = owner
 	// Release may have forgotten st since the caller looked it up: a
 	// chunk homed at a forgotten state would be lost to lookups.
 	st.lock()
@@ -130,7 +131,7 @@ func (p *Pool) tryOwn(st *poolStream, size, rounded int) (gpu.DevicePtr, bool, e
 	if b == nil {
 		return 0, false, err
 	}
-	st.markLive(b, size)
+	st.markLive(b, size, p.slowOwner)
 	return b.ptr, true, nil
 }
 
@@ -217,7 +218,7 @@ func (p *Pool) splitLarger(st *poolStream, size, rounded int) (gpu.DevicePtr, bo
 		return 0, false
 	}
 	b = st.split(&st.large, b, rounded)
-	st.markLive(b, size)
+	st.markLive(b, size, p.slowOwner)
 	p.wide.bigSplits++
 	return b.ptr, true
 }
@@ -312,7 +313,7 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 		return 0, nil
 	}
 	b = st.split(st.binsOf(c), b, rounded)
-	st.markLive(b, size)
+	st.markLive(b, size, p.slowOwner)
 	return b.ptr, nil
 }
 
@@ -481,10 +482,10 @@ func (p *Pool) trim(st *poolStream) error {
 // deallocateSlow frees ptr, which is not live on the calling stream's own
 // chunks: memory of another stream's chunk (a cross-stream free), or bad
 // input, which it diagnoses without changing anything.
-func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
+func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	c, _, ok := p.chunks.find(ptr)
 	if !ok {
-		if handled, err := freeOutsideCapture(p.captureClient(), ptr, size, s); handled {
+		if handled, err := freeOutsideCapture(p.ownerClient(owner), ptr, size, s); handled {
 			return err
 		}
 		return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
@@ -510,6 +511,10 @@ func (p *Pool) deallocateSlow(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 			err := h.diagnose(c, ptr)
 			h.mu.Unlock()
 			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, err))
+		}
+		if b.owner != owner {
+			h.mu.Unlock()
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
 		}
 		if b.req != size {
 			req := b.req

@@ -84,14 +84,14 @@ func benchScalingPart(b *testing.B, part string, g int) {
 		case "slot":
 			st := p.streams.lookup(s.ID())
 			for range scalingOps {
-				q := st.fastAllocate(size)
+				q := st.fastAllocate(size, 0)
 				if q == 0 {
 					if err := pair(s); err != nil { // settles and re-arms the slot
 						return err
 					}
 					continue
 				}
-				if !st.fastFree(q, size) {
+				if !st.fastFree(q, size, 0) {
 					if err := p.Deallocate(q, size, s); err != nil {
 						return err
 					}

@@ -63,10 +63,11 @@ type poolStream struct {
 	// skip asking it for its capture while no capture is in progress.
 	gated bool
 
-	// The fast slot (pool_fast.go): fstate and fptr are read and swapped
-	// without mu; fblock and fepoch change under mu.
+	// The fast slot (pool_fast.go): fstate, fptr and fowner are read and
+	// swapped without mu; fblock and fepoch change under mu.
 	fstate atomic.Uint64
 	fptr   atomic.Uint64
+	fowner atomic.Uint32 // the owner of fptr's block, read with it
 	fblock *poolBlock
 	fepoch uint64
 	// last is the block the stream handed out last (markLive), the one
@@ -207,8 +208,9 @@ func (st *poolStream) split(t *tlsf, b *poolBlock, rounded int) *poolBlock {
 }
 
 // markLive hands b out for a request of req bytes.
-func (st *poolStream) markLive(b *poolBlock, req int) {
+func (st *poolStream) markLive(b *poolBlock, req int, owner uint32) {
 	b.state = blockLive
+	b.owner = owner
 	b.handed = true
 	b.req = req
 	st.last = b

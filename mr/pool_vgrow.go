@@ -163,7 +163,7 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 		st.commitBlock(u, c.base+gpu.DevicePtr(off), n)
 		b := st.take(&st.large, rounded)
 		if b != nil {
-			st.markLive(b, size)
+			st.markLive(b, size, p.slowOwner)
 		}
 		st.mu.Unlock()
 		if b != nil {
@@ -387,7 +387,7 @@ func (p *Pool) newGrowable(st *poolStream, g, size, rounded int) (gpu.DevicePtr,
 		return 0, nil
 	}
 	b = st.split(&st.large, b, rounded)
-	st.markLive(b, size)
+	st.markLive(b, size, p.slowOwner)
 	return b.ptr, nil
 }
 

@@ -5,8 +5,10 @@
 // alignment), and a memory of recent frees.
 //
 // Every resource that does not carve memory itself (Direct, Managed, Async,
-// the large allocations of Arena and Binning, Pinned) and every adaptor
-// keeps one, so that a free of a pointer it never handed out, a double free
+// the large allocations of Arena and Binning, Pinned) keeps one, and so does
+// every adaptor over an upstream that does not check owners (owner.go) or
+// that needs a record per allocation (Tracking, Aligned, Stats per stream),
+// so that a free of a pointer it never handed out, a double free
 // and a free with the wrong size are refused with a typed error before
 // they reach the driver (where they are undefined behaviour) or the wrapped
 // resource, and are never counted.

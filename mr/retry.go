@@ -23,8 +23,10 @@
 //
 // Invariants: Retry hands out only what its upstream granted and counts
 // nothing twice: a retried request that succeeds is one allocation. Like
-// every adaptor it keeps a pointer table, so bad frees never reach the
-// upstream.
+// every adaptor it refuses bad frees: over an upstream that checks owners
+// (owner.go) that upstream refuses them, exactly and changing nothing, and
+// Retry keeps no table; over any other, a pointer table refuses them before
+// they reach the upstream.
 
 package mr
 
@@ -81,7 +83,8 @@ type Retry struct {
 	dev      gpu.Device
 	opts     RetryOptions
 	attempts int
-	live     ptrTable[gpu.DevicePtr, struct{}]
+	owned
+	live ptrTable[gpu.DevicePtr, struct{}] // unused if trusted
 
 	oom, recovered, failed, retries, reaped atomic.Uint64
 }
@@ -95,13 +98,19 @@ func NewRetry(upstream Resource, opts RetryOptions) *Retry {
 	case n < 0:
 		n = 0
 	}
-	return &Retry{passThrough: passThrough{upstream}, dev: upstream.Device(), opts: opts, attempts: n}
+	return &Retry{passThrough: passThrough{upstream}, dev: upstream.Device(), opts: opts, attempts: n,
+		owned: ownedOver(upstream)}
 }
 
 // Allocate allocates from the upstream, recovering and retrying on
 // out-of-memory as the file comment describes.
 func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return r.allocate(nil, size, s)
+	return r.allocate(nil, size, s, r.owner)
+}
+
+// AllocateOwned is Allocate for owner o (owner.go).
+func (r *Retry) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
+	return r.allocate(nil, size, s, o)
 }
 
 // AllocateContext is Allocate with the waits of its recovery (the
@@ -111,19 +120,23 @@ func (r *Retry) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // failed but not observed (OnFailure): the caller gave up, the memory did
 // not run out for good.
 func (r *Retry) AllocateContext(ctx context.Context, size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return r.allocate(ctx, size, s)
+	return r.allocate(ctx, size, s, r.owner)
 }
 
 // allocate is Allocate, with recovery bounded by ctx if it is not nil.
-func (r *Retry) allocate(ctx context.Context, size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("retry", r.dev, size, s); zero || err != nil {
-		return 0, err
+func (r *Retry) allocate(ctx context.Context, size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
+	// An upstream that checks owners checks the arguments too, and
+	// answers bad ones with the same errors, before anything changes.
+	if !r.trusted() {
+		if zero, err := checkAlloc("retry", r.dev, size, s); zero || err != nil {
+			return 0, err
+		}
 	}
-	p, err := r.up.Allocate(size, s)
+	p, err := r.upAllocate(size, s, o)
 	if err != nil && errors.Is(err, ErrOutOfMemory) {
 		r.oom.Add(1)
 		var retries int
-		p, retries, err = r.recover(ctx, size, s, err)
+		p, retries, err = r.recover(ctx, size, s, o, err)
 		if err != nil {
 			err = fmt.Errorf("retry: %w", err)
 			if ctx == nil || ctx.Err() == nil {
@@ -135,13 +148,23 @@ func (r *Retry) allocate(ctx context.Context, size int, s gpu.Stream) (gpu.Devic
 	if err != nil {
 		return 0, fmt.Errorf("retry: %w", err)
 	}
-	r.live.insert(p, size, struct{}{}, nil)
+	if !r.trusted() {
+		r.live.insert(p, size, struct{}{}, nil)
+	}
 	return p, nil
+}
+
+// upAllocate asks the upstream, for owner o if it checks owners.
+func (r *Retry) upAllocate(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
+	if r.trusted() {
+		return r.oup.AllocateOwned(size, s, o)
+	}
+	return r.up.Allocate(size, s)
 }
 
 // recover reclaims and retries as the file comment says, and returns the
 // retries it made.
-func (r *Retry) recover(ctx context.Context, size int, s gpu.Stream, err error) (p gpu.DevicePtr, retries int, _ error) {
+func (r *Retry) recover(ctx context.Context, size int, s gpu.Stream, o Owner, err error) (p gpu.DevicePtr, retries int, _ error) {
 	var recErrs []error
 	for attempt := 1; attempt <= r.attempts; attempt++ {
 		if ctx != nil && ctx.Err() != nil {
@@ -168,7 +191,7 @@ func (r *Retry) recover(ctx context.Context, size int, s gpu.Stream, err error) 
 		}
 		r.retries.Add(1)
 		retries++
-		p, err = r.up.Allocate(size, s)
+		p, err = r.upAllocate(size, s, o)
 		if err == nil {
 			r.recovered.Add(1)
 			return p, retries, nil
@@ -225,6 +248,21 @@ func (r *Retry) reclaim(ctx context.Context, wait bool) error {
 // Deallocate frees p through the upstream. Bad frees are refused with
 // typed errors before they reach the upstream.
 func (r *Retry) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	return r.deallocate(p, size, s, r.owner)
+}
+
+// DeallocateOwned is Deallocate for owner o (owner.go).
+func (r *Retry) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
+	return r.deallocate(p, size, s, o)
+}
+
+func (r *Retry) deallocate(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
+	if r.trusted() {
+		if err := r.oup.DeallocateOwned(p, size, s, o); err != nil {
+			return fmt.Errorf("retry: deallocate: %w", err)
+		}
+		return nil
+	}
 	if null, err := checkFree("retry", r.dev, p, size, s); null || err != nil {
 		return err
 	}

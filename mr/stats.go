@@ -7,6 +7,12 @@
 // allocation was made on (a free on another stream lowers the allocating
 // stream's current value).
 //
+// Over an upstream that checks owners (owner.go) and without PerStream,
+// the adaptor keeps no pointer table and counts per stream, as
+// stats_owned.go describes; what follows is the adaptor over any other
+// upstream, or with PerStream (which must know the allocating stream of
+// every free).
+//
 // Cost. A pair takes the pointer table's shard lock twice (ptrtable.go),
 // which every adaptor needs to refuse bad frees. Counters that every
 // stream writes would cost more: on the H100 machine's host an atomic add
@@ -147,8 +153,11 @@ type statStream struct {
 	// The change of the stream's current bytes and allocations since it
 	// last added them to Stats.flushed.
 	ubytes, ucount atomic.Int64
-	own            statCounters // PerStream: the stream's own counters
-	_              [cacheLine]byte
+	// alloc and free: the stream's packed unflushed counts over a trusted
+	// upstream (stats_owned.go).
+	alloc, free atomic.Uint64
+	own         statCounters // PerStream: the stream's own counters
+	_           [cacheLine]byte
 }
 
 // statTotals are the totals of one shard of the pointer table, guarded by
@@ -164,6 +173,7 @@ type statTotals struct {
 // upstream resource. It is safe for concurrent use.
 type Stats struct {
 	passThrough
+	owned     // oup is nil unless the table-free path is used
 	dev       gpu.Device
 	live      ptrTable[gpu.DevicePtr, *statStream] // the allocating stream
 	totals    [ptrShards]statTotals                // beside live's shards
@@ -180,11 +190,30 @@ type Stats struct {
 	bytes, count         atomic.Int64
 	peakBytes, peakCount atomic.Uint64
 	failures, oom        atomic.Uint64
+	// Over a trusted upstream: the flushed totals, and the stream that may
+	// keep a negative net in exact mode (stats_owned.go).
+	totalBytes, totalCount atomic.Uint64
+	holder                 atomic.Pointer[statStream]
 }
 
 // NewStats returns a Stats adaptor over upstream.
 func NewStats(upstream Resource, opts StatsOptions) *Stats {
-	return &Stats{passThrough: passThrough{upstream}, dev: upstream.Device(), perStream: opts.PerStream}
+	a := &Stats{passThrough: passThrough{upstream}, dev: upstream.Device(), perStream: opts.PerStream}
+	if !opts.PerStream {
+		a.owned = ownedOver(upstream)
+	}
+	return a
+}
+
+// countFailure counts an allocation the upstream refused.
+func (a *Stats) countFailure(st *statStream, err error) {
+	a.failures.Add(1)
+	if errors.Is(err, ErrOutOfMemory) {
+		a.oom.Add(1)
+	}
+	if a.perStream && st != nil {
+		st.own.fail(err)
+	}
 }
 
 // stream returns the state of s, creating it on first use.
@@ -272,19 +301,16 @@ func (a *Stats) flush(st *statStream) {
 // Allocate allocates from the upstream and counts the allocation, or the
 // failure.
 func (a *Stats) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if a.trusted() {
+		return a.allocateOwned(size, s, a.owner)
+	}
 	if zero, err := checkAlloc("stats", a.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	st := a.stream(s)
 	p, err := a.up.Allocate(size, s)
 	if err != nil {
-		a.failures.Add(1)
-		if errors.Is(err, ErrOutOfMemory) {
-			a.oom.Add(1)
-		}
-		if a.perStream {
-			st.own.fail(err)
-		}
+		a.countFailure(st, err)
 		return 0, fmt.Errorf("stats: %w", err)
 	}
 	tot := &a.totals[a.live.shardIndex(p)]
@@ -304,6 +330,9 @@ func (a *Stats) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate frees p through the upstream and uncounts it. Bad frees are
 // refused with typed errors before they reach the upstream.
 func (a *Stats) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if a.trusted() {
+		return a.deallocateOwned(p, size, s, a.owner)
+	}
 	if null, err := checkFree("stats", a.dev, p, size, s); null || err != nil {
 		return err
 	}
@@ -321,12 +350,37 @@ func (a *Stats) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	return nil
 }
 
+// AllocateOwned is Allocate for owner o (owner.go).
+func (a *Stats) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
+	if a.trusted() {
+		return a.allocateOwned(size, s, o)
+	}
+	return a.Allocate(size, s)
+}
+
+// DeallocateOwned is Deallocate for owner o (owner.go).
+func (a *Stats) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
+	if a.trusted() {
+		return a.deallocateOwned(p, size, s, o)
+	}
+	return a.Deallocate(p, size, s)
+}
+
 // Device is the upstream's device.
 func (a *Stats) Device() gpu.Device { return a.dev }
 
 // Snapshot returns the counters of everything that passed through.
 func (a *Stats) Snapshot() StatsSnapshot {
 	var s StatsSnapshot
+	if a.trusted() {
+		a.snapshotOwned(&s)
+		raisePeak(&a.peakBytes, s.Bytes.Current)
+		raisePeak(&a.peakCount, s.Allocations.Current)
+		s.Bytes.Peak = max(a.peakBytes.Load(), s.Bytes.Current)
+		s.Allocations.Peak = max(a.peakCount.Load(), s.Allocations.Current)
+		s.Failures, s.OutOfMemory = a.failures.Load(), a.oom.Load()
+		return s
+	}
 	b, c := a.bytes.Load(), a.count.Load()
 	for _, st := range a.streams.all() {
 		b += st.ubytes.Load()
@@ -366,7 +420,11 @@ func (a *Stats) ResetPeaks() {
 	// values are the current ones and no later flush raises a peak over
 	// a value that was never current.
 	for _, st := range a.streams.all() {
-		a.flush(st)
+		if a.trusted() {
+			a.flushOwned(st)
+		} else {
+			a.flush(st)
+		}
 		st.own.resetPeaks()
 	}
 	a.peakBytes.Store(uint64(max(a.bytes.Load(), 0)))

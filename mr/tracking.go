@@ -3,19 +3,25 @@
 // so that `go tool pprof` shows which code holds device memory, as a Go
 // heap profile does for the Go heap.
 //
-// Cost: an allocation takes runtime.Callers (program counters only; no
-// symbol lookup) into an array on the caller's stack, then interns the
+// Cost: an allocation records the return addresses of its stack (program
+// counters only; no symbol lookup) by following frame pointers
+// (callers_fp.go; runtime.Callers where Go keeps none) into an array on
+// the caller's stack, then interns the
 // stack: stacks are hashed into a sharded table of stack records, so a
 // stack seen before costs a hash and a lookup, and only a new call site
 // allocates (one copy of its PCs). Symbols are resolved only when a profile
-// or a leak report is made.
+// or a leak report is made. A stack seen recently is found without a lock
+// in recent, a small table of records by hash. In-use bytes and objects
+// are not counted per operation: a profile sums them over the live
+// allocations, so a free touches no stack record.
 //
 // Invariants:
 //   - Every live allocation is in the pointer table with its stack record;
-//     each stack record's in-use bytes and objects are the sums over the
-//     live allocations that point to it, and its alloc bytes and objects
-//     the sums over every allocation ever made from it. Both change only
-//     for allocations the upstream granted and frees it accepted.
+//     a stack record's in-use bytes and objects are the sums over the live
+//     allocations that point to it (computed when a profile is made), and
+//     its alloc bytes and objects the sums over every allocation ever made
+//     from it. Both change only for allocations the upstream granted and
+//     frees it accepted.
 //   - Stack records are never removed: a profile keeps reporting the
 //     allocations a call site made after they are freed (alloc_space), and
 //     the set of call sites of a program is bounded.
@@ -61,7 +67,8 @@ const stackShards = 16
 
 // TrackingOptions configure a Tracking adaptor.
 type TrackingOptions struct {
-	// Depth is the number of frames recorded per allocation; 0 means 32,
+	// Depth is the number of return addresses recorded per allocation
+	// (calls inlined at one of them add frames to a report); 0 means 32,
 	// and more than 64 is 64.
 	Depth int
 	// Skip drops that many more frames from the innermost end, for
@@ -78,7 +85,6 @@ type stackRecord struct {
 	labels                *labelSet // nil: none
 	hash                  uint64
 	next                  *stackRecord // same shard, same hash bucket
-	inuseBytes, inuseObjs atomic.Int64
 	allocBytes, allocObjs atomic.Int64
 }
 
@@ -108,6 +114,7 @@ type Tracking struct {
 	labels bool // record the goroutines' pprof labels
 	live   ptrTable[gpu.DevicePtr, trackRecord]
 	stacks stackTable
+	recent [256]atomic.Pointer[stackRecord] // by hash; see the file comment
 	seq    atomic.Uint64
 	leaks  trackingLeaks // tracking_leaks.go
 }
@@ -137,15 +144,33 @@ func hashPCs(pcs []uintptr) uint64 {
 
 // intern returns the record of pcs, creating it (with its own copy of the
 // PCs) the first time.
-func (t *Tracking) intern(pcs []uintptr, ls *labelSet) *stackRecord { return t.stacks.intern(pcs, ls) }
+func (t *Tracking) intern(pcs []uintptr, ls *labelSet) *stackRecord {
+	h := stackHash(pcs, ls)
+	slot := &t.recent[h%uint64(len(t.recent))]
+	if r := slot.Load(); r != nil && r.hash == h && r.labels == ls && slices.Equal(r.pcs, pcs) {
+		return r
+	}
+	r := t.stacks.internHash(pcs, ls, h)
+	slot.Store(r)
+	return r
+}
 
-// intern returns the record of pcs and label set ls (nil: none), creating
-// it (with its own copy of the PCs) the first time.
-func (t *stackTable) intern(pcs []uintptr, ls *labelSet) *stackRecord {
+func stackHash(pcs []uintptr, ls *labelSet) uint64 {
 	h := hashPCs(pcs)
 	if ls != nil {
 		h ^= ls.hash * 0x9E3779B97F4A7C15
 	}
+	return h
+}
+
+// intern returns the record of pcs and label set ls (nil: none), creating
+// it (with its own copy of the PCs) the first time.
+func (t *stackTable) intern(pcs []uintptr, ls *labelSet) *stackRecord {
+	return t.internHash(pcs, ls, stackHash(pcs, ls))
+}
+
+// internHash is intern of pcs and ls, whose hash is h.
+func (t *stackTable) internHash(pcs []uintptr, ls *labelSet, h uint64) *stackRecord {
 	sh := &t[h%stackShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -168,8 +193,8 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		return 0, err
 	}
 	var buf [maxStackDepth]uintptr
-	// Skip runtime.Callers and Allocate itself.
-	n := runtime.Callers(2+t.skip, buf[:t.depth])
+	// From Allocate's caller on (callers_fp.go).
+	n := callersFP(t.skip, buf[:t.depth])
 	p, err := t.up.Allocate(size, s)
 	if err != nil {
 		return 0, fmt.Errorf("tracking: %w", err)
@@ -180,13 +205,9 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	st := t.intern(buf[:n], ls)
 	rec := trackRecord{stack: st, stream: s.ID(), seq: t.seq.Add(1)}
-	if old, replaced := t.live.insert(p, size, rec, nil); replaced {
-		// Freed around the adaptor and handed out again.
-		old.v.stack.inuseBytes.Add(-int64(old.size))
-		old.v.stack.inuseObjs.Add(-1)
-	}
-	st.inuseBytes.Add(int64(size))
-	st.inuseObjs.Add(1)
+	// A record replaced (memory freed around the adaptor and handed out
+	// again) is gone from the live allocations, and so from in-use.
+	t.live.insert(p, size, rec, nil)
 	st.allocBytes.Add(int64(size))
 	st.allocObjs.Add(1)
 	return p, nil
@@ -198,14 +219,7 @@ func (t *Tracking) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if null, err := checkFree("tracking", t.dev, p, size, s); null || err != nil {
 		return err
 	}
-	_, err := t.live.take(p, size, func(r trackRecord) error {
-		if err := t.up.Deallocate(p, size, s); err != nil {
-			return err
-		}
-		r.stack.inuseBytes.Add(-int64(size))
-		r.stack.inuseObjs.Add(-1)
-		return nil
-	})
+	_, err := t.live.take(p, size, func(trackRecord) error { return t.up.Deallocate(p, size, s) })
 	if err != nil {
 		return fmt.Errorf("tracking: deallocate: %w", err)
 	}
@@ -376,9 +390,14 @@ func (t *Tracking) Profile() *profile.Profile {
 		}
 		return strings.Compare(a.labels.keyString(), b.labels.keyString())
 	})
+	inuse := make(map[*stackRecord][2]int64)
+	t.live.each(func(_ gpu.DevicePtr, size int, r trackRecord) {
+		u := inuse[r.stack]
+		inuse[r.stack] = [2]int64{u[0] + int64(size), u[1] + 1}
+	})
 	for _, r := range recs {
 		ab, ao := r.allocBytes.Load(), r.allocObjs.Load()
-		ib, iobj := r.inuseBytes.Load(), r.inuseObjs.Load()
+		ib, iobj := inuse[r][0], inuse[r][1]
 		if ao == 0 {
 			continue
 		}

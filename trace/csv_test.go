@@ -178,6 +178,10 @@ func TestCSVWriterFormat(t *testing.T) {
 			Ptr: 0x7f7e81d00000, Size: 2048, Stream: 0},
 		{Op: AllocFailure, Thread: 1, Time: 25*time.Hour + time.Second, Ptr: 0, Size: 1 << 40, Stream: 0x28b473b0},
 		{Op: Free, Thread: 1, Time: -time.Microsecond, Ptr: 0x7f7e81d00000, Size: 2048, Stream: 0xABC},
+		// The same second as the line before, another thread, then the
+		// first thread again: what the writer keeps from line to line.
+		{Op: Alloc, Thread: 0, Time: 24*time.Hour - 7*time.Microsecond, Ptr: 0x100, Size: 0, Stream: 0xFFFFFFFFFFFFFFFF},
+		{Op: Free, Thread: 1, Time: 24*time.Hour - 500*time.Millisecond, Ptr: 0x100, Size: 0, Stream: 0x10},
 	}
 	for _, ev := range evs {
 		if err := w.Write(ev); err != nil {
@@ -190,7 +194,9 @@ func TestCSVWriterFormat(t *testing.T) {
 	const want = Header + "\n" +
 		"2342727,10:16:00.002061,allocate,0x7f7e81d00000,2048,0x0\n" +
 		"1,01:00:01.000000,allocate failure,0x0,1099511627776,0x28b473b0\n" +
-		"1,23:59:59.999999,free,0x7f7e81d00000,2048,0xabc\n"
+		"1,23:59:59.999999,free,0x7f7e81d00000,2048,0xabc\n" +
+		"0,23:59:59.999993,allocate,0x100,0,0xffffffffffffffff\n" +
+		"1,23:59:59.500000,free,0x100,0,0x10\n"
 	if buf.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
 	}
@@ -366,5 +372,51 @@ func BenchmarkCSVWriter(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Write(ev)
+	}
+}
+
+// TestCSVWriterWriteIf checks that WriteIf writes its event only when do
+// reports true, runs do with the writer's lock held (a Write from do's
+// goroutine would deadlock, so another goroutine's Write must wait for
+// do), and refuses a bad event without running do.
+func TestCSVWriterWriteIf(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewCSVWriter(&buf)
+	ev := Event{Op: Free, Thread: 1, Time: time.Second, Ptr: 0x100, Size: 256, Stream: 2}
+	if err := w.WriteIf(ev, func() bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if err := w.WriteIf(Event{Op: Free, Size: -1}, func() bool { ran = true; return true }); err == nil || ran {
+		t.Errorf("bad event: err %v, do ran %v", err, ran)
+	}
+	started, other := make(chan struct{}), make(chan error)
+	err := w.WriteIf(ev, func() bool {
+		go func() {
+			close(started)
+			other <- w.Write(Event{Op: Alloc, Thread: 1, Time: 2 * time.Second, Ptr: 0x100, Size: 256, Stream: 3})
+		}()
+		<-started
+		select {
+		case err := <-other:
+			t.Errorf("a Write ran while do held the lock: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const want = Header + "\n" +
+		"1,00:00:01.000000,free,0x100,256,0x2\n" +
+		"1,00:00:02.000000,allocate,0x100,256,0x3\n"
+	if buf.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
 	}
 }

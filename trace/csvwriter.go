@@ -3,9 +3,12 @@
 // It writes exactly what RMM's logging_resource_adaptor writes: the header,
 // then one line per event with the time of day as HH:MM:SS.ffffff, the
 // pointer and the stream as 0x-prefixed lower-case hex, the thread and the
-// size in decimal. Each line is formatted with strconv.Append* into one
-// reused byte slice and copied into a bufio.Writer, so writing an event
-// allocates nothing.
+// size in decimal. Each line is formatted into one reused byte slice and
+// copied into a bufio.Writer, so writing an event allocates nothing. What
+// repeats from line to line is formatted once and kept: the thread (one
+// logger writes one value) and the line's second, HH:MM:SS. (a second
+// holds thousands of lines); the hex fields are written a digit per four
+// bits, without division.
 //
 // The writer is safe for concurrent use: the logging adaptor calls it from
 // every goroutine that allocates, and a mutex keeps lines whole and in one
@@ -19,6 +22,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/bits"
 	"strconv"
 	"sync"
 	"time"
@@ -31,13 +35,20 @@ type CSVWriter struct {
 	line   []byte
 	header bool
 	err    error
+	// Kept from the last line (see the file comment): the thread and its
+	// decimal text, the second of the day and its HH:MM:SS. text.
+	thread    uint64
+	threadDec []byte
+	sec       int64
+	secText   [9]byte
 }
 
 // NewCSVWriter returns a writer of an RMM CSV log to w. The header is
 // written with the first event, or by Flush if there is none. Call Flush
 // when done; the writer buffers.
 func NewCSVWriter(w io.Writer) *CSVWriter {
-	return &CSVWriter{w: bufio.NewWriterSize(w, 64<<10), line: make([]byte, 0, 128)}
+	return &CSVWriter{w: bufio.NewWriterSize(w, 64<<10), line: make([]byte, 0, 128),
+		threadDec: []byte("0"), sec: -1}
 }
 
 // Write appends one event. The time is written as the time of day:
@@ -46,29 +57,62 @@ func NewCSVWriter(w io.Writer) *CSVWriter {
 // not Alloc, AllocFailure or Free, is refused with an error and nothing is
 // written.
 func (cw *CSVWriter) Write(e Event) error {
+	if err := checkEvent(e); err != nil {
+		return err
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return cw.writeLocked(e)
+}
+
+// WriteIf runs do with the writer's lock held and, if do returns true,
+// appends e as Write does, before any other goroutine's line. A logger
+// uses it to write the line of an operation in the order the operation
+// took effect: a free made inside do is logged before any allocation that
+// gets its memory back can log its own line. do must not call the writer.
+// The error is Write's; if do returns false nothing is written and the
+// error is nil.
+func (cw *CSVWriter) WriteIf(e Event, do func() bool) error {
+	if err := checkEvent(e); err != nil {
+		return err
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if !do() {
+		return nil
+	}
+	return cw.writeLocked(e)
+}
+
+func checkEvent(e Event) error {
 	if e.Size < 0 {
 		return fmt.Errorf("trace: write: negative size %d", e.Size)
 	}
 	if e.Op < Alloc || e.Op > Free {
 		return fmt.Errorf("trace: write: invalid op %v", e.Op)
 	}
-	cw.mu.Lock()
-	defer cw.mu.Unlock()
+	return nil
+}
+
+// writeLocked appends e. cw.mu must be held.
+func (cw *CSVWriter) writeLocked(e Event) error {
 	if err := cw.writeHeader(); err != nil {
 		return err
 	}
-	b := cw.line[:0]
-	b = strconv.AppendUint(b, e.Thread, 10)
+	if e.Thread != cw.thread {
+		cw.thread, cw.threadDec = e.Thread, strconv.AppendUint(cw.threadDec[:0], e.Thread, 10)
+	}
+	b := append(cw.line[:0], cw.threadDec...)
 	b = append(b, ',')
-	b = appendClock(b, e.Time)
+	b = cw.appendClock(b, e.Time)
 	b = append(b, ',')
 	b = append(b, e.Op.String()...)
 	b = append(b, ",0x"...)
-	b = strconv.AppendUint(b, e.Ptr, 16)
+	b = appendHex(b, e.Ptr)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, e.Size, 10)
 	b = append(b, ",0x"...)
-	b = strconv.AppendUint(b, e.Stream, 16)
+	b = appendHex(b, e.Stream)
 	b = append(b, '\n')
 	cw.line = b
 	if _, err := cw.w.Write(b); err != nil {
@@ -107,6 +151,41 @@ func (cw *CSVWriter) writeHeader() error {
 		return cw.err
 	}
 	return nil
+}
+
+// appendClock is appendClock reusing the text of the last line's second.
+// cw.mu must be held.
+func (cw *CSVWriter) appendClock(b []byte, d time.Duration) []byte {
+	d %= 24 * time.Hour
+	if d < 0 {
+		d += 24 * time.Hour
+	}
+	us := int64(d / time.Microsecond)
+	if sec := us / 1_000_000; sec != cw.sec {
+		var t [15]byte
+		appendClock(t[:0], time.Duration(sec)*time.Second)
+		cw.sec, cw.secText = sec, [9]byte(t[:9])
+	}
+	b = append(b, cw.secText[:]...)
+	frac := us % 1_000_000
+	var f [6]byte
+	for i := 5; i >= 0; i-- {
+		f[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, f[:]...)
+}
+
+// appendHex appends v in lower-case hex without leading zeros ("0" for 0).
+func appendHex(b []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	n := max(1, (bits.Len64(v)+3)/4)
+	var h [16]byte
+	for i := n - 1; i >= 0; i-- {
+		h[i] = digits[v&0xf]
+		v >>= 4
+	}
+	return append(b, h[:n]...)
 }
 
 // appendClock appends d modulo 24 hours as HH:MM:SS.ffffff.

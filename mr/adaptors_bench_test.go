@@ -1,0 +1,101 @@
+package mr_test
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/streamalloc/streamalloc/bench"
+	"github.com/streamalloc/streamalloc/internal/testdev"
+	"github.com/streamalloc/streamalloc/mr"
+)
+
+// BenchmarkAdaptorsOverPool measures each adaptor's allocate/free pair of
+// 1 KiB over a pool, one goroutine, on the device of internal/testdev:
+// the adaptor's cost per pair is its figure minus the pool's (the first
+// case). Logging writes to a file through a buffer, as a program logs;
+// Tracking records 16 frames.
+func BenchmarkAdaptorsOverPool(b *testing.B) {
+	cases := []struct {
+		name string
+		wrap func(b *testing.B, up mr.Resource) mr.Resource
+	}{
+		{"pool", func(b *testing.B, up mr.Resource) mr.Resource { return up }},
+		{"stats", func(b *testing.B, up mr.Resource) mr.Resource { return mr.NewStats(up, mr.StatsOptions{}) }},
+		{"limit", func(b *testing.B, up mr.Resource) mr.Resource { return mr.NewLimit(up, mr.NewBudget(1<<40)) }},
+		{"retry", func(b *testing.B, up mr.Resource) mr.Resource { return mr.NewRetry(up, mr.RetryOptions{}) }},
+		{"aligned", func(b *testing.B, up mr.Resource) mr.Resource {
+			a, err := mr.NewAligned(up, 4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return a
+		}},
+		{"logging-file", func(b *testing.B, up mr.Resource) mr.Resource {
+			f, err := os.Create(filepath.Join(b.TempDir(), "log.csv"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := bufio.NewWriterSize(f, 1<<16)
+			l := mr.NewLogging(up, w, mr.LoggingOptions{})
+			b.Cleanup(func() {
+				if err := l.Flush(); err != nil {
+					b.Error(err)
+				}
+				if err := w.Flush(); err != nil {
+					b.Error(err)
+				}
+				f.Close()
+			})
+			return l
+		}},
+		{"tracking-16", func(b *testing.B, up mr.Resource) mr.Resource {
+			return mr.NewTracking(up, mr.TrackingOptions{Depth: 16})
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			dev := testdev.Device(b)
+			s, err := dev.NewStream()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Synchronize(); s.Destroy() })
+			r := c.wrap(b, bench.NewResource(b, "pool", dev, 1<<20))
+			benchPairs(b, r, s)
+		})
+	}
+}
+
+// atDepth calls f n frames deeper than its caller.
+//
+//go:noinline
+func atDepth(n int, f func()) {
+	if n <= 0 {
+		f()
+		return
+	}
+	atDepth(n-1, f)
+}
+
+// BenchmarkTrackingDeep is the pair over a pool, bare and through
+// Tracking (16 frames recorded), made 16 frames below the benchmark, so
+// that Tracking records a full 16-frame stack.
+func BenchmarkTrackingDeep(b *testing.B) {
+	for _, name := range []string{"pool", "tracking"} {
+		b.Run(name, func(b *testing.B) {
+			dev := testdev.Device(b)
+			s, err := dev.NewStream()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Synchronize(); s.Destroy() })
+			r := bench.NewResource(b, "pool", dev, 1<<20)
+			if name == "tracking" {
+				r = mr.NewTracking(r, mr.TrackingOptions{Depth: 16})
+			}
+			atDepth(16, func() { benchPairs(b, r, s) })
+		})
+	}
+}

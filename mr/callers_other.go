@@ -1,0 +1,13 @@
+//go:build !amd64
+
+// callers on architectures where callers_fp.go does not follow frame
+// pointers: runtime.Callers.
+
+package mr
+
+import "runtime"
+
+// callersFP stores in buf the return addresses of the calling goroutine's
+// frames, innermost first, after skipping skip of them (0: the caller of
+// callersFP's caller), and returns how many it stored.
+func callersFP(skip int, buf []uintptr) int { return runtime.Callers(skip+3, buf) }
