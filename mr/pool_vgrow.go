@@ -210,7 +210,7 @@ func (p *Pool) makeRoom(st *poolStream, n int, place poolPlace) error {
 	}
 	if int(p.usage.reserved.Load()) > target {
 		p.spare = place
-		_, err := p.releaseIdle(st, max(target, 0), false)
+		_, err := p.releaseBeforeGrowth(st, max(target, 0))
 		p.spare = poolPlace{}
 		if err != nil {
 			return err
