@@ -2,10 +2,13 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,7 +290,7 @@ func TestRandom(t *testing.T) {
 		s := newTestStream(t, dev)
 		c := newCounting(newPool(t, dev))
 		c.refuseAbove = refuse
-		opts := RandomOptions{MaxLive: 8, MinSize: 1 << 10, MaxSize: 8 << 10, Seed: 5}
+		opts := RandomOptions{MaxLive: 8, MinSize: 1 << 10, MaxSize: 8 << 10, Seed: 5, Warmup: -1}
 		res, err := benchmark(func(b *testing.B) { Random(b, c, s, opts) })
 		if err != nil {
 			t.Fatal(err)
@@ -308,6 +311,23 @@ func TestRandom(t *testing.T) {
 			t.Errorf("refuse %d: %d allocations and frees for %d ops", refuse, ops, res.N)
 		}
 	}
+	// The warm-up's operations run before the timed ones, one each.
+	for _, warm := range []int{0, 100} {
+		s := newTestStream(t, dev)
+		c := newCounting(newPool(t, dev))
+		opts := RandomOptions{MaxLive: 8, MinSize: 1 << 10, MaxSize: 8 << 10, Seed: 5, Warmup: warm}
+		res, err := benchmark(func(b *testing.B) { Random(b, c, s, opts) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := warm
+		if warm == 0 {
+			want = randomWarmupPerLive * opts.MaxLive // the default
+		}
+		if ops := c.allocs + c.frees; ops < res.N+want || ops > res.N+want+opts.MaxLive {
+			t.Errorf("warm-up %d: %d allocations and frees for %d ops", warm, ops, res.N)
+		}
+	}
 	// Nothing live and no memory: a clear failure, not a loop.
 	s := newTestStream(t, dev)
 	always := &refusing{newPool(t, dev)}
@@ -323,8 +343,10 @@ func (r *refusing) Allocate(n int, s gpu.Stream) (gpu.DevicePtr, error) {
 	return 0, &mr.OutOfMemoryError{Requested: n}
 }
 
-// Streams runs one goroutine per stream, each on its own stream, and its
-// pairs/s is the pairs it made over the time it took.
+// Streams runs one goroutine per stream, each on its own stream, taking
+// batches of pairs from one queue; its pairs/s is the pairs of the
+// batches done when the last op ended over the time it took, at least
+// PairsPerRound per stream per op and at most one round more.
 func TestStreams(t *testing.T) {
 	withBenchtime(t, "4x")
 	dev := simDevice(t)
@@ -334,18 +356,66 @@ func TestStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	round := PairsPerRound * len(streams)
+	total := 0
 	for _, s := range streams {
-		if got, want := c.perStream[s.ID()], 1+res.N*PairsPerRound; got != want {
-			t.Errorf("stream %d: %d allocations, want %d", s.ID(), got, want)
+		got := c.perStream[s.ID()] - 1 // the untimed pair
+		if got%streamsBatch != 0 {
+			t.Errorf("stream %d: %d timed allocations, not whole batches of %d", s.ID(), got, streamsBatch)
 		}
+		total += got
 	}
-	pairs := float64(res.N * PairsPerRound * len(streams))
-	if got := res.Extra["pairs/s"] * res.T.Seconds(); math.Abs(got-pairs) > 1e-6*pairs {
-		t.Errorf("pairs/s × time = %v, want %v", got, pairs)
+	if total < res.N*round || total > (res.N+1)*round {
+		t.Errorf("%d pairs in all for %d ops of %d", total, res.N, round)
+	}
+	pairs := res.Extra["pairs/s"] * res.T.Seconds()
+	if pairs < float64(res.N*round)*(1-1e-6) || pairs > float64(total)*(1+1e-6) {
+		t.Errorf("pairs/s × time = %v, want %d to %d", pairs, res.N*round, total)
+	}
+	if share := res.Extra["min-share"]; share < 0 || share > 1 {
+		t.Errorf("min-share %v, want 0 to 1", share)
+	}
+	if c.allocs != c.frees || len(c.live) != 0 {
+		t.Errorf("%d allocations, %d frees, %d live", c.allocs, c.frees, len(c.live))
 	}
 	if _, err := benchmark(func(b *testing.B) { Streams(b, c, nil, 4<<10) }); err == nil {
 		t.Error("no streams accepted")
 	}
+}
+
+// A goroutine whose pairs fail stops the benchmark with its stream's
+// error, and the other goroutines stop too.
+func TestStreamsFailure(t *testing.T) {
+	withBenchtime(t, "50x")
+	dev := simDevice(t)
+	streams := []gpu.Stream{newTestStream(t, dev), newTestStream(t, dev), newTestStream(t, dev)}
+	c := newCounting(newPool(t, dev))
+	bad := streams[2].ID()
+	f := &failingOn{Resource: c, stream: bad, after: 1} // its untimed pair works
+	_, err := benchmark(func(b *testing.B) { Streams(b, f, streams, 4<<10) })
+	if !errors.Is(err, errInjected) || !strings.Contains(err.Error(), fmt.Sprintf("streams: stream %d: allocate 4096 bytes: ", bad)) {
+		t.Errorf("err = %v", err)
+	}
+	if c.allocs != c.frees || len(c.live) != 0 {
+		t.Errorf("%d allocations, %d frees, %d live", c.allocs, c.frees, len(c.live))
+	}
+}
+
+var errInjected = errors.New("injected")
+
+// failingOn refuses every allocation on stream after its first after ones.
+type failingOn struct {
+	mr.Resource
+	stream uint64
+	after  int
+	n      atomic.Int64
+}
+
+func (f *failingOn) Allocate(n int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if s.ID() == f.stream && f.n.Add(1) > int64(f.after) {
+		return 0, errInjected
+	}
+	return f.Resource.Allocate(n, s)
 }
 
 // Notebook's time includes the work still running on the stream when the

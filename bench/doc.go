@@ -8,7 +8,8 @@
 //
 //	Pair      one Allocate+Deallocate of one size on one stream per op
 //	Streams   N goroutines, each on its own stream, PairsPerRound pairs
-//	          each per op; reports the total pairs/s
+//	          each per op on average, taken in batches from one queue;
+//	          reports the total pairs/s
 //	Random    RMM-style random allocations: up to MaxLive live blocks of
 //	          random sizes, a random allocate or free per op
 //	Notebook  the notebook loop: allocate 4 MiB, fill it with a kernel,
@@ -33,9 +34,10 @@
 //     resource lets it), so a resource can be closed after it and report
 //     that it holds nothing.
 //   - Only allocation work is timed: setup (streams, resources, warm-up
-//     pairs) runs before the first b.Loop call and teardown after the
-//     last, except the final stream synchronizations of Notebook and
-//     Pipeline, which are part of what they measure.
+//     pairs, Random's warm-up operations) runs before the first b.Loop
+//     call and teardown after the last, except the final stream
+//     synchronizations of Notebook and Pipeline, which are part of what
+//     they measure.
 //   - A workload fails its benchmark through fatalf or errorf, which also
 //     record the error for Run: testing.Benchmark discards a benchmark's
 //     log, and a command that benchmarks must still say what went wrong.

@@ -13,7 +13,7 @@ func (c Case) Op() string {
 	case WorkloadPair:
 		return fmt.Sprintf("one Allocate of %s and its Deallocate, on one stream", SizeName(c.Size))
 	case WorkloadStreams:
-		return fmt.Sprintf("a round: %d goroutines, each %d pairs of %s on its own stream (pairs/s: all)",
+		return fmt.Sprintf("a round: %d goroutines on their own streams, %d pairs of %s each on average",
 			c.Streams, PairsPerRound, SizeName(c.Size))
 	case WorkloadRandom:
 		o := c.Random.withDefaults()

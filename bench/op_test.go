@@ -9,7 +9,7 @@ import (
 func TestCaseOp(t *testing.T) {
 	want := map[Workload]string{
 		WorkloadPair:     "one Allocate of 4KiB and its Deallocate, on one stream",
-		WorkloadStreams:  "a round: 8 goroutines, each 4096 pairs of 4KiB on its own stream (pairs/s: all)",
+		WorkloadStreams:  "a round: 8 goroutines on their own streams, 4096 pairs of 4KiB each on average",
 		WorkloadRandom:   "one Allocate or Deallocate at random, up to 512 blocks of 1KiB to 4MiB live",
 		WorkloadNotebook: "Allocate 4MiB, fill it with a kernel, Deallocate, on one stream; a sync every 100",
 		WorkloadPipeline: "a 1MiB buffer filled (20µs kernel) on one stream, used (20µs) and freed on another",

@@ -31,7 +31,7 @@ var Resources = suiteResources()
 func suiteResources() []string {
 	var names []string
 	for _, r := range registry.Resources() {
-		if !r.Variant {
+		if !r.Variant && !r.Host {
 			names = append(names, r.Name)
 		}
 	}

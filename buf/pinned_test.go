@@ -2,6 +2,7 @@ package buf_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 
@@ -25,7 +26,7 @@ func TestPinnedCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	src, err := pool.Allocate(n, s)
+	src, err := mr.AllocateHost[byte](pool, n, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +38,10 @@ func TestPinnedCopies(t *testing.T) {
 	if err := b.CopyFromPinned(src, pool); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Free(src, other); err != nil {
+	if err := mr.FreeHost(pool, src, other); err != nil {
 		t.Fatal(err)
 	}
-	next, err := pool.Allocate(n, other)
+	next, err := mr.AllocateHost[byte](pool, n, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +59,10 @@ func TestPinnedCopies(t *testing.T) {
 	if !bytes.Equal(dst, want) {
 		t.Error("the round trip through pinned slices changed the bytes")
 	}
-	if err := pool.Free(dst, s); err != nil {
+	if err := mr.FreeHost(pool, dst, s); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Release(); err != nil {
+	if _, err := pool.ReleaseContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -75,11 +76,11 @@ func TestPinnedCopyErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	live, err := pool.Allocate(8192, s)
+	live, err := mr.AllocateHost[byte](pool, 8192, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Free(live, s)
+	defer mr.FreeHost(pool, live, s)
 	foreignDev, err := sim.New(sim.Config{}).Device(0)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +90,7 @@ func TestPinnedCopyErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flive, err := foreign.Allocate(4096, fs)
+	flive, err := mr.AllocateHost[byte](foreign, 4096, fs)
 	if err != nil {
 		t.Fatal(err)
 	}

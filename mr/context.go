@@ -235,7 +235,9 @@ func (p *Pinned) FreeAfterContext(ctx context.Context, b []byte, s gpu.Stream) e
 	return p.Free(b)
 }
 
-// ReleaseContext is Release with its wait bounded by ctx. It waits,
+// ReleaseContext gives back every cached block, waiting for the copies
+// before their frees, which Release does not, with the wait bounded by
+// ctx. It waits,
 // without holding the pool's lock, for the frees of the blocks cached when
 // it is called; if ctx ends first it releases nothing and returns an error
 // matching ctx.Err(). Then it gives back every cached block whose free has
@@ -266,7 +268,7 @@ func (p *HostPool) ReleaseContext(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("wait for stream %d: %w", m.s.ID(), err))
 		}
 	}
-	n, err := p.release(false)
+	n, err := p.release()
 	if err != nil {
 		errs = append(errs, err)
 	}

@@ -1,7 +1,9 @@
 // Package mr holds streamalloc's memory resources and the adaptors that
 // wrap them.
 //
-// A Resource hands out device memory in stream order. Allocate(n, s) returns
+// A Resource hands out device memory in stream order (the pinned host
+// pools hand out page-locked host memory through the same interface, by
+// its unified address: host.go). Allocate(n, s) returns
 // at once, and the memory may be used by any work enqueued on s after the
 // call. Deallocate(p, n, s) is enqueued on s as well: the memory may be
 // handed to another request on s at once (later work on s runs after the
@@ -59,7 +61,9 @@
 //	direct.go, managed.go  cuMemAlloc / cuMemAllocManaged with a synchronous, stream-safe free
 //	async.go               the driver's stream-ordered pool (cuMemAllocAsync)
 //	pinned.go              page-locked host memory for staging copies (not a Resource)
+//	host.go                host memory as a Resource: HostResource, HostBytesOf, AllocateHost, FreeHost
 //	hostpool.go            HostPool: page-locked staging buffers cached and freed in stream order
+//	hostdriverpool.go      DriverHostPool: the driver's host-located pool
 //	fixedsize.go           blocks of one size, per-stream lists
 //	binning.go             power-of-two FixedSize bins, larger requests upstream
 //	arena.go               per-stream arenas over a global arena of superblocks

@@ -13,15 +13,21 @@
 // (its reuse policies). The pool keeps freed memory up to its release
 // threshold across synchronizations (DriverHostPoolOptions).
 //
-// Bad frees are refused before the driver sees them: a slice the pool
-// never handed out matches ErrUnknownPointer (a recent one freed already
+// DriverHostPool is a Resource and a HostResource (host.go): an
+// allocation is the address of the driver's pinned memory, Bytes its
+// []byte, and AllocateHost and FreeHost the slice API over the pool or any
+// adaptor stacked on it.
+//
+// Bad frees are refused before the driver sees them, with the Resource
+// contract's errors: an address the pool never handed out (or one inside
+// an allocation) matches ErrUnknownPointer (a recent one freed already
 // ErrDoubleFree); the right start with another length ErrSizeMismatch; a
 // nil stream or one of another device gpu.ErrInvalidHandle or
-// gpu.ErrWrongDevice. A failed free leaves the slice allocated.
+// gpu.ErrWrongDevice. A failed free leaves the memory allocated.
 //
 // Invariants: every slice handed out and not freed is in live, keyed by
-// its first byte's address with its length; Usage().Used is the sum of
-// those lengths, exact on every path.
+// its first byte's address with its length and the slice itself;
+// Usage().Used is the sum of those lengths, exact on every path.
 
 package mr
 
@@ -29,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -52,7 +57,7 @@ type DriverHostPool struct {
 	dev   gpu.Device
 	hp    gpu.HostMemPools
 	pool  gpu.MemPool
-	live  ptrTable[uintptr, gpu.Stream]
+	live  ptrTable[uintptr, []byte]
 	usage usageMeter
 
 	closeMu sync.RWMutex // Allocate and Free hold it shared; Close exclusively
@@ -91,18 +96,21 @@ func NewDriverHostPool(dev gpu.Device, opts DriverHostPoolOptions) (*DriverHostP
 // Device is the device whose driver holds the pool.
 func (p *DriverHostPool) Device() gpu.Device { return p.dev }
 
-// Allocate returns n bytes (len and cap n) of pinned host memory for work
-// enqueued on s from now on; the host may read or write it only after it
-// has synchronized with s. A size of 0 returns nil and no error; a
-// negative one matches ErrInvalidSize; a nil stream or one of another
-// device gpu.ErrInvalidHandle or gpu.ErrWrongDevice; a capturing stream
+// Allocate returns the address of n bytes of pinned host memory for work
+// enqueued on s from now on (Bytes, or AllocateHost, gives the slice); the
+// host may read or write it only after it has synchronized with s. A size
+// of 0 returns the null pointer and no error; a negative one matches
+// ErrInvalidSize; a nil stream or one of another device
+// gpu.ErrInvalidHandle or gpu.ErrWrongDevice; a capturing stream
 // ErrStreamCapturing; a closed pool ErrClosed; the driver's refusal for
 // want of memory an *OutOfMemoryError.
-func (p *DriverHostPool) Allocate(n int, s gpu.Stream) ([]byte, error) {
-	if err := checkStream("driver host pool", opAllocate, p.dev, s); err != nil {
-		return nil, err
-	}
-	if zero, err := checkAllocSize("driver host pool", n); zero || err != nil {
+func (p *DriverHostPool) Allocate(n int, s gpu.Stream) (gpu.DevicePtr, error) {
+	b, err := p.allocateBytes(n, s)
+	return hostAddr(b), err
+}
+
+func (p *DriverHostPool) allocateBytes(n int, s gpu.Stream) ([]byte, error) {
+	if zero, err := checkAlloc("driver host pool", p.dev, n, s); zero || err != nil {
 		return nil, err
 	}
 	if gpu.Capturing(s) {
@@ -122,34 +130,63 @@ func (p *DriverHostPool) Allocate(n int, s gpu.Stream) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("driver host pool: allocate %d bytes: %w", n, err)
 	}
-	p.live.insert(uintptr(unsafe.Pointer(unsafe.SliceData(b))), n, s, nil)
+	b = b[:n:n]
+	p.live.insert(uintptr(hostAddr(b)), n, b, nil)
 	p.usage.addUsed(n)
 	return b, nil
 }
 
-// Free returns buf, a slice Allocate returned, to the pool in s's order:
-// work enqueued on s before the call may still use it. It never blocks
-// the host. Freeing nil or an empty slice does nothing. The errors are
-// listed in the file comment.
-func (p *DriverHostPool) Free(buf []byte, s gpu.Stream) error {
-	if err := checkStream("driver host pool", opDeallocate, p.dev, s); err != nil {
+// Deallocate returns the n bytes at ptr, which Allocate returned with the
+// same size, to the pool in s's order: work enqueued on s before the call
+// may still use them. It never blocks the host. Deallocate(0, 0, s) does
+// nothing. The errors are listed in the file comment.
+func (p *DriverHostPool) Deallocate(ptr gpu.DevicePtr, n int, s gpu.Stream) error {
+	if null, err := checkFree("driver host pool", p.dev, ptr, n, s); null || err != nil {
 		return err
 	}
-	if len(buf) == 0 {
-		return nil
-	}
 	if gpu.Capturing(s) {
-		return fmt.Errorf("driver host pool: free: stream %d: %w", s.ID(), ErrStreamCapturing)
+		return fmt.Errorf("driver host pool: deallocate: stream %d: %w", s.ID(), ErrStreamCapturing)
 	}
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
-	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	_, err := p.live.take(a, len(buf), func(gpu.Stream) error { return p.hp.FreeHostAsync(buf, s) })
+	_, err := p.live.take(uintptr(ptr), n, func(mem []byte) error { return p.hp.FreeHostAsync(mem, s) })
 	if err != nil {
-		return fmt.Errorf("driver host pool: free %#x (%d bytes): %w", a, len(buf), err)
+		return fmt.Errorf("driver host pool: deallocate %#x (%d bytes): %w", uint64(ptr), n, err)
 	}
-	p.usage.subUsed(len(buf))
+	p.usage.subUsed(n)
 	return nil
+}
+
+// Bytes returns the size bytes at ptr, inside one live allocation of the
+// pool (HostResource). The errors are HostResource.Bytes's. An address
+// that is not an allocation's start is looked for among all live
+// allocations, in time proportional to their number.
+func (p *DriverHostPool) Bytes(ptr gpu.DevicePtr, size int) ([]byte, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("driver host pool: bytes at %#x: size %d: %w", uint64(ptr), size, ErrInvalidSize)
+	}
+	a := uintptr(ptr)
+	mem, off := []byte(nil), 0
+	if r, ok := p.live.lookup(a); ok {
+		mem = r.v
+	} else {
+		p.live.each(func(base uintptr, n int, b []byte) {
+			if base < a && a-base < uintptr(n) {
+				mem, off = b, int(a-base)
+			}
+		})
+	}
+	if mem == nil {
+		return nil, fmt.Errorf("driver host pool: bytes: %w", pointerError(ptr, ErrUnknownPointer))
+	}
+	if size > len(mem)-off {
+		return nil, fmt.Errorf("driver host pool: bytes at %#x: %d bytes past the end of an allocation of %d: %w",
+			uint64(ptr), size, len(mem), ErrInvalidSize)
+	}
+	if size == 0 {
+		return nil, nil
+	}
+	return mem[off : off+size : off+size], nil
 }
 
 // Trim releases the pool's unused memory until at most keep bytes stay
@@ -165,6 +202,28 @@ func (p *DriverHostPool) Trim(keep uint64) error {
 	}
 	return nil
 }
+
+// Attribute reads one of the driver pool's attributes (its reuse
+// policies, release threshold, reserved and used bytes). A sanitizer
+// stacked over the pool reads the reuse policies, as over an Async, to
+// know that the driver orders reuse across streams itself.
+func (p *DriverHostPool) Attribute(a gpu.PoolAttr) (uint64, error) {
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		return 0, fmt.Errorf("driver host pool: attribute %d: %w", a, ErrClosed)
+	}
+	v, err := p.pool.Attribute(a)
+	if err != nil {
+		return 0, fmt.Errorf("driver host pool: attribute %d: %w", a, err)
+	}
+	return v, nil
+}
+
+// Release gives back to the driver every byte of the pool that no
+// allocation uses and whose free has completed (Trim(0)), without
+// blocking the host: the Releaser every adaptor forwards.
+func (p *DriverHostPool) Release() error { return p.Trim(0) }
 
 // Usage reports the bytes handed out and not freed (Used, as asked) and
 // the bytes the driver's pool holds (Reserved, and its high-water mark,

@@ -51,7 +51,7 @@ func TestDriverHostPoolCopies(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Allocate(16, mustStream(t, dev)); !errors.Is(err, mr.ErrClosed) {
+	if _, err := mr.AllocateHost[byte](p, 16, mustStream(t, dev)); !errors.Is(err, mr.ErrClosed) {
 		t.Errorf("Allocate after Close: %v, want ErrClosed", err)
 	}
 }
@@ -78,11 +78,11 @@ func driverHostRounds(dev gpu.Device, p *mr.DriverHostPool, g int) error {
 		if err != nil {
 			return err
 		}
-		src, err := p.Allocate(n, s)
+		src, err := mr.AllocateHost[byte](p, n, s)
 		if err != nil {
 			return err
 		}
-		dst, err := p.Allocate(n, s)
+		dst, err := mr.AllocateHost[byte](p, n, s)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ func driverHostRounds(dev gpu.Device, p *mr.DriverHostPool, g int) error {
 			return fmt.Errorf("goroutine %d round %d: %d bytes differ after the round trip", g, i, n)
 		}
 		for _, b := range [][]byte{src, dst} {
-			if err := p.Free(b, s); err != nil {
+			if err := mr.FreeHost(p, b, s); err != nil {
 				return err
 			}
 		}
@@ -128,30 +128,30 @@ func TestDriverHostPoolBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.Allocate(8192, s)
+	b, err := mr.AllocateHost[byte](p, 8192, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	freed, err := p.Allocate(4096, s)
+	freed, err := mr.AllocateHost[byte](p, 4096, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Free(freed, s); err != nil {
+	if err := mr.FreeHost(p, freed, s); err != nil {
 		t.Fatal(err)
 	}
-	_, negErr := p.Allocate(-1, s)
-	zero, zeroErr := p.Allocate(0, s)
+	_, negErr := mr.AllocateHost[byte](p, -1, s)
+	zero, zeroErr := mr.AllocateHost[byte](p, 0, s)
 	for _, c := range []struct {
 		what string
 		err  error
 		want error
 	}{
 		{"negative size", negErr, mr.ErrInvalidSize},
-		{"Go memory", p.Free(make([]byte, 64), s), mr.ErrUnknownPointer},
-		{"a shorter slice", p.Free(b[:4096], s), mr.ErrSizeMismatch},
-		{"double free", p.Free(freed, s), mr.ErrDoubleFree},
-		{"nil stream", p.Free(b, nil), gpu.ErrInvalidHandle},
-		{"allocate on a nil stream", func() error { _, err := p.Allocate(16, nil); return err }(), gpu.ErrInvalidHandle},
+		{"Go memory", mr.FreeHost(p, make([]byte, 64), s), mr.ErrUnknownPointer},
+		{"a shorter slice", mr.FreeHost(p, b[:4096], s), mr.ErrSizeMismatch},
+		{"double free", mr.FreeHost(p, freed, s), mr.ErrDoubleFree},
+		{"nil stream", mr.FreeHost(p, b, nil), gpu.ErrInvalidHandle},
+		{"allocate on a nil stream", func() error { _, err := mr.AllocateHost[byte](p, 16, nil); return err }(), gpu.ErrInvalidHandle},
 		{"close with memory allocated", p.Close(), mr.ErrInUse},
 	} {
 		if !errors.Is(c.err, c.want) {
@@ -164,7 +164,7 @@ func TestDriverHostPoolBadInput(t *testing.T) {
 	if u := p.Usage(); u.Used != 8192 {
 		t.Errorf("refused calls changed the usage: %+v", u)
 	}
-	if err := p.Free(b, s); err != nil {
+	if err := mr.FreeHost(p, b, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
@@ -186,7 +186,7 @@ func TestDriverHostPoolOutOfMemoryWithClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := p.Allocate(4096, s)
+	held, err := mr.AllocateHost[byte](p, 4096, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestDriverHostPoolOutOfMemoryWithClose(t *testing.T) {
 	errs := make(chan error, 2)
 	go func() {
 		for range rounds {
-			_, err := p.Allocate(2<<20, s)
+			_, err := mr.AllocateHost[byte](p, 2<<20, s)
 			var oom *mr.OutOfMemoryError
 			if !errors.As(err, &oom) || !errors.Is(err, gpu.ErrOutOfMemory) {
 				errs <- fmt.Errorf("allocate past the capacity: %v, want an *mr.OutOfMemoryError", err)
@@ -227,7 +227,7 @@ func TestDriverHostPoolOutOfMemoryWithClose(t *testing.T) {
 			t.Fatal("Allocate and Close deadlocked")
 		}
 	}
-	if err := p.Free(held, s); err != nil {
+	if err := mr.FreeHost(p, held, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {

@@ -17,12 +17,18 @@
 //   - Allocate(n, s) returns memory the host may write at once: a cached
 //     block is reused only if its event has completed (cuEventQuery, which
 //     never blocks), that is, every copy enqueued before its free is done.
-//     Otherwise the pool allocates new page-locked memory.
+//     Otherwise the pool allocates new page-locked memory. This is the
+//     Resource's Allocate (its promise is stronger than the Resource
+//     contract asks), and AllocateHost's.
 //   - AllocateOrdered(n, s) returns memory for work enqueued on s only,
 //     like a device Resource: the host must not touch it until it has
 //     synchronized with s. A block freed on s is reused at once; one freed
 //     on another stream is reused after s waits on its event (cuStreamWaitEvent,
 //     no host synchronization).
+//
+// HostPool is a Resource and a HostResource (host.go): an allocation is
+// the address of its block, Bytes its []byte, and AllocateHost and
+// FreeHost the slice API over the pool or any adaptor stacked on it.
 //
 // A free on a stream that has no work left (cuStreamQuery answers done)
 // records no event: every copy enqueued before it has completed, so the
@@ -40,11 +46,13 @@
 // A block used by copies on several streams: RecordStream(buf, s) adds s
 // to the streams the free marks, so the block waits for all of them.
 //
-// Bad frees are refused before anything changes: a slice the pool never
-// handed out matches ErrUnknownPointer; one inside a block but not the
-// whole slice handed out (another start or length) ErrSubSlice; a block
-// that is cached matches ErrDoubleFree; a nil stream or one of another
-// device gpu.ErrInvalidHandle or gpu.ErrWrongDevice.
+// Bad frees are refused before anything changes, with the Resource
+// contract's errors: an address the pool never handed out matches
+// ErrUnknownPointer; one inside a block but not the allocation handed out
+// matches ErrSubSlice too, and also ErrUnknownPointer (another start) or
+// ErrSizeMismatch (the same start, another length); a block that is
+// cached matches ErrDoubleFree; a nil stream or one of another device
+// gpu.ErrInvalidHandle or gpu.ErrWrongDevice.
 //
 // Invariants, under mu: every block the pool holds is in blocks (by
 // address) and spans (by range); a block is either live (handed out, n > 0,
@@ -60,6 +68,7 @@ package mr
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -67,8 +76,10 @@ import (
 	"github.com/streamalloc/streamalloc/gpu"
 )
 
-// ErrSubSlice is the error of a free of a slice that lies inside memory the
-// pool handed out but is not the slice it handed out.
+// ErrSubSlice is the error of a HostPool's free (Deallocate, FreeHost) or
+// RecordStream of memory that lies inside an allocation but is not the
+// allocation; the error matches ErrUnknownPointer (another start) or
+// ErrSizeMismatch (the same start, another length) as well.
 var ErrSubSlice = errors.New("mr: slice is part of an allocation, not the allocation")
 
 const (
@@ -78,6 +89,10 @@ const (
 	// requests are rounded up to a multiple of it.
 	MaxHostPow2 = 2 << 20
 )
+
+// maxHostRequest is the largest request hostClass rounds without
+// overflowing; a larger one is out of memory.
+const maxHostRequest = math.MaxInt - (MaxHostPow2 - 1)
 
 // hostClass is the size of the block that serves a request of n > 0 bytes.
 func hostClass(n int) int {
@@ -144,24 +159,32 @@ func NewHostPool(dev gpu.Device) *HostPool {
 // Device is the device whose context the memory is registered with.
 func (p *HostPool) Device() gpu.Device { return p.dev }
 
-// Allocate returns n bytes (len and cap n) of page-locked memory that the
-// host may read and write at once and copies enqueued on s may use. It
-// never blocks the host on the device. A size of 0 returns nil and no
-// error; a negative one matches ErrInvalidSize; a nil stream or one of
-// another device gpu.ErrInvalidHandle or gpu.ErrWrongDevice; a stream
-// under capture ErrStreamCapturing; failure to allocate is an
-// *OutOfMemoryError.
-func (p *HostPool) Allocate(n int, s gpu.Stream) ([]byte, error) {
-	return p.allocate(n, s, false)
+// Allocate returns the address of n bytes of page-locked memory that the
+// host may read and write at once (Bytes, or AllocateHost, gives the
+// slice) and copies enqueued on s may use. It never blocks the host on the
+// device. A size of 0 returns the null pointer and no error; a negative
+// one matches ErrInvalidSize; a nil stream or one of another device
+// gpu.ErrInvalidHandle or gpu.ErrWrongDevice; a stream under capture
+// ErrStreamCapturing; failure to allocate, or a size no block could hold,
+// is an *OutOfMemoryError.
+func (p *HostPool) Allocate(n int, s gpu.Stream) (gpu.DevicePtr, error) {
+	b, err := p.allocate(n, s, false)
+	return hostAddr(b), err
 }
 
-// AllocateOrdered returns n bytes of page-locked memory for work enqueued
-// on s from now on, as a device Resource does: the memory may still be in
-// use by copies enqueued before it was freed, which s is ordered after, so
-// the host must not read or write it until it has synchronized with s past
-// the work that uses it. The errors are Allocate's.
-func (p *HostPool) AllocateOrdered(n int, s gpu.Stream) ([]byte, error) {
-	return p.allocate(n, s, true)
+// AllocateOrdered returns the address of n bytes of page-locked memory for
+// work enqueued on s from now on, as a device Resource does: the memory
+// may still be in use by copies enqueued before it was freed, which s is
+// ordered after, so the host must not read or write it (through Bytes)
+// until it has synchronized with s past the work that uses it. Free it
+// with Deallocate. The errors are Allocate's.
+func (p *HostPool) AllocateOrdered(n int, s gpu.Stream) (gpu.DevicePtr, error) {
+	b, err := p.allocate(n, s, true)
+	return hostAddr(b), err
+}
+
+func (p *HostPool) allocateBytes(n int, s gpu.Stream) ([]byte, error) {
+	return p.allocate(n, s, false)
 }
 
 func (p *HostPool) allocate(n int, s gpu.Stream, ordered bool) ([]byte, error) {
@@ -173,6 +196,11 @@ func (p *HostPool) allocate(n int, s gpu.Stream, ordered bool) ([]byte, error) {
 	}
 	if gpu.Capturing(s) {
 		return nil, fmt.Errorf("host pool: allocate: stream %d: %w", s.ID(), ErrStreamCapturing)
+	}
+	if n > maxHostRequest {
+		u := p.usage.snapshot()
+		return nil, &OutOfMemoryError{Resource: "host pool", Requested: n, Stream: s.ID(),
+			Reserved: u.Reserved, Used: u.Used, Reason: "larger than any page-locked block"}
 	}
 	class := hostClass(n)
 	p.mu.Lock()
@@ -188,7 +216,7 @@ func (p *HostPool) allocate(n int, s gpu.Stream, ordered bool) ([]byte, error) {
 		return b.mem[:n:n], nil
 	}
 	p.mu.Unlock()
-	return p.grow(n, class)
+	return p.grow(n, class, s)
 }
 
 // reuseLocked takes a cached block of class that work on s may use, or
@@ -252,17 +280,17 @@ func (p *HostPool) putMarks(b *hostBlock) {
 // grow allocates a new block of class for a request of n bytes. If the
 // driver is out of page-locked memory, it gives back the cached blocks
 // whose frees have completed and tries once more.
-func (p *HostPool) grow(n, class int) ([]byte, error) {
+func (p *HostPool) grow(n, class int, s gpu.Stream) ([]byte, error) {
 	mem, err := p.dev.MallocHost(class)
 	if errors.Is(err, gpu.ErrOutOfMemory) {
-		if _, rerr := p.release(false); rerr == nil {
+		if _, rerr := p.release(); rerr == nil {
 			mem, err = p.dev.MallocHost(class)
 		}
 	}
 	if err != nil {
 		if errors.Is(err, gpu.ErrOutOfMemory) {
 			u := p.usage.snapshot()
-			return nil, &OutOfMemoryError{Resource: "host pool", Requested: n, Reserved: u.Reserved, Used: u.Used, Err: err}
+			return nil, &OutOfMemoryError{Resource: "host pool", Requested: n, Stream: s.ID(), Reserved: u.Reserved, Used: u.Used, Err: err}
 		}
 		return nil, fmt.Errorf("host pool: allocate %d bytes: %w", class, err)
 	}
@@ -279,38 +307,57 @@ func (p *HostPool) grow(n, class int) ([]byte, error) {
 	return mem[:n:n], nil
 }
 
-// Free returns buf, a slice Allocate or AllocateOrdered returned (the same
-// start and length), to the pool in s's order: copies enqueued on s before
-// the call may still read or write it, and the block is reused only after
-// them (see the file comment). It never blocks the host. Freeing nil or an
-// empty slice does nothing. The errors are listed in the file comment; a
-// failed free changes nothing.
-func (p *HostPool) Free(buf []byte, s gpu.Stream) error {
-	if err := checkStream("host pool", opDeallocate, p.dev, s); err != nil {
+// Deallocate returns the n bytes at ptr, which Allocate or
+// AllocateOrdered returned with the same size, to the pool in s's order:
+// copies enqueued on s before the call may still read or write them, and
+// the block is reused only after them (see the file comment). It never
+// blocks the host. Deallocate(0, 0, s) does nothing. The errors are listed
+// in the file comment; a failed free changes nothing.
+func (p *HostPool) Deallocate(ptr gpu.DevicePtr, n int, s gpu.Stream) error {
+	if null, err := checkFree("host pool", p.dev, ptr, n, s); null || err != nil {
 		return err
 	}
-	if len(buf) == 0 {
-		return nil
-	}
 	if gpu.Capturing(s) {
-		return fmt.Errorf("host pool: free: stream %d: %w", s.ID(), ErrStreamCapturing)
+		return fmt.Errorf("host pool: deallocate: stream %d: %w", s.ID(), ErrStreamCapturing)
 	}
-	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b, err := p.liveLocked(a, len(buf))
+	b, err := p.liveLocked(uintptr(ptr), n)
 	if err != nil {
-		return fmt.Errorf("host pool: free %#x (%d bytes): %w", a, len(buf), err)
+		return fmt.Errorf("host pool: deallocate %#x (%d bytes): %w", uint64(ptr), n, err)
 	}
 	marks, err := p.mark(append(b.uses, s))
 	if err != nil {
-		return fmt.Errorf("host pool: free %#x: %w", a, err)
+		return fmt.Errorf("host pool: deallocate %#x: %w", uint64(ptr), err)
 	}
 	p.usage.subUsed(b.n)
 	b.n, b.done, b.uses = 0, marks, nil
 	class := len(b.mem)
 	p.free[class] = append(p.free[class], b)
 	return nil
+}
+
+// Bytes returns the size bytes at ptr, inside one live allocation of the
+// pool (HostResource). The errors are HostResource.Bytes's.
+func (p *HostPool) Bytes(ptr gpu.DevicePtr, size int) ([]byte, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("host pool: bytes at %#x: size %d: %w", uint64(ptr), size, ErrInvalidSize)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, base, ok := p.spans.find(ptr)
+	if !ok || b.n == 0 {
+		return nil, fmt.Errorf("host pool: bytes: %w", pointerError(ptr, ErrUnknownPointer))
+	}
+	off := int(ptr - base)
+	if size > b.n-off {
+		return nil, fmt.Errorf("host pool: bytes at %#x: %d bytes past the end of an allocation of %d at %#x: %w",
+			uint64(ptr), size, b.n, uint64(base), ErrInvalidSize)
+	}
+	if size == 0 {
+		return nil, nil
+	}
+	return b.mem[off : off+size : off+size], nil
 }
 
 // mark records an event on each of streams that has work left (work that
@@ -345,7 +392,7 @@ func (p *HostPool) mark(streams []gpu.Stream) ([]hostMark, error) {
 // the free then marks s too, and the block is reused only after that work
 // (PyTorch's record_stream). Call it for a copy on another stream than the
 // freeing one, before or after enqueuing the copy and before the free. Its
-// errors are Free's; a failed call changes nothing.
+// errors are Deallocate's; a failed call changes nothing.
 func (p *HostPool) RecordStream(buf []byte, s gpu.Stream) error {
 	if err := checkStream("host pool", "record stream", p.dev, s); err != nil {
 		return err
@@ -369,32 +416,38 @@ func (p *HostPool) RecordStream(buf []byte, s gpu.Stream) error {
 	return nil
 }
 
-// liveLocked finds the live block that buf, n bytes at a, is exactly.
+// liveLocked finds the live block that the n bytes at a are exactly.
 func (p *HostPool) liveLocked(a uintptr, n int) (*hostBlock, error) {
+	ptr := gpu.DevicePtr(a)
 	b, ok := p.blocks[a]
 	if !ok {
-		if _, _, inside := p.spans.find(gpu.DevicePtr(a)); inside {
-			return nil, ErrSubSlice
+		if _, _, inside := p.spans.find(ptr); inside {
+			return nil, fmt.Errorf("%w: %w", ErrSubSlice, pointerError(ptr, ErrUnknownPointer))
 		}
-		return nil, ErrUnknownPointer
+		return nil, pointerError(ptr, ErrUnknownPointer)
 	}
 	switch {
 	case b.n == 0:
-		return nil, ErrDoubleFree
+		return nil, pointerError(ptr, ErrDoubleFree)
 	case b.n != n:
-		return nil, ErrSubSlice
+		return nil, fmt.Errorf("%w: %w", ErrSubSlice, sizeMismatchError(ptr, b.n, n))
 	}
 	return b, nil
 }
 
-// Release gives every cached block back to the driver (cuMemFreeHost). It
-// blocks the host until the copies enqueued before each block's free have
-// completed; live blocks stay. It returns the bytes released.
-func (p *HostPool) Release() (int, error) { return p.release(true) }
+// Release gives back to the driver (cuMemFreeHost) every cached block
+// whose free has completed, without blocking the host (the Releaser
+// every adaptor forwards, and what Retry's reclaim calls); live blocks,
+// and blocks whose copies are still running, stay. ReleaseContext waits
+// for those copies and gives back every cached block.
+func (p *HostPool) Release() error {
+	_, err := p.release()
+	return err
+}
 
-// release frees the cached blocks, waiting for their frees to complete if
-// wait is set, and otherwise only those that have completed.
-func (p *HostPool) release(wait bool) (int, error) {
+// release frees the cached blocks whose frees have completed and returns
+// the bytes released.
+func (p *HostPool) release() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var released int
@@ -403,11 +456,8 @@ func (p *HostPool) release(wait bool) (int, error) {
 	for class, list := range p.free {
 		keep := list[:0]
 		for _, b := range list {
-			if err := p.completeLocked(b, wait); err != nil {
+			if !b.completed() {
 				keep = append(keep, b)
-				if wait {
-					errs = append(errs, err)
-				}
 				continue
 			}
 			a := uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))
@@ -439,19 +489,14 @@ func (p *HostPool) release(wait bool) (int, error) {
 	return released, nil
 }
 
-// completeLocked reports (nil) whether the copies before b's free have
-// completed, waiting for them if wait is set.
-func (p *HostPool) completeLocked(b *hostBlock, wait bool) error {
+// completed reports whether the copies before b's free have completed.
+func (b *hostBlock) completed() bool {
 	for _, m := range b.done {
-		if wait {
-			if err := m.e.Synchronize(); err != nil {
-				return fmt.Errorf("wait for stream %d: %w", m.s.ID(), err)
-			}
-		} else if err := m.e.Query(); err != nil {
-			return err
+		if m.e.Query() != nil {
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // Usage reports the bytes handed out and not freed (Used, as asked) and
@@ -466,42 +511,4 @@ func (p *HostPool) Stats() HostPoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stats
-}
-
-// HostElem is the element types a typed slice of page-locked memory may
-// hold: fixed-size numbers, which hold no Go pointers (the memory is not
-// scanned by the garbage collector).
-type HostElem interface {
-	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 |
-		~float32 | ~float64 | ~complex64 | ~complex128
-}
-
-// AllocateHost returns n elements of T in page-locked memory from p, as
-// p.Allocate does for n*sizeof(T) bytes. Free it with FreeHost.
-func AllocateHost[T HostElem](p *HostPool, n int, s gpu.Stream) ([]T, error) {
-	var zero T
-	size := int(unsafe.Sizeof(zero))
-	if n < 0 || n > int(^uint(0)>>1)/size {
-		return nil, sizeError("host pool", opAllocate, n)
-	}
-	b, err := p.Allocate(n*size, s)
-	if err != nil || len(b) == 0 {
-		return nil, err
-	}
-	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n), nil
-}
-
-// FreeHost frees v, which AllocateHost returned, as p.Free does.
-func FreeHost[T HostElem](p *HostPool, v []T, s gpu.Stream) error {
-	return p.Free(HostBytes(v), s)
-}
-
-// HostBytes is the memory of v as bytes, for copies (CopyHtoDAsync,
-// CopyDtoHAsync) of a typed slice.
-func HostBytes[T HostElem](v []T) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	var zero T
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*int(unsafe.Sizeof(zero)))
 }

@@ -5,9 +5,11 @@ package mr_test
 //
 //	BenchmarkHostPair/alloc=A/size=S  one allocation and free of S bytes of
 //	                                  page-locked memory: A=pool is HostPool's
-//	                                  Allocate+Free on a stream, A=driver
+//	                                  AllocateHost+FreeHost on a stream,
+//	                                  A=pool-stats the same through a Stats
+//	                                  adaptor, A=driver
 //	                                  cuMemAllocHost+cuMemFreeHost,
-//	                                  A=pool-ordered HostPool's AllocateOrdered+Free,
+//	                                  A=pool-ordered HostPool's AllocateOrdered+Deallocate,
 //	                                  A=driverpool DriverHostPool's Allocate+Free
 //	                                  (the driver's host-located pool, memory kept),
 //	                                  A=driverpool-sync the same with the stream
@@ -19,6 +21,7 @@ package mr_test
 //	                                  ordinary Go memory (K=pageable); MB/s
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -34,13 +37,28 @@ func BenchmarkHostPair(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
 		b.Run(fmt.Sprintf("alloc=pool/size=%s", mr.FormatBytes(uint64(size))), func(b *testing.B) {
 			p := mr.NewHostPool(dev)
-			defer p.Release()
+			defer p.ReleaseContext(context.Background())
 			for b.Loop() {
-				buf, err := p.Allocate(size, s)
+				buf, err := mr.AllocateHost[byte](p, size, s)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := p.Free(buf, s); err != nil {
+				if err := mr.FreeHost(p, buf, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(p.Stats().Misses), "mallochost")
+		})
+		b.Run(fmt.Sprintf("alloc=pool-stats/size=%s", mr.FormatBytes(uint64(size))), func(b *testing.B) {
+			p := mr.NewHostPool(dev)
+			defer p.ReleaseContext(context.Background())
+			r := mr.NewStats(p, mr.StatsOptions{})
+			for b.Loop() {
+				buf, err := mr.AllocateHost[byte](r, size, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := mr.FreeHost(r, buf, s); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -48,13 +66,13 @@ func BenchmarkHostPair(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("alloc=pool-ordered/size=%s", mr.FormatBytes(uint64(size))), func(b *testing.B) {
 			p := mr.NewHostPool(dev)
-			defer p.Release()
+			defer p.ReleaseContext(context.Background())
 			for b.Loop() {
-				buf, err := p.AllocateOrdered(size, s)
+				ptr, err := p.AllocateOrdered(size, s)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := p.Free(buf, s); err != nil {
+				if err := p.Deallocate(ptr, size, s); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -72,7 +90,7 @@ func BenchmarkHostPair(b *testing.B) {
 				}
 				defer p.Close()
 				for b.Loop() {
-					buf, err := p.Allocate(size, s)
+					buf, err := mr.AllocateHost[byte](p, size, s)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -81,7 +99,7 @@ func BenchmarkHostPair(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					if err := p.Free(buf, s); err != nil {
+					if err := mr.FreeHost(p, buf, s); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -110,10 +128,10 @@ func BenchmarkHtoD(b *testing.B) {
 	s := testdev.Must(dev.NewStream())(b)
 	defer s.Destroy()
 	p := mr.NewHostPool(dev)
-	defer p.Release()
+	defer p.ReleaseContext(context.Background())
 	for _, size := range []int{1 << 20, 64 << 20} {
 		d := testdev.Must(dev.Malloc(size))(b)
-		pinned := testdev.Must(p.Allocate(size, s))(b)
+		pinned := testdev.Must(mr.AllocateHost[byte](p, size, s))(b)
 		for _, src := range []struct {
 			name string
 			buf  []byte
@@ -130,7 +148,7 @@ func BenchmarkHtoD(b *testing.B) {
 				}
 			})
 		}
-		if err := p.Free(pinned, s); err != nil {
+		if err := mr.FreeHost(p, pinned, s); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Synchronize(); err != nil {

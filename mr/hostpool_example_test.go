@@ -1,6 +1,7 @@
 package mr_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -32,4 +33,31 @@ func ExampleHostPool() {
 	// Output:
 	// cuMemAllocHost calls: 1 reused: 2
 	// reserved: 4.0 KiB
+}
+
+// A HostPool under adaptors: a budget for page-locked memory, counters,
+// and the summary of the whole stack, as for device memory. AllocateHost
+// and FreeHost go through the stack, so the adaptors see every slice.
+func ExampleHostPool_adaptors() {
+	dev, _ := sim.New(sim.Config{}).Device(0)
+	s, _ := dev.NewStream()
+	pool := mr.NewHostPool(dev)
+	staging := mr.NewStats(mr.NewLimit(pool, mr.NewBudget(64<<20)), mr.StatsOptions{})
+
+	v, _ := mr.AllocateHost[float32](staging, 1<<20, s) // 4 MiB
+	_, err := mr.AllocateHost[float32](staging, 16<<20, s)
+	fmt.Println("over the budget:", errors.Is(err, mr.ErrOutOfMemory))
+	fmt.Println(mr.StatsOf(staging))
+	_ = mr.FreeHost(staging, v, s)
+
+	// The pointer form, for code written against mr.Resource.
+	p, _ := staging.Allocate(4096, s)
+	b, _ := mr.HostBytesOf(staging, p, 4096)
+	copy(b, "staged")
+	_ = staging.Deallocate(p, 4096, s)
+	fmt.Println("allocations:", staging.Snapshot().Allocations.Total)
+	// Output:
+	// over the budget: true
+	// stats > limit > host pool: reserved 4.0 MiB (peak 4.0 MiB), used 4.0 MiB (peak 4.0 MiB)
+	// allocations: 2
 }

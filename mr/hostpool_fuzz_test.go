@@ -1,6 +1,7 @@
 package mr_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"unsafe"
@@ -57,9 +58,9 @@ func FuzzHostPoolOps(f *testing.F) {
 				n := 1 + arg*arg*50
 				var b []byte
 				if op == 0 {
-					b, err = p.Allocate(n, s)
+					b, err = mr.AllocateHost[byte](p, n, s)
 				} else {
-					b, err = p.AllocateOrdered(n, s)
+					b, err = allocOrdered(p, n, s)
 				}
 				if err != nil {
 					t.Fatalf("step %d: allocate %d: %v", i, n, err)
@@ -98,7 +99,7 @@ func FuzzHostPoolOps(f *testing.F) {
 						t.Fatal(err)
 					}
 				}
-				if err := p.Free(b, s); err != nil {
+				if err := mr.FreeHost(p, b, s); err != nil {
 					t.Fatalf("step %d: free: %v", i, err)
 				}
 				live = append(live[:k], live[k+1:]...)
@@ -108,7 +109,7 @@ func FuzzHostPoolOps(f *testing.F) {
 				if len(live) > 0 {
 					b := live[arg%len(live)]
 					if len(b) > 1 {
-						if err := p.Free(b[1:], s); !errors.Is(err, mr.ErrSubSlice) {
+						if err := mr.FreeHost(p, b[1:], s); !errors.Is(err, mr.ErrSubSlice) {
 							t.Fatalf("step %d: free of a sub-slice: %v", i, err)
 						}
 					}
@@ -116,7 +117,7 @@ func FuzzHostPoolOps(f *testing.F) {
 				if len(freed) > 0 {
 					b := freed[arg%len(freed)]
 					if !isLive(live, b) {
-						if err := p.Free(b, s); !errors.Is(err, mr.ErrDoubleFree) {
+						if err := mr.FreeHost(p, b, s); !errors.Is(err, mr.ErrDoubleFree) {
 							t.Fatalf("step %d: double free: %v", i, err)
 						}
 					}
@@ -130,7 +131,7 @@ func FuzzHostPoolOps(f *testing.F) {
 			case 7: // release the cache
 				release()
 				release = func() {}
-				if _, err := p.Release(); err != nil {
+				if _, err := p.ReleaseContext(context.Background()); err != nil {
 					t.Fatalf("step %d: release: %v", i, err)
 				}
 				for a := range blocks {
@@ -146,7 +147,7 @@ func FuzzHostPoolOps(f *testing.F) {
 					t.Fatal(err)
 				}
 			case 9:
-				if err := p.Free(make([]byte, 1+arg), s); !errors.Is(err, mr.ErrUnknownPointer) {
+				if err := mr.FreeHost(p, make([]byte, 1+arg), s); !errors.Is(err, mr.ErrUnknownPointer) {
 					t.Fatalf("step %d: free of pageable memory: %v", i, err)
 				}
 			}
@@ -155,11 +156,11 @@ func FuzzHostPoolOps(f *testing.F) {
 		release()
 		release = func() {}
 		for _, b := range live {
-			if err := p.Free(b, streams[0]); err != nil {
+			if err := mr.FreeHost(p, b, streams[0]); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := p.Release(); err != nil {
+		if _, err := p.ReleaseContext(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {

@@ -54,17 +54,17 @@ func TestHostPoolSizeClasses(t *testing.T) {
 		{2<<20 + 1, 4 << 20},
 		{5 << 20, 6 << 20},
 	} {
-		b := must[[]byte](t)(p.Allocate(tc.n, s))
+		b := must[[]byte](t)(mr.AllocateHost[byte](p, tc.n, s))
 		if len(b) != tc.n || cap(b) != tc.n {
 			t.Errorf("Allocate(%d): len %d cap %d", tc.n, len(b), cap(b))
 		}
 		if u := p.Usage(); u.Used != uint64(tc.n) || u.Reserved != uint64(tc.reserved) {
 			t.Errorf("Allocate(%d): usage %+v, want used %d reserved %d", tc.n, u, tc.n, tc.reserved)
 		}
-		if err := p.Free(b, s); err != nil {
+		if err := mr.FreeHost(p, b, s); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Release(); err != nil {
+		if _, err := p.ReleaseContext(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
@@ -76,16 +76,16 @@ func TestHostPoolSizeClasses(t *testing.T) {
 func TestHostPoolZeroAndNegative(t *testing.T) {
 	dev, s, _ := hostPoolDevice(t, sim.Config{})
 	p := mr.NewHostPool(dev)
-	if b, err := p.Allocate(0, s); b != nil || err != nil {
+	if b, err := mr.AllocateHost[byte](p, 0, s); b != nil || err != nil {
 		t.Errorf("Allocate(0) = %v, %v; want nil, nil", b, err)
 	}
-	if _, err := p.Allocate(-1, s); !errors.Is(err, mr.ErrInvalidSize) {
+	if _, err := mr.AllocateHost[byte](p, -1, s); !errors.Is(err, mr.ErrInvalidSize) {
 		t.Errorf("Allocate(-1): %v, want ErrInvalidSize", err)
 	}
 	if _, err := mr.AllocateHost[float64](p, -1, s); !errors.Is(err, mr.ErrInvalidSize) {
 		t.Errorf("AllocateHost(-1): %v, want ErrInvalidSize", err)
 	}
-	if err := p.Free(nil, s); err != nil {
+	if err := mr.FreeHost[byte](p, nil, s); err != nil {
 		t.Errorf("Free(nil): %v", err)
 	}
 	if u := p.Usage(); u != (mr.Usage{}) {
@@ -101,14 +101,14 @@ func TestHostPoolReuse(t *testing.T) {
 	d := must[gpu.DevicePtr](t)(dev.Malloc(1 << 20))
 
 	// A completed free serves any stream.
-	b := must[[]byte](t)(p.Allocate(1000, s1))
-	if err := p.Free(b, s1); err != nil {
+	b := must[[]byte](t)(mr.AllocateHost[byte](p, 1000, s1))
+	if err := mr.FreeHost(p, b, s1); err != nil {
 		t.Fatal(err)
 	}
 	if err := s1.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := must[[]byte](t)(p.Allocate(1000, s2))
+	b2 := must[[]byte](t)(mr.AllocateHost[byte](p, 1000, s2))
 	if &b2[0] != &b[0] {
 		t.Fatal("a completed block was not reused on another stream")
 	}
@@ -118,23 +118,23 @@ func TestHostPoolReuse(t *testing.T) {
 	if err := dev.CopyHtoDAsync(d, b2, s2); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Free(b2, s2); err != nil {
+	if err := mr.FreeHost(p, b2, s2); err != nil {
 		t.Fatal(err)
 	}
-	b3 := must[[]byte](t)(p.Allocate(1000, s2))
+	b3 := must[[]byte](t)(mr.AllocateHost[byte](p, 1000, s2))
 	if &b3[0] == &b2[0] {
 		t.Fatal("Allocate reused a block whose copy is still queued")
 	}
 	// Ordered on the same stream: at once, no wait.
-	b4 := must[[]byte](t)(p.AllocateOrdered(1000, s2))
+	b4 := must[[]byte](t)(allocOrdered(p, 1000, s2))
 	if &b4[0] != &b2[0] {
 		t.Fatal("AllocateOrdered did not reuse the block freed on its stream")
 	}
-	if err := p.Free(b4, s2); err != nil {
+	if err := mr.FreeHost(p, b4, s2); err != nil {
 		t.Fatal(err)
 	}
 	// Ordered on another stream: after a wait on the free's event.
-	b5 := must[[]byte](t)(p.AllocateOrdered(1000, s1))
+	b5 := must[[]byte](t)(allocOrdered(p, 1000, s1))
 	if &b5[0] != &b2[0] {
 		t.Fatal("AllocateOrdered did not reuse the block freed on another stream")
 	}
@@ -143,7 +143,7 @@ func TestHostPoolReuse(t *testing.T) {
 	}
 	release()
 	for _, x := range [][]byte{b3, b5} {
-		if err := p.Free(x, s1); err != nil {
+		if err := mr.FreeHost(p, x, s1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,7 +154,7 @@ func TestHostPoolReuse(t *testing.T) {
 	if u := p.Usage(); u.Used != 0 || u.Reserved != 2*(4<<10) || u.PeakUsed != 2000 {
 		t.Errorf("usage %+v", u)
 	}
-	n, err := p.Release()
+	n, err := p.ReleaseContext(context.Background())
 	if err != nil || n != 2*(4<<10) {
 		t.Errorf("Release = %d, %v", n, err)
 	}
@@ -171,9 +171,9 @@ func TestHostPoolBadFrees(t *testing.T) {
 	}
 	os := must[gpu.Stream](t)(other.NewStream())
 	p := mr.NewHostPool(dev)
-	b := must[[]byte](t)(p.Allocate(100, s))
-	freed := must[[]byte](t)(p.Allocate(100, s))
-	if err := p.Free(freed, s); err != nil {
+	b := must[[]byte](t)(mr.AllocateHost[byte](p, 100, s))
+	freed := must[[]byte](t)(mr.AllocateHost[byte](p, 100, s))
+	if err := mr.FreeHost(p, freed, s); err != nil {
 		t.Fatal(err)
 	}
 	pageable := make([]byte, 100)
@@ -192,7 +192,7 @@ func TestHostPoolBadFrees(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, stats := p.Usage(), p.Stats()
-			if err := p.Free(tc.buf, tc.s); !errors.Is(err, tc.want) {
+			if err := mr.FreeHost(p, tc.buf, tc.s); !errors.Is(err, tc.want) {
 				t.Errorf("Free: %v, want %v", err, tc.want)
 			}
 			if u := p.Usage(); u != before {
@@ -203,21 +203,21 @@ func TestHostPoolBadFrees(t *testing.T) {
 			}
 		})
 	}
-	if _, err := p.Allocate(1, nil); !errors.Is(err, gpu.ErrInvalidHandle) {
+	if _, err := mr.AllocateHost[byte](p, 1, nil); !errors.Is(err, gpu.ErrInvalidHandle) {
 		t.Errorf("Allocate on nil stream: %v", err)
 	}
-	if _, err := p.Allocate(1, os); !errors.Is(err, gpu.ErrWrongDevice) {
+	if _, err := mr.AllocateHost[byte](p, 1, os); !errors.Is(err, gpu.ErrWrongDevice) {
 		t.Errorf("Allocate on another device's stream: %v", err)
 	}
 	// b is still live and frees normally.
-	if err := p.Free(b, s); err != nil {
+	if err := mr.FreeHost(p, b, s); err != nil {
 		t.Errorf("Free of the live slice after the bad frees: %v", err)
 	}
 	// A released block's address is unknown, not a double free.
-	if _, err := p.Release(); err != nil {
+	if _, err := p.ReleaseContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Free(b, s); !errors.Is(err, mr.ErrUnknownPointer) {
+	if err := mr.FreeHost(p, b, s); !errors.Is(err, mr.ErrUnknownPointer) {
 		t.Errorf("Free after Release: %v, want ErrUnknownPointer", err)
 	}
 }
@@ -225,18 +225,18 @@ func TestHostPoolBadFrees(t *testing.T) {
 func TestHostPoolFreeRecordFails(t *testing.T) {
 	dev, s, _ := hostPoolDevice(t, sim.Config{})
 	p := mr.NewHostPool(dev)
-	b := must[[]byte](t)(p.Allocate(100, s))
+	b := must[[]byte](t)(mr.AllocateHost[byte](p, 100, s))
 	release := dev.Hold(s) // work is pending: the free records an event
 	boom := errors.New("injected")
 	dev.FailNext(sim.OpEventRecord, 1, boom)
-	if err := p.Free(b, s); !errors.Is(err, boom) {
+	if err := mr.FreeHost(p, b, s); !errors.Is(err, boom) {
 		t.Fatalf("Free: %v, want the record's error", err)
 	}
 	if u := p.Usage(); u.Used != 100 {
 		t.Errorf("a failed free changed usage: %+v", u)
 	}
 	release()
-	if err := p.Free(b, s); err != nil {
+	if err := mr.FreeHost(p, b, s); err != nil {
 		t.Errorf("Free after the failed one: %v", err)
 	}
 }
@@ -244,8 +244,8 @@ func TestHostPoolFreeRecordFails(t *testing.T) {
 func TestHostPoolOutOfMemory(t *testing.T) {
 	dev, s, _ := hostPoolDevice(t, sim.Config{HostCapacity: 64 << 10})
 	p := mr.NewHostPool(dev)
-	b := must[[]byte](t)(p.Allocate(32<<10, s))
-	_, err := p.Allocate(64<<10, s)
+	b := must[[]byte](t)(mr.AllocateHost[byte](p, 32<<10, s))
+	_, err := mr.AllocateHost[byte](p, 64<<10, s)
 	var oom *mr.OutOfMemoryError
 	if !errors.As(err, &oom) || !errors.Is(err, mr.ErrOutOfMemory) {
 		t.Fatalf("Allocate past the capacity: %v, want *OutOfMemoryError", err)
@@ -254,17 +254,17 @@ func TestHostPoolOutOfMemory(t *testing.T) {
 		t.Errorf("OutOfMemoryError %+v", oom)
 	}
 	// A completed cached block of another class is given back to make room.
-	if err := p.Free(b, s); err != nil {
+	if err := mr.FreeHost(p, b, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	c := must[[]byte](t)(p.Allocate(64<<10, s))
+	c := must[[]byte](t)(mr.AllocateHost[byte](p, 64<<10, s))
 	if u := p.Usage(); u.Used != 64<<10 || u.Reserved != 64<<10 {
 		t.Errorf("usage %+v after the retry", u)
 	}
-	if err := p.Free(c, s); err != nil {
+	if err := mr.FreeHost(p, c, s); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -349,7 +349,7 @@ func TestHostPoolCopies(t *testing.T) {
 	if u.Used != 0 || u.PeakUsed == 0 || u.Reserved == 0 {
 		t.Errorf("usage %+v", u)
 	}
-	if _, err := p.Release(); err != nil {
+	if _, err := p.ReleaseContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if u := p.Usage(); u.Reserved != 0 {
@@ -371,7 +371,7 @@ func hostCopies(dev gpu.Device, p *mr.HostPool, s, s2 gpu.Stream, g, rounds int)
 	}
 	for r := range rounds {
 		n := 1 + (g*7919+r*104729)%(60<<10)
-		src, err := p.Allocate(n, s)
+		src, err := mr.AllocateHost[byte](p, n, s)
 		if err != nil {
 			return err
 		}
@@ -382,11 +382,11 @@ func hostCopies(dev gpu.Device, p *mr.HostPool, s, s2 gpu.Stream, g, rounds int)
 		if err := dev.CopyHtoDAsync(d1, src, s); err != nil {
 			return err
 		}
-		if err := p.Free(src, s); err != nil {
+		if err := mr.FreeHost(p, src, s); err != nil {
 			return err
 		}
 		// Through an ordered block on s: device-only use, no host access.
-		mid, err := p.AllocateOrdered(n, s)
+		mid, err := allocOrdered(p, n, s)
 		if err != nil {
 			return err
 		}
@@ -396,7 +396,7 @@ func hostCopies(dev gpu.Device, p *mr.HostPool, s, s2 gpu.Stream, g, rounds int)
 		if err := dev.CopyHtoDAsync(d2, mid, s); err != nil {
 			return err
 		}
-		if err := p.Free(mid, s); err != nil {
+		if err := mr.FreeHost(p, mid, s); err != nil {
 			return err
 		}
 		// Back on the other stream, after s.
@@ -410,7 +410,7 @@ func hostCopies(dev gpu.Device, p *mr.HostPool, s, s2 gpu.Stream, g, rounds int)
 		if err := s2.WaitEvent(e); err != nil {
 			return err
 		}
-		out, err := p.AllocateOrdered(n, s2)
+		out, err := allocOrdered(p, n, s2)
 		if err != nil {
 			return err
 		}
@@ -430,7 +430,7 @@ func hostCopies(dev gpu.Device, p *mr.HostPool, s, s2 gpu.Stream, g, rounds int)
 		if !bytes.Equal(out, want) {
 			return fmt.Errorf("goroutine %d round %d: %d bytes differ", g, r, n)
 		}
-		if err := p.Free(out, s2); err != nil {
+		if err := mr.FreeHost(p, out, s2); err != nil {
 			return err
 		}
 		if err := e.Destroy(); err != nil {
@@ -462,7 +462,7 @@ func TestHostPoolOrderedAcrossStreams(t *testing.T) {
 	if err := s2.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	m := must[[]byte](t)(p.Allocate(n, s1))
+	m := must[[]byte](t)(mr.AllocateHost[byte](p, n, s1))
 	for i := range m {
 		m[i] = byte(i % 251)
 	}
@@ -471,10 +471,10 @@ func TestHostPoolOrderedAcrossStreams(t *testing.T) {
 	if err := dev.CopyHtoDAsync(dst, m, s1); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Free(m, s1); err != nil {
+	if err := mr.FreeHost(p, m, s1); err != nil {
 		t.Fatal(err)
 	}
-	m2 := must[[]byte](t)(p.AllocateOrdered(n, s2))
+	m2 := must[[]byte](t)(allocOrdered(p, n, s2))
 	if &m2[0] != &m[0] {
 		t.Fatal("the ordered request did not get the cached block")
 	}
@@ -495,7 +495,7 @@ func TestHostPoolOrderedAcrossStreams(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Error("the copy on s1 read bytes written by s2 after the free")
 	}
-	if err := p.Free(m2, s2); err != nil {
+	if err := mr.FreeHost(p, m2, s2); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -508,7 +508,7 @@ func TestHostPoolRecordStream(t *testing.T) {
 	dev, s1, s2 := hostPoolDevice(t, sim.Config{})
 	p := mr.NewHostPool(dev)
 	d := must[gpu.DevicePtr](t)(dev.Malloc(4096))
-	b := must[[]byte](t)(p.Allocate(4096, s1))
+	b := must[[]byte](t)(mr.AllocateHost[byte](p, 4096, s1))
 	release := dev.Hold(s2)
 	if err := dev.CopyHtoDAsync(d, b, s2); err != nil {
 		t.Fatal(err)
@@ -533,10 +533,10 @@ func TestHostPoolRecordStream(t *testing.T) {
 			t.Errorf("RecordStream(%s): %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	if err := p.Free(b, s1); err != nil { // s1 is idle
+	if err := mr.FreeHost(p, b, s1); err != nil { // s1 is idle
 		t.Fatal(err)
 	}
-	c := must[[]byte](t)(p.Allocate(4096, s1))
+	c := must[[]byte](t)(mr.AllocateHost[byte](p, 4096, s1))
 	if &c[0] == &b[0] {
 		t.Fatal("a block still read by a copy on a recorded stream was handed out")
 	}
@@ -544,7 +544,7 @@ func TestHostPoolRecordStream(t *testing.T) {
 	if err := s2.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	e := must[[]byte](t)(p.Allocate(4096, s1))
+	e := must[[]byte](t)(mr.AllocateHost[byte](p, 4096, s1))
 	if &e[0] != &b[0] {
 		t.Fatal("the block was not reused once the recorded stream's copy completed")
 	}
@@ -552,7 +552,7 @@ func TestHostPoolRecordStream(t *testing.T) {
 		t.Fatal(err) // e is b again: live
 	}
 	for _, x := range [][]byte{c, e} {
-		if err := p.Free(x, s1); err != nil {
+		if err := mr.FreeHost(p, x, s1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -569,12 +569,12 @@ func TestHostPoolReleaseContext(t *testing.T) {
 	p := mr.NewHostPool(dev)
 	d := must[gpu.DevicePtr](t)(dev.Malloc(64 << 10))
 	defer dev.Free(d)
-	b := must[[]byte](t)(p.Allocate(64<<10, s))
+	b := must[[]byte](t)(mr.AllocateHost[byte](p, 64<<10, s))
 	release := dev.Hold(s)
 	if err := dev.CopyHtoDAsync(d, b, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Free(b, s); err != nil {
+	if err := mr.FreeHost(p, b, s); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -601,4 +601,13 @@ func TestHostPoolReleaseContext(t *testing.T) {
 	if u := p.Usage(); u.Reserved != 0 || p.Stats().Released != 1 {
 		t.Errorf("after release: %+v, %+v", u, p.Stats())
 	}
+}
+
+// allocOrdered is AllocateOrdered with the slice of its memory.
+func allocOrdered(p *mr.HostPool, n int, s gpu.Stream) ([]byte, error) {
+	ptr, err := p.AllocateOrdered(n, s)
+	if err != nil {
+		return nil, err
+	}
+	return p.Bytes(ptr, n)
 }

@@ -48,11 +48,11 @@ func ExampleDriverHostPool() {
 	}
 	d, _ := dev.Malloc(1 << 20)
 	for i := range 3 {
-		b, _ := pool.Allocate(1<<20, s)
+		b, _ := mr.AllocateHost[byte](pool, 1<<20, s)
 		_ = s.Synchronize() // now the host may write it
 		b[0] = byte(i)
 		_ = dev.CopyHtoDAsync(d, b, s)
-		_ = pool.Free(b, s) // in stream order: after the copy
+		_ = mr.FreeHost(pool, b, s) // in stream order: after the copy
 	}
 	_ = s.Synchronize()
 	u := pool.Usage()

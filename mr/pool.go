@@ -193,8 +193,12 @@ type Pool struct {
 	dirty     []*poolStream
 	cands     candTree // pool_candtree.go
 	parked    candTree
+	lfStale   []*poolStream // pool_largest.go
 	forgotten poolStreamStats
 	streamSeq uint64
+	// The streams by their largest free or cached block
+	// (pool_largest.go), under mu.
+	lfHeap []*poolStream
 
 	tune poolTune
 
@@ -363,14 +367,14 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 			return nil // pool_fast.go
 		}
 		st.lock()
-		if b := st.live.get(ptr); b != nil {
+		if b, at := st.live.find(ptr); b != nil {
 			if b.req != size {
 				req := b.req
 				st.mu.Unlock()
 				return poolSizeMismatch(ptr, req, size)
 			}
 			c := b.c
-			st.unlive(b)
+			st.unliveAt(b, at)
 			if p.opts.ReleaseThreshold == 0 || c.live > 0 {
 				if !st.arm(b, size) {
 					st.quickPut(b)

@@ -791,7 +791,16 @@ func TestPtrMap(t *testing.T) {
 			k := keys[j]
 			keys[j] = keys[len(keys)-1]
 			keys = keys[:len(keys)-1]
-			m.del(k)
+			if r.IntN(2) == 0 {
+				m.del(k)
+			} else {
+				// The free's path: one probe finds it, delAt removes it there.
+				b, at := m.find(k)
+				if b != ref[k] {
+					t.Fatalf("op %d: find(%#x) = %p, want %p", i, k, b, ref[k])
+				}
+				m.delAt(at)
+			}
 			delete(ref, k)
 		} else {
 			// Addresses clustered like a pool's: 256-aligned, close.
@@ -817,6 +826,9 @@ func TestPtrMap(t *testing.T) {
 				k := gpu.DevicePtr(1<<32 + (1<<16+j)*Alignment)
 				if m.get(k) != nil {
 					t.Fatalf("get of absent key %#x found something", k)
+				}
+				if b, _ := m.find(k); b != nil {
+					t.Fatalf("find of absent key %#x found something", k)
 				}
 			}
 		}

@@ -43,18 +43,25 @@ const (
 
 // block is a piece of a chunk. Descriptors are recycled through the spare
 // list of a poolStream, so the hot path allocates no Go memory.
+//
+// The fields that coalescing reads of a neighbour and that a tlsf reads of
+// the blocks it scans or unlinks (state, class, size, links) come first,
+// in 48 bytes: of a free, most of a descriptor's cache misses are on
+// neighbours and list members, and with those fields together half the
+// descriptors of a batch (80 bytes each, from a 64-byte boundary) serve
+// them from one cache line instead of two.
 type poolBlock struct {
-	ptr  gpu.DevicePtr
-	size int // a multiple of Alignment
-	req  int // the size asked for, while live
-	c    *poolChunk
+	state  poolBlockState
+	handed bool  // ptr was handed out by Allocate (for diagnose)
+	fl, sl uint8 // free: the tlsf class it is filed in (set by insert)
+	size   int   // a multiple of Alignment
 
 	prev, next   *poolBlock // neighbours in c, by address
 	lprev, lnext *poolBlock // links in a tlsf class, a pending list or the spare list
 
-	state   poolBlockState
-	handed  bool        // ptr was handed out by Allocate (for diagnose)
-	fl, sl  uint8       // free: the tlsf class it is filed in (set by insert)
+	ptr     gpu.DevicePtr
+	req     int // the size asked for, while live
+	c       *poolChunk
 	freedBy *poolStream // pending: the stream the free was enqueued on
 }
 
@@ -62,9 +69,17 @@ func (b *poolBlock) end() gpu.DevicePtr { return b.ptr + gpu.DevicePtr(b.size) }
 
 // chunk is one upstream allocation.
 type poolChunk struct {
-	base  gpu.DevicePtr
-	size  int  // bytes allocated from upstream (and given back with Deallocate)
-	small bool // serves requests of at most poolSmallMax bytes only
+	// Guarded by home.mu. The counters that every allocation and free of
+	// the home change, and small, which they read, come first, within 32
+	// bytes: one cache line, not two, for each chunk a free or an
+	// allocation touches (random churn over 160 chunks: 11% fewer L1
+	// misses in cachegrind than with them after the other fields).
+	live   int  // live blocks
+	cached int  // blocks in the home's quick cache
+	small  bool // serves requests of at most poolSmallMax bytes only
+
+	base gpu.DevicePtr
+	size int // bytes allocated from upstream (and given back with Deallocate)
 	// limit is the address space of a growable chunk (pool_vgrow.go),
 	// equal to size; 0 for a chunk of fixed size. mapped is the bytes of
 	// a growable chunk's blocks that are not unmapped, guarded by
@@ -78,9 +93,7 @@ type poolChunk struct {
 
 	// Guarded by home.mu.
 	first   *poolBlock
-	live    int // live blocks
 	pending int // pending blocks
-	cached  int // blocks in the home's quick cache
 	homeIdx int // index in home.homed
 
 	// Every pair of the home changes live and cached. Chunks of different

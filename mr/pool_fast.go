@@ -130,6 +130,9 @@ func (st *poolStream) lock() {
 	if st.parked {
 		st.unpark()
 	}
+	if !st.lfStale {
+		st.markLFStale()
+	}
 }
 
 // settle empties the fast slot: its block goes where the locked code

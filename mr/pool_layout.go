@@ -148,21 +148,3 @@ func (p *Pool) Layout() PoolLayout {
 	slices.SortFunc(l.Chunks, func(a, b ChunkLayout) int { return cmp.Compare(a.Base, b.Base) })
 	return l
 }
-
-// largestFree is the pool's largest free or cached block, for an
-// out-of-memory error. Caller holds p.mu.
-func (p *Pool) largestFreeLocked() uint64 {
-	var best int
-	for _, st := range p.streams.all() {
-		st.lock()
-		for _, c := range st.homed {
-			for b := c.first; b != nil; b = b.next {
-				if (b.state == blockFree || b.state == blockCached) && b.size > best {
-					best = b.size
-				}
-			}
-		}
-		st.mu.Unlock()
-	}
-	return uint64(best)
-}

@@ -16,8 +16,10 @@
 // Invariants: keys are non-zero addresses (0 marks an empty slot); a key
 // is in the front slot or in the table, never both; every key in the table
 // is reachable from its home slot without crossing an empty slot; the
-// table is at most 3/4 full, and grows (the only time it allocates) by
-// doubling.
+// table is at most half full, and grows (the only time it allocates) by
+// doubling. (In random churn under cachegrind, the removals' backward
+// shifts took 39 instructions per operation with the table at most 3/4
+// full, 29 at most half full.)
 
 package mr
 
@@ -50,23 +52,33 @@ func (m *ptrMap) home(k gpu.DevicePtr) int {
 }
 
 func (m *ptrMap) get(k gpu.DevicePtr) *poolBlock {
+	v, _ := m.find(k)
+	return v
+}
+
+// ptrMapFront is the position find reports for the front slot.
+const ptrMapFront = -1
+
+// find returns k's value and its position, for delAt: ptrMapFront or an
+// index of the table. The value is nil if k is not in the map.
+func (m *ptrMap) find(k gpu.DevicePtr) (*poolBlock, int) {
 	if k == 0 {
-		return nil
+		return nil, 0
 	}
 	if m.front.key == k {
-		return m.front.val
+		return m.front.val, ptrMapFront
 	}
 	if m.n == 0 {
-		return nil
+		return nil, 0
 	}
 	mask := len(m.slots) - 1
 	for i := m.home(k); ; i = (i + 1) & mask {
 		s := &m.slots[i]
 		if s.key == k {
-			return s.val
+			return s.val, i
 		}
 		if s.key == 0 {
-			return nil
+			return nil, 0
 		}
 	}
 }
@@ -82,7 +94,7 @@ func (m *ptrMap) put(k gpu.DevicePtr, v *poolBlock) {
 // putTable files k, which is in neither the front slot nor the table, in
 // the table.
 func (m *ptrMap) putTable(k gpu.DevicePtr, v *poolBlock) {
-	if (m.n+1)*4 > len(m.slots)*3 {
+	if (m.n+1)*2 > len(m.slots) {
 		m.grow()
 	}
 	mask := len(m.slots) - 1
@@ -105,6 +117,18 @@ func (m *ptrMap) del(k gpu.DevicePtr) {
 	for m.slots[i].key != k {
 		i = (i + 1) & mask
 	}
+	m.delAt(i)
+}
+
+// delAt removes the entry at position at, as find reported it, so that a
+// lookup followed by a removal (a free) probes the table once.
+func (m *ptrMap) delAt(at int) {
+	if at == ptrMapFront {
+		m.front = ptrMapSlot{}
+		return
+	}
+	mask := len(m.slots) - 1
+	i := at
 	// Backward shift: move later entries of the probe run into the hole
 	// unless that would put them before their home slot.
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {

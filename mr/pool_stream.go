@@ -108,6 +108,10 @@ type poolStream struct {
 	// there (pool_candtree.go), under Pool.aux.
 	tree   uint8
 	cl, cr *poolStream
+	// pool_largest.go: listed in Pool.lfStale (under mu); the largest
+	// block filed and the place in Pool.lfHeap, plus one (under Pool.mu).
+	lfStale  bool
+	lf, lfAt int
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
@@ -246,6 +250,18 @@ func (st *poolStream) putFree(b *poolBlock) {
 // unlive takes live block b out of the live map and the counters.
 func (st *poolStream) unlive(b *poolBlock) {
 	st.live.del(b.ptr)
+	st.unlisted(b)
+}
+
+// unliveAt is unlive for a block that live.find found at position at.
+func (st *poolStream) unliveAt(b *poolBlock, at int) {
+	st.live.delAt(at)
+	st.unlisted(b)
+}
+
+// unlisted counts live block b, out of the live map now, out of the
+// stream's counters.
+func (st *poolStream) unlisted(b *poolBlock) {
 	st.freed[st.freedPos%poolFreedRing] = b.ptr
 	st.freedPos++
 	b.c.live--

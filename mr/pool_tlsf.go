@@ -142,6 +142,21 @@ func (t *tlsf) find(size int) *poolBlock {
 	return nil
 }
 
+// largest returns the size of the largest filed block, or 0: the largest
+// in the top non-empty class, whose blocks are all larger than those of
+// the classes below.
+func (t *tlsf) largest() int {
+	if t.flMap == 0 {
+		return 0
+	}
+	fl := bits.Len64(t.flMap) - 1
+	best := 0
+	for b := t.heads[fl][bits.Len32(t.slMap[fl])-1]; b != nil; b = b.lnext {
+		best = max(best, b.size)
+	}
+	return best
+}
+
 // nextClass returns the first non-empty class above class (fl, sl), in
 // increasing order of size, from the bitmaps; ok is false if there is none.
 func (t *tlsf) nextClass(fl, sl int) (int, int, bool) {

@@ -226,5 +226,6 @@ func (p *Pool) forgetEmptyStreams() error {
 		}
 		return true
 	})
+	p.forgetLF()
 	return errors.Join(errs...)
 }

@@ -8,7 +8,10 @@
 // each level, every statistic the resource keeps: Usage, a Stats
 // adaptor's counters (per stream too), a Pool's counters and layout, the
 // pending frees of an Async, a Retry's counts, a Limit's budget, what a
-// Tracking adaptor holds. WriteSummary prints it, sizes in IEC units.
+// Tracking adaptor holds, a HostPool's counters. WriteSummary prints it,
+// sizes in IEC units. A stack over a host pool (host.go) reads the same
+// way; its device is the one whose context the memory is registered with,
+// whose Total and Free are device memory, for the reader's orientation.
 //
 // Invariants: reading statistics changes nothing and frees nothing; each
 // level is read once, nearest first, so under concurrent use the levels
@@ -73,7 +76,7 @@ type LevelStats struct {
 	Tracked *TrackedStats
 	// History: what a History adaptor recorded.
 	History *HistoryStats
-	// Host: a HostPool's counters (summary_host.go).
+	// Host: a HostPool's counters.
 	Host *HostPoolStats
 }
 
@@ -166,6 +169,10 @@ func resourceName(r Resource) string {
 		return "aligned"
 	case *History:
 		return "history"
+	case *HostPool:
+		return "host pool"
+	case *DriverHostPool:
+		return "driver host pool"
 	}
 	return fmt.Sprintf("%T", r)
 }
@@ -235,6 +242,9 @@ func levelOf(r Resource) LevelStats {
 	case *History:
 		h := r.Stats()
 		l.History = &h
+	case *HostPool:
+		st := r.Stats()
+		l.Host = &st
 	}
 	return l
 }

@@ -346,8 +346,8 @@ func TestStatsOfAsync(t *testing.T) {
 	}
 }
 
-// The host resources have a summary of their own: usage and a HostPool's
-// counters.
+// The host pools read as any resource: usage, a HostPool's counters, and
+// the adaptors stacked over them.
 func TestHostSummary(t *testing.T) {
 	dev, err := sim.New(sim.Config{}).Device(0)
 	if err != nil {
@@ -359,19 +359,19 @@ func TestHostSummary(t *testing.T) {
 	}
 	defer s.Destroy()
 	hp := mr.NewHostPool(dev)
-	b, err := hp.Allocate(5000, s)
+	b, err := mr.AllocateHost[byte](hp, 5000, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := hp.Free(b, s); err != nil {
+	if err := mr.FreeHost(hp, b, s); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = hp.Allocate(6000, s); err != nil {
+	if b, err = mr.AllocateHost[byte](hp, 6000, s); err != nil {
 		t.Fatal(err)
 	}
-	cs := mr.HostStatsOf(hp)
-	if len(cs.Levels) != 1 || cs.Levels[0].Name != "host pool" || cs.Levels[0].Host == nil {
-		t.Fatalf("HostStatsOf(HostPool) = %+v", cs)
+	cs := mr.StatsOf(hp)
+	if len(cs.Levels) != 1 || cs.Levels[0].Name != "host pool" || cs.Levels[0].Host == nil || cs.Levels[0].Resource != hp {
+		t.Fatalf("StatsOf(HostPool) = %+v", cs)
 	}
 	if h := *cs.Levels[0].Host; h.Hits != 1 || h.Misses != 1 {
 		t.Errorf("host counters %+v, want 1 hit and 1 miss", h)
@@ -379,13 +379,13 @@ func TestHostSummary(t *testing.T) {
 	if u := cs.Usage(); u.Used != 6000 || u.Reserved != 8<<10 {
 		t.Errorf("usage %+v, want 6000 used of 8 KiB", u)
 	}
-	text := mr.HostSummary(hp)
+	text := mr.Summary(hp)
 	for _, want := range []string{"chain: host pool", "1 request from the cache", "1 page-locked allocation", "8.0 KiB"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q:\n%s", want, text)
 		}
 	}
-	if err := hp.Free(b, s); err != nil {
+	if err := mr.FreeHost(hp, b, s); err != nil {
 		t.Fatal(err)
 	}
 	dp, err := mr.NewDriverHostPool(dev, mr.DriverHostPoolOptions{})
@@ -393,19 +393,40 @@ func TestHostSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dp.Close()
-	db, err := dp.Allocate(3000, s)
+	db, err := mr.AllocateHost[byte](dp, 3000, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dp.Free(db, s)
-	cs = mr.HostStatsOf(dp)
+	defer mr.FreeHost(dp, db, s)
+	cs = mr.StatsOf(dp)
 	if len(cs.Levels) != 1 || cs.Levels[0].Name != "driver host pool" || cs.Levels[0].Host != nil {
-		t.Fatalf("HostStatsOf(DriverHostPool) = %+v", cs)
+		t.Fatalf("StatsOf(DriverHostPool) = %+v", cs)
 	}
 	if u := cs.Usage(); u.Used != 3000 || u.Reserved != 4<<10 {
 		t.Errorf("driver host pool usage %+v, want 3000 used of 4 KiB", u)
 	}
-	if got := mr.HostStatsOf(nil); len(got.Levels) != 0 {
-		t.Errorf("HostStatsOf(nil) = %+v", got)
+
+	// A stack over the host pool: every level reads, the pool's counters
+	// at the bottom.
+	hp2 := mr.NewHostPool(dev)
+	top := mr.NewStats(mr.NewLimit(hp2, mr.NewBudget(1<<20)), mr.StatsOptions{})
+	v, err := mr.AllocateHost[float32](top, 1000, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs = mr.StatsOf(top)
+	if got := cs.String(); !strings.HasPrefix(got, "stats > limit > host pool: ") {
+		t.Errorf("StatsOf(stats over limit over host pool) = %q", got)
+	}
+	l := cs.Levels
+	if len(l) != 3 || l[0].Stats == nil || l[0].Stats.Bytes.Current != 4000 || l[1].Budget == nil || l[1].Budget.Charged != 4096 || // rounded to Alignment
+		l[2].Host == nil || l[2].Host.Misses != 1 || l[2].Usage == nil || l[2].Usage.Reserved != 4<<10 {
+		t.Errorf("levels %+v", l)
+	}
+	if err := mr.FreeHost(top, v, s); err != nil {
+		t.Fatal(err)
+	}
+	if u := mr.StatsOf(top).Usage(); u.Used != 0 || u.Reserved != 4<<10 {
+		t.Errorf("after the free: usage %+v, want 0 used of 4 KiB cached", u)
 	}
 }

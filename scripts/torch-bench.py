@@ -374,6 +374,23 @@ def config_name(r):
     return r["allocator"] + (" `%s`" % r["conf"] if r.get("conf") else "") + (" (%s)" % env if env else "")
 
 
+def paired(fig, ref):
+    """The round-by-round ratios of fig to ref (dicts by round), as the
+    text "median [min, max] (n pairs)" and the sign test's verdict at 2%."""
+    ratios = sorted(fig[k] / ref[k] for k in fig if k in ref)
+    if not ratios:
+        return ["-", "no pairs"]
+    pair = "%.3f [%.3f, %.3f] (%d pairs)" % (statistics.median(ratios), ratios[0], ratios[-1], len(ratios))
+    n = len(ratios)
+    if ratios[-1] <= 1.02:
+        verdict = "within 2%%, p <= %.3f" % (2 / 2 ** n) if n > 1 else "within 2% (1 pair)"
+    elif ratios[0] > 1.02:
+        verdict = "slower by more than 2%%, p <= %.3f" % (2 / 2 ** n) if n > 1 else "slower (1 pair)"
+    else:
+        verdict = "not resolved"
+    return [pair, verdict]
+
+
 def rounds(path):
     """The interleaved protocol's table (torch-bench.sh INTERLEAVE=...).
 
@@ -384,12 +401,17 @@ def rounds(path):
     paired round by round; their median and range. With n rounds, the
     range holds the median paired ratio of the process population with
     probability 1 - 2/2^n (a sign test), so the verdict "within 2%" needs
-    every paired ratio at most 1.02, "slower" every one above it."""
+    every paired ratio at most 1.02, "slower" every one above it. The last
+    two columns pair the total time of each process's timed steps the same
+    way: where steps differ by design (GPT-2 cycles six sequence lengths),
+    a process's median falls between two kinds of step, and the total is
+    what a run costs."""
     rows = [json.loads(line) for line in open(path) if line.strip()]
     rows = [r for r in rows if r.get("round")]
     print("| workload | configuration | processes | median step ms | spread of processes | "
-          "ratio to reference, paired by round: median [min, max] | verdict at 2% |")
-    print("|---|---|---:|---:|---:|---|---|")
+          "ratio to reference, paired by round: median [min, max] | verdict at 2% | "
+          "total of timed steps, paired ratio: median [min, max] | verdict at 2% |")
+    print("|---|---|---:|---:|---:|---|---|---|---|")
     for w in ["gpt2", "resnet50", "generate", "cupy"]:
         rs = [r for r in rows if r["workload"] == w]
         if not rs:
@@ -400,25 +422,16 @@ def rounds(path):
                 configs.append(config_name(r))
         ref = next((c for c in configs if c.startswith(("native", "cupy-pool"))), configs[0])
         by = {c: {r["round"]: r["step_ms_median"] for r in rs if config_name(r) == c} for c in configs}
+        total = {c: {r["round"]: sum(r["times_ms"]) for r in rs if config_name(r) == c} for c in configs}
         for c in configs:
             ms = sorted(by[c].values())
             med = statistics.median(ms)
             spread = (ms[-1] - ms[0]) / med
             if c == ref:
-                pair, verdict = "(reference)", ""
+                cols = ["(reference)", "", "(reference)", ""]
             else:
-                ratios = sorted(by[c][k] / by[ref][k] for k in by[c] if k in by[ref])
-                if not ratios:
-                    pair, verdict = "-", "no pairs"
-                else:
-                    pair = "%.3f [%.3f, %.3f] (%d pairs)" % (statistics.median(ratios), ratios[0], ratios[-1], len(ratios))
-                    if ratios[-1] <= 1.02:
-                        verdict = "within 2%%, p <= %.3f" % (2 / 2 ** len(ratios)) if len(ratios) > 1 else "within 2% (1 pair)"
-                    elif ratios[0] > 1.02:
-                        verdict = "slower by more than 2%%, p <= %.3f" % (2 / 2 ** len(ratios)) if len(ratios) > 1 else "slower (1 pair)"
-                    else:
-                        verdict = "not resolved"
-            print("| %s | %s | %d | %.2f | %.1f%% | %s | %s |" % (w, c, len(ms), med, 100 * spread, pair, verdict))
+                cols = paired(by[c], by[ref]) + paired(total[c], total[ref])
+            print("| %s | %s | %d | %.2f | %.1f%% | %s |" % (w, c, len(ms), med, 100 * spread, " | ".join(cols)))
     dev = {r.get("device") for r in rows}
     print("\ndevice: %s; steps: %s" % (", ".join(sorted(d for d in dev if d)),
                                        ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))

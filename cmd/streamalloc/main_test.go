@@ -118,7 +118,7 @@ func TestReplayGzipTableAndLog(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("stderr is not a terminal, yet got %q", stderr)
 	}
-	for _, name := range registry.Replay() {
+	for _, name := range registry.Replay().Every() {
 		if !strings.Contains(out, " "+name+" ") {
 			t.Errorf("table lacks resource %s:\n%s", name, out)
 		}
@@ -130,7 +130,7 @@ func TestReplayGzipTableAndLog(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
 	// Per resource: 3 allocations, the trace's 1 known free, 2 frees at
 	// the end; one header for the whole file.
-	if lines[0] != "Thread,Time,Action,Pointer,Size,Stream" || len(lines) != 1+6*len(registry.Replay()) {
+	if lines[0] != "Thread,Time,Action,Pointer,Size,Stream" || len(lines) != 1+6*len(registry.Replay().Every()) {
 		t.Errorf("log has %d lines, header %q", len(lines), lines[0])
 	}
 	// The log replays.
@@ -139,7 +139,7 @@ func TestReplayGzipTableAndLog(t *testing.T) {
 		t.Fatalf("replaying the log: %v", err)
 	}
 	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["allocations"] != float64(3*len(registry.Replay())) {
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["allocations"] != float64(3*len(registry.Replay().Every())) {
 		t.Errorf("log replay: %v %s", err, out)
 	}
 }

@@ -84,7 +84,7 @@ when they would have; both rows are shown.`,
 			return runReplay(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), kind, f, args)
 		},
 	}
-	cmd.Flags().StringVar(&f.resources, "resource", "pool", "resources to replay against: a comma-separated list of "+fmt.Sprint(registry.Replay())+", or all")
+	cmd.Flags().StringVar(&f.resources, "resource", "pool", "resources to replay against: a comma-separated list of "+fmt.Sprint(registry.Replay())+", or all (every one but the host pools)")
 	cmd.Flags().StringVar(&f.upstream, "upstream", "async", "what suballocators (pool, arena, binning, fixedsize) draw their chunks from: "+fmt.Sprint(registry.Upstreams()))
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the results as a JSON array")
 	cmd.Flags().StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")

@@ -43,7 +43,7 @@ func TestReplayTableLayout(t *testing.T) {
 		if head[0] != "resource" || strings.Contains(rows[2], "failures") || strings.Contains(rows[2], "hazards") {
 			t.Errorf("trace %d: header %q", i, rows[2])
 		}
-		names := registry.Replay()
+		names := registry.Replay().Every()
 		body := rows[3 : 3+len(names)]
 		for k, r := range body {
 			if f := strings.Fields(r); len(f) == 0 || f[0] != names[k] {

@@ -71,7 +71,12 @@ type Backend struct {
 	// not know (hostJoin, vclock.go).
 	hostMu  sync.Mutex
 	hostGen atomic.Uint64
-	streams sync.Map // stream ID -> *stream, for HappensBefore and the host clock
+	// learned is the host's latest news, the last hostNews entries of
+	// (generation, stream) that hostLearnLocked recorded, nlearned how
+	// many it ever recorded; under hostMu. learnedSince answers from it.
+	learned  [hostNews]learnedTick
+	nlearned uint64
+	streams  sync.Map // stream ID -> *stream, for HappensBefore and the host clock
 
 	captureState // captures of all devices (capture.go)
 }
@@ -185,6 +190,42 @@ func (b *Backend) stream(id uint64) *stream {
 		return v.(*stream)
 	}
 	return nil
+}
+
+// hostNews is how many of the host's latest lessons Backend.learned
+// keeps.
+const hostNews = 1024
+
+// learnedTick says that at generation gen the host learned something new
+// of stream s.
+type learnedTick struct {
+	gen uint64
+	s   *stream
+}
+
+// learnedSince calls fn for each stream the host learned of at a
+// generation after from and up to to (newest first, a stream perhaps more
+// than once), and reports whether those were all: false when more than
+// limit of them, or some already forgotten, would have been needed (fn
+// may have been called for some).
+func (b *Backend) learnedSince(from, to uint64, limit int, fn func(*stream)) bool {
+	b.hostMu.Lock()
+	defer b.hostMu.Unlock()
+	n := 0
+	for i := b.nlearned; i > 0 && i+hostNews > b.nlearned; i-- {
+		t := &b.learned[(i-1)%hostNews]
+		if t.gen <= from {
+			return true
+		}
+		if t.gen > to {
+			continue
+		}
+		if n++; n > limit {
+			return false
+		}
+		fn(t.s)
+	}
+	return b.nlearned <= hostNews
 }
 
 // hostKnows reports whether, at host generation gen, the host knew

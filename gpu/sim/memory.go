@@ -80,6 +80,18 @@ func (as *addrSpace) alloc(size, a uint64) (uint64, bool) {
 	return 0, false
 }
 
+// fits reports whether alloc(size, a) would succeed, without taking
+// anything.
+func (as *addrSpace) fits(size, a uint64) bool {
+	for _, f := range as.free {
+		start := roundUp(f.base, a)
+		if start >= f.base && start+size <= f.base+f.size && start+size >= start {
+			return true
+		}
+	}
+	return false
+}
+
 // release returns [base, base+size), coalescing with its neighbours.
 func (as *addrSpace) release(base, size uint64) {
 	i, _ := slices.BinarySearchFunc(as.free, base, func(f span, b uint64) int { return cmp.Compare(f.base, b) })

@@ -121,11 +121,16 @@ type memPool struct {
 	poolMarks
 	heaps []*heap
 	free  *block // list of free blocks (fprev, fnext)
+	// The free blocks by size, and each stream's pending ones
+	// (pooltree.go).
+	bySize blockTree
+	byPend map[*stream]*blockTree
+	pend   *block // the pending free blocks (pprev, pnext)
 	// apart holds every free block whose next neighbour is free too (kept
 	// apart because their frees could not coalesce yet), and perhaps
 	// blocks that no longer are: settleLocked visits these, not every
-	// block of every heap, so an allocation costs O(free blocks), not
-	// O(blocks) (a million live blocks made each one walk a million).
+	// block of every heap (a million live blocks made each allocation
+	// walk a million).
 	apart map[*block]struct{}
 
 	// peers has bit b set when device b may access the pool's memory,
@@ -156,6 +161,11 @@ type block struct {
 	// allDue: every free in deps is known to be due. Due is for good
 	// once true, so settled answers from it without visiting deps again.
 	allDue bool
+	// seen: the host knows one of the frees in deps complete; else, if
+	// not 0, unseenAt is a host generation at which it knew none
+	// (seenComplete). Both reset whenever deps change.
+	seen     bool
+	unseenAt uint64
 	// pending marks a free block whose frees the pool has not yet
 	// processed (flushLocked): only its own stream reuses it, first.
 	pending    bool
@@ -163,6 +173,12 @@ type block struct {
 	prev, next *block // neighbours in the heap, by address
 	fprev      *block // free blocks: neighbours in the pool's free list
 	fnext      *block
+	// Links in the pool's trees of free blocks (pooltree.go), and the
+	// stream whose byPend tree holds the block, if one does.
+	bySize, byPend treeLinks
+	pendOf         *stream
+	inPend         bool
+	pprev, pnext   *block
 }
 
 // listFree and unlistFree maintain the pool's list of free blocks, which
@@ -173,9 +189,11 @@ func (p *memPool) listFree(b *block) {
 		p.free.fprev = b
 	}
 	p.free = b
+	p.index(b)
 }
 
 func (p *memPool) unlistFree(b *block) {
+	p.unindex(b)
 	if b.fprev != nil {
 		b.fprev.fnext = b.fnext
 	} else {
@@ -188,7 +206,8 @@ func (p *memPool) unlistFree(b *block) {
 }
 
 func newMemPool(d *Device, isDefault bool) *memPool {
-	return &memPool{dev: d, isDefault: isDefault, raw: newRaw(), followEvents: true, opportunistic: true, internalDep: true}
+	return &memPool{dev: d, isDefault: isDefault, raw: newRaw(), followEvents: true, opportunistic: true, internalDep: true,
+		bySize: blockTree{links: bySizeLinks, less: sizeLess}}
 }
 
 var _ gpu.MemPool = (*memPool)(nil)
@@ -344,11 +363,8 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 	s.nextDepsLocked()
 	rq := &mapFor{s: s}
 	var best *block
-	for x := p.free; x != nil; x = x.fnext {
-		if x.pending && x.size >= need && onlyOn(x.deps, s) &&
-			(best == nil || x.size < best.size || x.size == best.size && (x.freed < best.freed || x.freed == best.freed && x.addr < best.addr)) {
-			best = x
-		}
+	if t := p.pendTree(s, false); t != nil {
+		t.ascend(need, func(x *block) bool { best = x; return false })
 	}
 	if best != nil && p.mapLocked(call, rq, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need) == nil {
 		p.carveLocked(best, need)
@@ -366,7 +382,7 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 		c = p.scanLocked(s, need, true)
 	}
 	best = c.best
-	bestAcq, bestWait, bestWaits, bestWaitAcq := c.acq, c.wait, c.waits, c.waitAcq
+	bestAcq := c.acq
 	if best != nil {
 		// A free block over pages given back maps them again.
 		if err := p.mapLocked(call, rq, best.heap, best.addr-best.heap.seg.base, best.addr-best.heap.seg.base+need); err != nil {
@@ -374,14 +390,20 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 		}
 	}
 	if best == nil {
-		if g, acq, err := p.growLocked(call, rq, need); err == nil {
+		g, acq, err := p.growLocked(call, rq, need)
+		if err == nil {
 			best, bestAcq = g, acq
-		} else if bestWait == nil {
-			return nil, nil, nil, err
-		} else if err := p.mapLocked(call, rq, bestWait.heap, bestWait.addr-bestWait.heap.seg.base, bestWait.addr-bestWait.heap.seg.base+need); err != nil {
-			return nil, nil, nil, err
 		} else {
-			best, bestAcq, waits = bestWait, bestWaitAcq, bestWaits
+			if !c.allWaits {
+				p.scanWaitLocked(s, need, &c)
+			}
+			if c.wait == nil {
+				return nil, nil, nil, err
+			}
+			if err := p.mapLocked(call, rq, c.wait.heap, c.wait.addr-c.wait.heap.seg.base, c.wait.addr-c.wait.heap.seg.base+need); err != nil {
+				return nil, nil, nil, err
+			}
+			best, bestAcq, waits = c.wait, c.waitAcq, c.waits
 		}
 	}
 	p.carveLocked(best, need)
@@ -390,35 +412,37 @@ func (p *memPool) allocLocked(call string, s *stream, size uint64) (b *block, wa
 
 // candidates are what scanLocked found: the best block a request may
 // take at once (with the frees it acquires), and the best one behind
-// inserted waits.
+// inserted waits; allWaits, whether every block was looked at for the
+// latter (the search stops at the best block, and scanWaitLocked goes on
+// only if a growth then fails).
 type candidates struct {
 	best, wait          *block
 	acq, waits, waitAcq []*op
+	allWaits            bool
 }
 
 // scanLocked finds the best fitting free blocks of at least need bytes
-// that s may use; the free end of the range, withTail, only if no other
+// that s may use, the smallest first and the lowest address among equal
+// sizes (bySize); the free end of the range, withTail, only if no other
 // block fits.
 func (p *memPool) scanLocked(s *stream, need uint64, withTail bool) candidates {
 	var c candidates
 	tail := p.tail()
-	for x := p.free; x != nil; x = x.fnext {
-		if x.size < need || x == tail {
-			continue
+	c.allWaits = p.bySize.ascend(need, func(x *block) bool {
+		if x == tail {
+			return true
 		}
 		ok, w, a := p.usable(x, s)
 		switch {
 		case !ok:
 		case len(w) == 0:
-			if c.best == nil || x.size < c.best.size || (x.size == c.best.size && x.addr < c.best.addr) {
-				c.best, c.acq = x, a
-			}
-		default:
-			if c.wait == nil || x.size < c.wait.size || (x.size == c.wait.size && x.addr < c.wait.addr) {
-				c.wait, c.waits, c.waitAcq = x, w, a
-			}
+			c.best, c.acq = x, a
+			return false
+		case c.wait == nil:
+			c.wait, c.waits, c.waitAcq = x, w, a
 		}
-	}
+		return true
+	})
 	if c.best == nil && withTail && tail != nil && tail.size >= need {
 		if ok, w, a := p.usable(tail, s); ok && len(w) == 0 {
 			c.best, c.acq = tail, a
@@ -427,14 +451,25 @@ func (p *memPool) scanLocked(s *stream, need uint64, withTail bool) candidates {
 	return c
 }
 
-// onlyOn reports whether every free of deps is on s (and there is one).
-func onlyOn(deps []*op, s *stream) bool {
-	for _, f := range deps {
-		if f.s != s {
+// scanWaitLocked completes c's search for the best block behind inserted
+// waits, past the best block scanLocked stopped at.
+func (p *memPool) scanWaitLocked(s *stream, need uint64, c *candidates) {
+	if c.wait != nil {
+		c.allWaits = true // the first one met is the best
+		return
+	}
+	tail := p.tail()
+	p.bySize.ascend(need, func(x *block) bool {
+		if x == tail {
+			return true
+		}
+		if ok, w, a := p.usable(x, s); ok && len(w) > 0 {
+			c.wait, c.waits, c.waitAcq = x, w, a
 			return false
 		}
-	}
-	return len(deps) > 0
+		return true
+	})
+	c.allWaits = true
 }
 
 // tail is the free block at the end of the pool's last range, if its
@@ -454,9 +489,10 @@ func (p *memPool) tail() *block {
 // being pending and coalesce with free neighbours whose frees were
 // processed too.
 func (p *memPool) flushLocked() {
-	for x := p.free; x != nil; x = x.fnext {
+	for x, next := p.pend, (*block)(nil); x != nil; x = next {
+		next = x.pnext
 		if x.pending && x.settled() {
-			x.pending = false
+			p.rekey(x, func() { x.pending = false })
 			p.noteApart(x)
 			if x.prev != nil {
 				p.noteApart(x.prev)
@@ -487,6 +523,9 @@ func (p *memPool) growLocked(call string, rq *mapFor, need uint64) (*block, []*o
 		} else if start+need <= h.seg.size {
 			return nil, nil, err // out of device memory, not of addresses
 		}
+	}
+	if err := p.refuseNewHeapLocked(call, rq, need); err != nil {
+		return nil, nil, err
 	}
 	h, err := p.newHeapLocked(call, need)
 	if err != nil {
@@ -526,7 +565,7 @@ func (p *memPool) extendLocked(call string, rq *mapFor, h *heap, start, need uin
 	grown := end - h.end
 	h.end = end
 	if tail != nil {
-		tail.size += grown
+		p.rekey(tail, func() { tail.size += grown })
 		return tail, nil
 	}
 	b := &block{pool: p, heap: h, addr: h.seg.base + end - grown, size: grown, free: true, prev: h.last}
@@ -545,9 +584,10 @@ func (p *memPool) extendLocked(call string, rq *mapFor, h *heap, start, need uin
 
 // carveLocked allocates the first need bytes of free block b.
 func (p *memPool) carveLocked(b *block, need uint64) {
+	p.unlistFree(b)
 	if b.size > need {
 		rest := &block{pool: p, heap: b.heap, addr: b.addr + need, size: b.size - need, free: true,
-			deps: b.deps, depAt: b.depAt, allDue: b.allDue, pending: b.pending, freed: b.freed, prev: b, next: b.next}
+			deps: b.deps, depAt: b.depAt, allDue: b.allDue, seen: b.seen, unseenAt: b.unseenAt, pending: b.pending, freed: b.freed, prev: b, next: b.next}
 		if b.next != nil {
 			b.next.prev = rest
 		} else {
@@ -558,8 +598,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 		p.listFree(rest)
 		p.noteApart(rest)
 	}
-	p.unlistFree(b)
-	b.free, b.deps, b.depAt, b.allDue, b.pending = false, nil, nil, false, false
+	b.free, b.deps, b.depAt, b.allDue, b.seen, b.unseenAt, b.pending = false, nil, nil, false, false, 0, false
 	p.used += b.size
 	p.usedHigh = max(p.usedHigh, p.used)
 }
@@ -569,7 +608,7 @@ func (p *memPool) carveLocked(b *block, need uint64) {
 func (p *memPool) freeBlockLocked(b *block, f *op) {
 	p.used -= b.size
 	b.free = true
-	b.deps, b.depAt, b.allDue = nil, nil, f == nil
+	b.deps, b.depAt, b.allDue, b.seen, b.unseenAt = nil, nil, f == nil, false, 0
 	p.frees++
 	b.freed = p.frees
 	b.pending = f != nil
@@ -581,7 +620,7 @@ func (p *memPool) freeBlockLocked(b *block, f *op) {
 		b.absorb(n)
 	}
 	if pr := b.prev; pr != nil && pr.free && coalescible(pr, b) {
-		pr.absorb(b)
+		p.rekey(pr, func() { pr.absorb(b) })
 		p.noteApart(pr)
 		return
 	}
@@ -683,6 +722,7 @@ func (b *block) mergeDeps(n *block) {
 		b.depAt, n.depAt = n.depAt, b.depAt
 	}
 	b.allDue = b.allDue && n.allDue
+	b.seen, b.unseenAt = false, 0 // a later free may replace the one the host knew
 	for _, f := range n.deps {
 		if i := b.depOn(f.s); i >= 0 {
 			if f.seq > b.deps[i].seq {
@@ -731,7 +771,7 @@ func (p *memPool) settleLocked() {
 				break // still apart
 			}
 			p.unlistFree(n)
-			b.absorb(n)
+			p.rekey(b, func() { b.absorb(n) })
 		}
 	}
 }
@@ -739,15 +779,36 @@ func (p *memPool) settleLocked() {
 // seenComplete reports whether every free b depends on is due and the
 // host has seen at least one of them complete (it synchronized with it).
 // A block freed by nothing (never used) counts as seen.
+// gen is the host's current generation. What the host knows at it it
+// knows for good, so a yes is kept (b.seen) until b's frees change; a no
+// is remembered as the generation it was given at (b.unseenAt), and the
+// next question asks only about the streams the host learned of since
+// (Backend.learnedSince), when it still remembers them and they are
+// fewer than b's frees. A block coalescing the frees of thousands of
+// streams is then not asked about each at every synchronization, which
+// made synchronizing those streams one by one quadratic.
 func (b *block) seenComplete(host *Backend, gen uint64) bool {
-	seen := len(b.deps) == 0
-	for _, f := range b.deps {
-		if !f.due() {
-			return false
-		}
-		seen = seen || host.hostKnows(f.s, f.seq, gen)
+	if !b.settled() {
+		return false
 	}
-	return seen
+	if b.seen || len(b.deps) == 0 {
+		return true
+	}
+	if b.unseenAt != 0 && b.unseenAt == gen {
+		return false
+	}
+	known := func(f *op) bool { return host.hostKnows(f.s, f.seq, gen) }
+	if b.unseenAt != 0 && host.learnedSince(b.unseenAt, gen, len(b.deps), func(s *stream) {
+		if i := b.depOn(s); i >= 0 && known(b.deps[i]) {
+			b.seen = true
+		}
+	}) {
+		b.unseenAt = gen
+		return b.seen
+	}
+	b.seen = slices.ContainsFunc(b.deps, known)
+	b.unseenAt = gen
+	return b.seen
 }
 
 // releaseLocked gives idle granules back to the device, the highest

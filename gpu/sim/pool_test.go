@@ -394,3 +394,39 @@ func TestPoolDueFrees(t *testing.T) {
 		f.must(f.dev.Synchronize())
 	}
 }
+
+// A growth the device cannot hold even after the pool gives back its idle
+// granules is refused, and those granules are still given back, as when
+// the refusal came from mapping a new range: a request that needs a new
+// range refused at a full device moves the memory the pool held idle
+// (reserved drops to what is live) and leaves room for the next request.
+// Neither request fits: 32 MiB live and one of 100 MiB (mapped up to the
+// page past it) or 128 MiB are more than the 128 MiB device.
+func TestPoolRefusedGrowthMovesIdleMemory(t *testing.T) {
+	const mib = 1 << 20
+	f := newFixture(t, sim.Config{Capacity: 128 * mib})
+	pool := f.defaultPool()
+	f.policy(pool, true, true, true)
+	s := f.stream()
+	a := f.mallocAsync(96*mib, s)
+	f.mallocAsync(32*mib, s) // the range, 128 MiB, is full
+	f.must(f.dev.FreeAsync(a, s))
+	f.must(s.Synchronize())
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 128*mib {
+		t.Fatalf("reserved %d MiB before the refused growth", r/mib)
+	}
+	for i, size := range []int{128 * mib, 100 * mib} {
+		_, err := f.dev.MallocAsync(size, s)
+		wantErr(t, "a growth past the device", err, gpu.ErrOutOfMemory)
+		if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 32*mib {
+			t.Errorf("refusal %d: reserved %d MiB, want the 32 MiB still live", i, r/mib)
+		}
+		if u := f.attr(pool, gpu.PoolUsedMemCurrent); u != 32*mib {
+			t.Errorf("refusal %d: used %d MiB", i, u/mib)
+		}
+	}
+	f.mallocAsync(96*mib, s)
+	if r := f.attr(pool, gpu.PoolReservedMemCurrent); r != 128*mib {
+		t.Errorf("reserved %d MiB after a request that fits", r/mib)
+	}
+}

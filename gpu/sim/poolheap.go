@@ -80,6 +80,51 @@ func (p *memPool) newHeapLocked(call string, need uint64) (*heap, error) {
 	return h, nil
 }
 
+// refuseNewHeapLocked fails a growth into a new heap that the device
+// cannot hold even with every idle granule reclaimLocked may move given
+// back, before any address is reserved: reserving a device-sized heap,
+// indexing its segment and dropping it again cost O(capacity) for each
+// refused growth, which a full device answering one refusal per request
+// made quadratic. Its effects are those of the growth it spares:
+// extendLocked maps the new heap up to the granule past need (want bytes),
+// giving back idle granules first, and near capacity tries again up to
+// the page past need (least bytes), so a refused growth still unmapped
+// every idle granule the allocating stream may reuse, and still hands
+// their frees to rq. A growth that may succeed, or that finds no
+// addresses (newHeapLocked's own error), returns nil and changes nothing.
+func (p *memPool) refuseNewHeapLocked(call string, rq *mapFor, need uint64) error {
+	d := p.dev
+	want, least := roundUp(need, poolGranule), roundUp(need, vmGranule)
+	if d.committed+least <= d.capacity {
+		return nil
+	}
+	if !d.va.fits(want, poolGranule) { // newHeapLocked's smallest span
+		return nil
+	}
+	idle := p.reclaimableLocked(rq.s, want)
+	if idle >= want || d.committed-idle+least <= d.capacity {
+		return nil
+	}
+	p.reclaimLocked(rq, nil, 0, 0, want)
+	return driverErrf(call, gpu.ErrOutOfMemory, "%d bytes requested, %d of %d free", least, d.capacity-d.committed, d.capacity)
+}
+
+// reclaimableLocked is what reclaimLocked would give back for stream s,
+// with nothing excluded, counted until it reaches want bytes.
+func (p *memPool) reclaimableLocked(s *stream, want uint64) uint64 {
+	var got uint64
+	for _, c := range p.idleGranules(false) {
+		if got >= want {
+			break
+		}
+		if ok, w, _ := p.usable(c.b, s); !ok || len(w) > 0 {
+			continue
+		}
+		got += uint64(poolGranule/vmGranule-c.h.unmappedIn(c.g*poolGranule, (c.g+1)*poolGranule)) * vmGranule
+	}
+	return got
+}
+
 // dropHeapLocked gives a heap's addresses back; nothing may be mapped.
 func (p *memPool) dropHeapLocked(h *heap) {
 	p.dev.segs.remove(h.seg)

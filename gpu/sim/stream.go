@@ -240,6 +240,9 @@ func (s *stream) hostLearnLocked(seq, gen uint64) bool {
 	s.hostLog = append(s.hostLog, hostTick{gen: gen, seq: seq})
 	t := s.hostLog[len(s.hostLog)-1]
 	s.hostLast.Store(&t)
+	b := s.dev.b
+	b.learned[b.nlearned%hostNews] = learnedTick{gen: gen, s: s}
+	b.nlearned++
 	return true
 }
 

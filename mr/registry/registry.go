@@ -123,6 +123,12 @@ type Resource struct {
 	// option that only some workloads compare; the benchmark suite runs
 	// it only in the workloads that name it.
 	Variant bool
+	// Host marks a resource of page-locked host memory (a host pool):
+	// its addresses are the host's, which the simulator's kernels refuse
+	// and a program stages copies through. Replay offers it, to study the
+	// allocator over a trace's sizes and streams; All and the benchmark
+	// suite, whose workloads run kernels on the memory, leave it out.
+	Host bool
 
 	// Exactly one of alone and over is set: alone builds a resource on
 	// the device, over a suballocator on the upstream it is given.
@@ -163,6 +169,16 @@ var table = []Resource{
 	{Name: "pool_vmm", Variant: true, alone: newPoolOverVirtual},
 	{Name: "async_noreturnwait", Variant: true, alone: func(dev gpu.Device, o Options) (mr.Resource, error) {
 		return newAsync(dev, o, true)
+	}},
+	{Name: "hostpool", Host: true, alone: func(dev gpu.Device, _ Options) (mr.Resource, error) {
+		return mr.NewHostPool(dev), nil
+	}},
+	{Name: "hostpool_driver", Host: true, alone: func(dev gpu.Device, o Options) (mr.Resource, error) {
+		opts := mr.DriverHostPoolOptions{}
+		if o.KeepReserved {
+			opts.ReleaseThreshold = keptBytes
+		}
+		return mr.NewDriverHostPool(dev, opts)
 	}},
 }
 

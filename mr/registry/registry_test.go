@@ -42,20 +42,29 @@ func TestTable(t *testing.T) {
 			}
 		}
 	}
-	if got := len(All()); got != len(table) {
-		t.Errorf("All has %d names, the table %d entries", got, len(table))
+	hosts := 0
+	for _, r := range table {
+		if r.Host {
+			hosts++
+			if slices.Contains(All(), r.Name) {
+				t.Errorf("All names %q, a resource of host memory", r.Name)
+			}
+		}
+	}
+	if got := len(All()); got != len(table)-hosts {
+		t.Errorf("All has %d names, the table %d entries of device memory", got, len(table)-hosts)
 	}
 	// The orders "all" expands to are part of the command's output.
 	if want := (Set{"direct", "managed", "async", "pool", "fixedsize", "binning", "arena", "vmm", "pool_vmm", "async_noreturnwait"}); !slices.Equal(All(), want) {
 		t.Errorf("All = %v, want %v", All(), want)
 	}
-	if want := (Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm"}); !slices.Equal(Replay(), want) {
+	if want := (Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "hostpool", "hostpool_driver"}); !slices.Equal(Replay(), want) {
 		t.Errorf("Replay = %v, want %v", Replay(), want)
 	}
 }
 
 func TestParse(t *testing.T) {
-	replayAll := "want one of direct, async, pool, arena, binning, vmm, pool_vmm, or all)"
+	replayAll := "want one of direct, async, pool, arena, binning, vmm, pool_vmm, hostpool, hostpool_driver, or all)"
 	for _, tc := range []struct {
 		set     Set
 		list    string
@@ -69,6 +78,7 @@ func TestParse(t *testing.T) {
 		{Replay(), "binning,all", []string{"binning", "direct", "async", "pool", "arena", "vmm", "pool_vmm"}, ""},
 		{Replay(), "all,pool", []string{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm"}, ""},
 		{Replay(), "pool,pool", []string{"pool"}, ""},
+		{Replay(), "hostpool,all,hostpool_driver", []string{"hostpool", "direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "hostpool_driver"}, ""},
 		{All(), "direct, pool,async,pool", []string{"direct", "pool", "async"}, ""},
 		{All(), "all", All(), ""},
 		{Set{"a"}, "all,all", []string{"a"}, ""},

@@ -16,25 +16,44 @@ import (
 )
 
 // A Set is the resource names one command offers, in the order its "all"
-// expands to.
+// expands to. "all" is every name of the set but the host pools (Every),
+// which a command runs only when they are named: page-locking a trace's
+// peak, or a benchmark's, takes the host's memory and the driver's time.
 type Set []string
 
-// All is every resource of the table, in table order: what
-// `streamalloc bench` offers, its "all", and the order of the benchmark
-// suite.
+// Every is what "all" expands to: the names of s that are not host
+// pools (Resource.Host), in s's order.
+func (s Set) Every() Set {
+	var out Set
+	for _, n := range s {
+		if r, ok := Lookup(n); !ok || !r.Host {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// All is every resource of device memory in the table (every entry but
+// the Host ones), in table order: what `streamalloc bench` offers, its
+// "all", and the order of the benchmark suite.
 func All() Set {
-	s := make(Set, len(table))
-	for i, r := range table {
-		s[i] = r.Name
+	var s Set
+	for _, r := range table {
+		if !r.Host {
+			s = append(s, r.Name)
+		}
 	}
 	return s
 }
 
 // Replay is what `streamalloc replay` offers, in the order its "all"
 // expands to. fixedsize is not among them: its block size must cover the
-// largest request, which a replay does not know before it starts.
+// largest request, which a replay does not know before it starts. The
+// host pools are: a trace records device allocations, and replayed
+// against pinned host memory it studies the pool's size classes,
+// stream-ordered reuse and release under the trace's sizes and streams.
 func Replay() Set {
-	return Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm"}
+	return Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "hostpool", "hostpool_driver"}
 }
 
 // Parse returns the names of the comma-separated list, with "all"
@@ -47,7 +66,7 @@ func (s Set) Parse(list string) ([]string, error) {
 		n = strings.TrimSpace(n)
 		switch {
 		case n == "all":
-			names = append(names, s...)
+			names = append(names, s.Every()...)
 		case slices.Contains(s, n):
 			names = append(names, n)
 		default:

@@ -21,6 +21,7 @@ var recordedCounts = map[string]struct {
 	events, synthetic, failures, streams int
 	peakLive                             int64
 }{
+	"compile-h100.pickle.gz":      {8825, 52, 0, 1, 3970572172},
 	"cuda-graph-h100.pickle.gz":   {6082, 320, 0, 3, 374305192},
 	"gpt2-train-h100.pickle.gz":   {52227, 148, 0, 1, 13594206920},
 	"llama-generate-h100.csv.gz":  {513951, 0, 0, 1, 413776280},
@@ -30,7 +31,7 @@ var recordedCounts = map[string]struct {
 }
 
 // underRace are the traces read under the race detector, which makes the
-// reader ten times slower (15 s for all six on two cores): reading is one
+// reader ten times slower (15 s for six of these traces on two cores): reading is one
 // goroutine's work, so the others add no race coverage, only time.
 var underRace = map[string]bool{"cuda-graph-h100.pickle.gz": true, "three-stream-h100.pickle.gz": true}
 
