@@ -65,9 +65,11 @@
 // the pool never sets a new high-water mark of reserved memory while it
 // holds any: before a growth that would, it releases idle chunks, largest
 // first, until the growth fits under the old mark or none is left (it
-// keeps InitialSize, and other streams' working chunks). So the peak of
-// reserved memory is reached only with every chunk in use, which is what
-// keeps it close to the peak of live memory. Before it fails with out of
+// keeps InitialSize; it keeps other streams' working chunks only in a
+// pool with MaxSize or more than 64 streams, releaseBeforeGrowth in
+// pool_grow.go). So the peak of reserved memory is reached only with
+// every chunk in use, which is what keeps it close to the peak of live
+// memory. Before it fails with out of
 // memory (from upstream, or MaxSize), it steals even working chunks, then
 // releases every idle chunk and tries once more. Release gives every idle
 // chunk back; ReleaseThreshold does the same whenever a free leaves a

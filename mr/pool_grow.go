@@ -15,8 +15,10 @@
 // splitLarger); grow (first
 // releasing idle chunks, largest first, as far as needed for the growth
 // not to raise the high-water mark of reserved memory, nor cross MaxSize
-// or ReleaseThreshold); and on out of memory, steal even a working
-// chunk, else release every idle chunk and go through it all once more.
+// or ReleaseThreshold; other streams' idle working chunks too in a pool
+// of few streams without MaxSize, releaseBeforeGrowth); and on out of
+// memory, steal even a working chunk, else release every idle chunk and
+// go through it all once more.
 
 package mr
 
@@ -248,7 +250,7 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	}
 	reserved := int(p.usage.reserved.Load())
 	if reserved > target {
-		if _, err := p.releaseIdle(st, max(target, 0), false); err != nil {
+		if _, err := p.releaseBeforeGrowth(st, max(target, 0)); err != nil {
 			return 0, err
 		}
 		reserved = int(p.usage.reserved.Load())
@@ -325,13 +327,43 @@ func (p *Pool) newChunk(st *poolStream, g int, small bool, size, rounded int) (g
 // block of it; if the home was destroyed, on requester (or another stream)
 // after a device synchronization. Caller holds p.mu.
 func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, error) {
+	return p.releaseIdleOf(requester, keep, force, false)
+}
+
+// poolFewStreams is the most streams a pool may have for a growth that
+// would raise the high-water mark to release other streams' idle working
+// chunks first (releaseBeforeGrowth).
+const poolFewStreams = 64
+
+// releaseBeforeGrowth is releaseIdle without force for a growth that
+// would raise the high-water mark of reserved memory: in a pool of at
+// most poolFewStreams streams and without MaxSize it gives back other
+// streams' idle working chunks too. Such a chunk is kept from steals,
+// which would make its stream take another and streams pass chunks
+// around (steal); but kept through a new peak it is memory no stream uses
+// at the peak (a replayed three-stream pipeline held a 64 MiB one: 1.089
+// of peak live, 1.018 without it), and its stream grows again only if it
+// needs the memory. Those chunks sit on parked streams, which the walks
+// skip (pool_walk.go): visiting them costs a growth O(streams), hence
+// the bound. Under MaxSize a growth that does not fit fails over to the
+// out-of-memory path instead, which steals such a chunk, memory and all,
+// after an event wait (allocateSlow), where a release would give it back
+// and could wait for its stream on the host (Direct). Caller holds p.mu.
+func (p *Pool) releaseBeforeGrowth(requester *poolStream, keep int) (int, error) {
+	return p.releaseIdleOf(requester, keep, false, p.opts.MaxSize == 0 && p.streams.len() <= poolFewStreams)
+}
+
+// releaseIdleOf is releaseIdle; with working, it also gives back the
+// idle working chunks of streams other than requester, growable ones
+// excepted.
+func (p *Pool) releaseIdleOf(requester *poolStream, keep int, force, working bool) (int, error) {
 	type cand struct {
 		c    *poolChunk
 		home *poolStream
 	}
 	var cands []cand
 	var after uint64
-	for o := p.nextCand(0, force, requester); o != nil; o = p.nextCand(after, force, requester) { // only streams that may home an idle chunk it may take (pool_walk.go)
+	for o := p.nextCand(0, force || working, requester); o != nil; o = p.nextCand(after, force || working, requester) { // only streams that may home an idle chunk it may take (pool_walk.go)
 		after = o.seq
 		if gpu.Capturing(o.s) {
 			continue // its chunks cannot be freed on it now (capture.go)
@@ -342,7 +374,7 @@ func (p *Pool) releaseIdle(requester *poolStream, keep int, force bool) (int, er
 			// An idle growable chunk keeps its range, unless forced:
 			// decommitFree below gives back its memory, and the range
 			// serves the stream's next growth without a new reservation.
-			if !c.inUse() && (force || o == requester || !o.isWorking(c)) && (p.spare.u == nil || p.spare.u.c != c) && (force || c.limit == 0) {
+			if !c.inUse() && (force || working || o == requester || !o.isWorking(c)) && (p.spare.u == nil || p.spare.u.c != c) && (force || c.limit == 0) {
 				cands = append(cands, cand{c, o})
 			}
 		}

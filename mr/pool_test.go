@@ -401,6 +401,63 @@ func TestPoolGrowthAndThreshold(t *testing.T) {
 	}
 }
 
+// TestPoolGrowthReleasesIdleWorkingChunks: before a growth that would
+// raise the high-water mark, a pool of at most 64 streams gives back
+// another stream's idle working chunk (the chunk it last allocated from,
+// which steals leave alone), so that the peak holds what the streams use
+// at once; a pool of more streams keeps it, as its walks skip streams
+// whose only idle chunks are working ones, and so does a pool with
+// MaxSize, which steals it when memory is short.
+func TestPoolGrowthReleasesIdleWorkingChunks(t *testing.T) {
+	const MiB = 1 << 20
+	for _, tc := range []struct {
+		name     string
+		others   int  // streams that used the pool before
+		maxSize  int  // PoolOptions.MaxSize
+		released bool // b's chunk is given back before a's growth
+	}{
+		{"2 streams", 0, 0, true},
+		{"64 streams", 62, 0, true},
+		{"65 streams", 63, 0, false},
+		// Under MaxSize such a chunk is stolen when memory is short.
+		{"MaxSize", 0, 1 << 30, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := testdev.Device(t)
+			p := newPool(t, mr.NewDirect(dev), mr.PoolOptions{MaxSize: tc.maxSize})
+			for range tc.others {
+				s := poolStream(t, dev)
+				poolFree(t, p, poolAlloc(t, p, 4096, s), 4096, s)
+			}
+			a, b := poolStream(t, dev), poolStream(t, dev)
+			poolFree(t, p, poolAlloc(t, p, 64*MiB, b), 64*MiB, b)
+			before := p.Usage().Reserved
+			x := poolAlloc(t, p, 64*MiB, a)
+			held := false
+			for _, c := range p.Layout().Chunks {
+				held = held || c.Stream == b.ID() && c.Size == 64*MiB
+			}
+			u := p.Usage()
+			if held == tc.released {
+				t.Errorf("b's idle 64 MiB chunk held after a's growth: %v, want %v", held, !tc.released)
+			}
+			if tc.released && (u.Reserved != before || u.PeakReserved != before) {
+				t.Errorf("reserved %d, peak %d after a's growth, want %d both (b's chunk given back first)", u.Reserved, u.PeakReserved, before)
+			}
+			if !tc.released && u.Reserved != before+64*MiB {
+				t.Errorf("reserved %d after a's growth, want %d", u.Reserved, before+64*MiB)
+			}
+			poolFree(t, p, x, 64*MiB, a)
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if u := p.Usage(); u.Reserved != 0 || u.Used != 0 {
+				t.Errorf("after Release: %+v", u)
+			}
+		})
+	}
+}
+
 // Steps that repeat with two shapes whose big tensors are not within 1/8
 // of each other (12 MiB and 9 MiB, alternating): the default pool gives
 // back the chunks of one shape and grows chunks of the other at every

@@ -37,7 +37,12 @@
 // placed again clear of the refused addresses, and after a second refusal
 // above every address the chunk ever committed (poolChunk.top), where the
 // upstream cannot refuse it: a stream whose range was decommitted whole
-// and handed to others meets a long run of such addresses. A request the
+// and handed to others meets a long run of such addresses. Whether a
+// commit is refused depends on how far the device has got with the
+// decommit's work, so over such an upstream the same requests can give
+// different layouts and peaks from run to run; a Virtual with
+// WaitForDecommits refuses none (it waits on the host for that work
+// instead), and the pool's layout then follows from its requests alone. A request the
 // growable chunk cannot place (its range is full) starts a new growable
 // chunk; one that the upstream cannot reserve a range for falls back to a
 // chunk of the ordinary kind, which is never decommitted, only released
@@ -205,7 +210,7 @@ func (p *Pool) makeRoom(st *poolStream, n int, place poolPlace) error {
 	}
 	if int(p.usage.reserved.Load()) > target {
 		p.spare = place
-		_, err := p.releaseIdle(st, max(target, 0), false)
+		_, err := p.releaseBeforeGrowth(st, max(target, 0))
 		p.spare = poolPlace{}
 		if err != nil {
 			return err

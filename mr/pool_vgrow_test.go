@@ -3,6 +3,7 @@ package mr_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -223,6 +224,82 @@ func TestPoolCommitBlocked(t *testing.T) {
 				size int
 				s    gpu.Stream
 			}{{b, tc.other, ss[1]}, {c, tc.again, ss[0]}} {
+				if err := p.Deallocate(x.ptr, x.size, x.s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if u := p.Usage(); u.Reserved != 0 || u.Used != 0 {
+				t.Errorf("after the frees and a release: %+v", u)
+			}
+		})
+	}
+}
+
+// TestPoolWaitForDecommits: over a Virtual with WaitForDecommits, a
+// stream whose decommitted memory went to another stream's commit places
+// its next block where it would had the decommit's work completed (at its
+// old addresses, the lowest), waiting for that work, where without the
+// option it goes past the refused addresses (TestPoolCommitBlocked): the
+// layout follows from the requests alone.
+func TestPoolWaitForDecommits(t *testing.T) {
+	const MiB = 1 << 20
+	for _, held := range []bool{false, true} {
+		t.Run(map[bool]string{false: "completed", true: "held"}[held], func(t *testing.T) {
+			dev, v, ss := newSimVirtualOpts(t, 32*MiB, mr.VirtualOptions{WaitForDecommits: true})
+			p := newPool(t, v, mr.PoolOptions{})
+			a, err := p.Allocate(6*MiB, ss[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Deallocate(a, 6*MiB, ss[0]); err != nil {
+				t.Fatal(err)
+			}
+			release := func() {}
+			if held {
+				release = dev.Hold(ss[0])
+			} else if err := ss[0].Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			b, err := p.Allocate(4*MiB, ss[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				ptr gpu.DevicePtr
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				c, err := p.Allocate(6*MiB, ss[0])
+				done <- result{c, err}
+			}()
+			if held {
+				select {
+				case r := <-done:
+					t.Fatalf("allocation at addresses still mapped for ss[1] returned (%#x, %v) while the decommit's work was held", uint64(r.ptr), r.err)
+				case <-time.After(50 * time.Millisecond):
+				}
+				release()
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.ptr != a {
+				t.Errorf("block at first+%#x, want first", uint64(r.ptr-a))
+			}
+			if st := v.Stats(); held && (st.HostWaits == 0 || st.Handoffs == 0) {
+				t.Errorf("held: %+v, want a handoff and a host wait", st)
+			}
+			for _, x := range []struct {
+				ptr  gpu.DevicePtr
+				size int
+				s    gpu.Stream
+			}{{b, 4 * MiB, ss[1]}, {r.ptr, 6 * MiB, ss[0]}} {
 				if err := p.Deallocate(x.ptr, x.size, x.s); err != nil {
 					t.Fatal(err)
 				}

@@ -48,6 +48,20 @@ type VirtualOptions struct {
 	// ReserveSize is the size of the virtual range, rounded up to the
 	// granularity. Zero: twice the device's memory.
 	ReserveSize uint64
+	// WaitForDecommits makes a Commit of addresses that are still
+	// mapped, because their memory went to another commit while their
+	// decommit's work ran, wait on the host for that work
+	// (cuEventSynchronize) and unmap them, where it would otherwise fail
+	// with ErrGrowBlocked. A Pool growing in place then places every
+	// request by its own state alone, not by how far the device has got
+	// with its work, so the same requests give the same layout and the
+	// same peaks on every run and on every device (virtual_grow.go).
+	// The price is a host wait in such a commit for the work queued on
+	// the decommitting stream before the decommit; if that work waits
+	// for the host (a host function, a collective with another
+	// process), the commit waits as long. False: the commit is refused
+	// and the caller grows elsewhere, without a host wait.
+	WaitForDecommits bool
 }
 
 // VirtualStats are a Virtual resource's counters.
@@ -72,6 +86,10 @@ type VirtualStats struct {
 	// decommitted granule still waiting for its event, rather than new
 	// memory.
 	Handoffs uint64
+	// HostWaits counts the granules a Commit waited on the host for
+	// (VirtualOptions.WaitForDecommits): their memory had gone to
+	// another commit and their decommit's work had not completed.
+	HostWaits uint64
 }
 
 // Virtual is a resource of physical memory mapped into one reserved range.
@@ -83,6 +101,8 @@ type Virtual struct {
 	base   gpu.DevicePtr
 	size   uint64
 	events eventCache
+	// waitDecommits is VirtualOptions.WaitForDecommits.
+	waitDecommits bool
 
 	live  ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage usageMeter
@@ -132,7 +152,7 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
 	}
-	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev)}
+	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits}
 	v.stats.Reserved = size
 	v.stats.Granularity = g
 	return v, nil

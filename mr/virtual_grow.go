@@ -26,6 +26,16 @@
 // its decommit's work completes, and its range cannot commit there
 // meanwhile (ErrGrowBlocked; the Pool places the request elsewhere).
 //
+// Whether a commit meets such addresses depends on how far the device has
+// got with the decommit's work when the commit comes, and a refused commit
+// changes where the Pool places its blocks from then on; so over the same
+// requests a Pool's layout and peaks vary from run to run. With
+// VirtualOptions.WaitForDecommits a commit there waits on the host for
+// the decommit's event and unmaps the granule instead
+// (unmapHandedLocked): every answer of Commit then follows from the calls
+// alone, and only the physical memory still waiting (Stats().Pending, and
+// PeakMapped with it) depends on the device's progress.
+//
 // Invariants (under Virtual.mu), for each growable allocation gr and each
 // of its granules i below len(gr.gran):
 //   - gran[i].h == 0: unmapped; else mapped with that handle, and either
@@ -183,7 +193,9 @@ func (v *Virtual) rangeLocked(op string, p gpu.DevicePtr, off, n int) (*vgrow, i
 // committed, for work on s: its own waiting granules there are taken back
 // (once s is ordered after their decommit), the others get the memory of
 // waiting granules elsewhere (after the same ordering) or new memory. On
-// error nothing has changed.
+// error nothing has changed, but for granules whose memory had gone
+// elsewhere and that it waited for and unmapped (WaitForDecommits), as a
+// reap would have.
 func (v *Virtual) commitLocked(gr *vgrow, first, k int, s gpu.Stream) error {
 	if need := first + k; need > len(gr.gran) {
 		gr.gran = append(gr.gran, make([]vgran, need-len(gr.gran))...)
@@ -198,7 +210,13 @@ func (v *Virtual) commitLocked(gr *vgrow, first, k int, s gpu.Stream) error {
 			continue
 		}
 		if g.handed {
-			return fmt.Errorf("granule %d of %#x: %w", i, uint64(gr.p), ErrGrowBlocked)
+			if !v.waitDecommits {
+				return fmt.Errorf("granule %d of %#x: %w", i, uint64(gr.p), ErrGrowBlocked)
+			}
+			if err := v.unmapHandedLocked(gr, i); err != nil {
+				return err
+			}
+			continue
 		}
 		if g.ev != last {
 			if err := s.WaitEvent(g.ev.e); err != nil {
@@ -516,4 +534,25 @@ func (v *Virtual) waitingEventsLocked(evs []gpu.Event) []gpu.Event {
 		evs = append(evs, w.gr.gran[w.i].ev.e)
 	}
 	return evs
+}
+
+// unmapHandedLocked waits on the host for the decommit of granule i of
+// gr, whose memory went to another granule, and unmaps it
+// (VirtualOptions.WaitForDecommits): the memory stays with the granule it
+// went to, so nothing is released. On error nothing has changed.
+func (v *Virtual) unmapHandedLocked(gr *vgrow, i int) error {
+	g := &gr.gran[i]
+	if err := g.ev.e.Synchronize(); err != nil {
+		return fmt.Errorf("wait for the decommit of granule %d of %#x: %w", i, uint64(gr.p), err)
+	}
+	at := gr.p + gpu.DevicePtr(uint64(i)*v.g)
+	if err := v.vm.Unmap(at, v.g); err != nil {
+		return fmt.Errorf("unmap %#x: %w", uint64(at), err)
+	}
+	v.putWaitEvent(g.ev)
+	*g = vgran{}
+	gr.held--
+	v.dropWaiting(gr, i)
+	v.stats.HostWaits++
+	return nil
 }

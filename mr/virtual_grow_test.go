@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -14,12 +15,22 @@ import (
 // two streams.
 func newSimVirtual(t *testing.T, capacity uint64) (*sim.Device, *mr.Virtual, [2]gpu.Stream) {
 	t.Helper()
+	return newSimVirtualOpts(t, capacity, mr.VirtualOptions{})
+}
+
+// newSimVirtualOpts is newSimVirtual with options (ReserveSize 64 MiB
+// unless set).
+func newSimVirtualOpts(t *testing.T, capacity uint64, opts mr.VirtualOptions) (*sim.Device, *mr.Virtual, [2]gpu.Stream) {
+	t.Helper()
 	d, err := sim.New(sim.Config{Capacity: capacity}).Device(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dev := d.(*sim.Device)
-	v := newVirtual(t, dev, mr.VirtualOptions{ReserveSize: 64 << 20})
+	if opts.ReserveSize == 0 {
+		opts.ReserveSize = 64 << 20
+	}
+	v := newVirtual(t, dev, opts)
 	var ss [2]gpu.Stream
 	for i := range ss {
 		if ss[i], err = dev.NewStream(); err != nil {
@@ -208,6 +219,80 @@ func TestVirtualGrowableHandoff(t *testing.T) {
 	// device does not have.
 	if err := v.Commit(a, g, g, ss[0]); !errors.Is(err, mr.ErrOutOfMemory) {
 		t.Fatalf("commit on a full device: got %v, want ErrOutOfMemory", err)
+	}
+	for _, x := range []gpu.DevicePtr{a, b} {
+		if err := v.Deallocate(x, 4*g, ss[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := inUse(t, dev); got != 0 || v.Stats().Mapped != 0 {
+		t.Fatalf("after the frees: device %d, mapped %d", got, v.Stats().Mapped)
+	}
+}
+
+// TestVirtualGrowableWaitForDecommits: with WaitForDecommits, a commit of
+// addresses whose memory went to another range while their decommit's
+// work still runs waits for that work on the host, unmaps them and
+// commits, where without it the commit is refused
+// (TestVirtualGrowableHandoff); the memory it waited for stays with the
+// range it went to.
+func TestVirtualGrowableWaitForDecommits(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 10<<20, mr.VirtualOptions{WaitForDecommits: true}) // five granules
+	g := v.GrowGranularity()
+	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.AllocateGrowable(g, 4*g, ss[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := dev.Hold(ss[0])
+	defer release()
+	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Handoffs != 2 || st.Mapped != uint64(4*g) || st.HostWaits != 0 {
+		t.Fatalf("after the handoff: %+v", st)
+	}
+	done := make(chan error, 1)
+	go func() { done <- v.Commit(a, g, g, ss[0]) }()
+	select {
+	case err := <-done:
+		t.Fatalf("commit of addresses still mapped for b returned %v while the decommit's work was held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("commit after the decommit's work: %v", err)
+	}
+	// a's first two granules and its new one, b's three (two of them
+	// a's old memory): five granules, the device's all.
+	st := v.Stats()
+	if st.HostWaits != 1 || st.Live != uint64(5*g) || st.Mapped != uint64(5*g) {
+		t.Fatalf("after the commit that waited: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(5*g) {
+		t.Fatalf("device memory in use %d, want %d", got, 5*g)
+	}
+	// The new granule is a's: writable on its stream.
+	if err := dev.MemsetD8Async(a+gpu.DevicePtr(g), 2, g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	// a's third granule went to b as well; its decommit has completed, so
+	// a commit there waits for nothing and needs memory the device does
+	// not have.
+	if err := v.Commit(a, 2*g, g, ss[0]); !errors.Is(err, mr.ErrOutOfMemory) {
+		t.Fatalf("commit on a full device: got %v, want ErrOutOfMemory", err)
+	}
+	if st := v.Stats(); st.HostWaits != 1 {
+		t.Fatalf("host waits %d after a commit whose decommit had completed, want 1", st.HostWaits)
 	}
 	for _, x := range []gpu.DevicePtr{a, b} {
 		if err := v.Deallocate(x, 4*g, ss[0]); err != nil {

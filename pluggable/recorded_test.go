@@ -163,6 +163,9 @@ func replayRecorded(t *testing.T, evs []recordedEvent, nstreams int, conf string
 // and a few 1.03-1.13, on three-stream anywhere from 1.02 to 1.58
 // (BENCHMARKS.md, "The pool over Virtual through the C ABI"); so the
 // bounds of vmm catch a regression beyond that spread, not the spread.
+// The pool's bounds of three-stream and cuda-graph were 1.16 and 1.127
+// (1.1596, 1.1262) while a growth kept other streams' idle working chunks
+// (mr/pool_grow.go, releaseBeforeGrowth).
 var recordedTraces = []struct {
 	file      string
 	pool, vmm float64
@@ -172,9 +175,9 @@ var recordedTraces = []struct {
 	{"../testdata/traces/gpt2-train-h100.pickle.gz", 1.027, 1.15},
 	{"../testdata/traces/resnet50-amp-h100.pickle.gz", 1.046, 1.15},
 	{"../testdata/traces/llama-generate-h100.csv.gz", 1.095, 1.06},
-	{"../testdata/traces/three-stream-h100.pickle.gz", 1.16, 1.8},
+	{"../testdata/traces/three-stream-h100.pickle.gz", 1.089, 1.8},
 	{"../testdata/traces/oom-h100.pickle.gz", 1.031, 1.15},
-	{"../testdata/traces/cuda-graph-h100.pickle.gz", 1.127, 1.1},
+	{"../testdata/traces/cuda-graph-h100.pickle.gz", 1.082, 1.1},
 	{"../testdata/traces/compile-h100.pickle.gz", 1.057, 1.01},
 }
 

@@ -193,14 +193,16 @@ func newAsync(dev gpu.Device, o Options, noReturnWait bool) (*mr.Async, error) {
 
 // poolOverVirtual is a Pool whose chunks are mapped into a Virtual range;
 // Close closes the pool, waits for the chunk frees it enqueued, and frees
-// the range.
+// the range. The Virtual waits for decommits (WaitForDecommits), so that
+// the pool's figures on a trace are the same on every run and on the
+// simulator and the card.
 type poolOverVirtual struct {
 	*mr.Pool
 	up *mr.Virtual
 }
 
 func newPoolOverVirtual(dev gpu.Device, _ Options) (mr.Resource, error) {
-	up, err := mr.NewVirtual(dev, mr.VirtualOptions{})
+	up, err := mr.NewVirtual(dev, mr.VirtualOptions{WaitForDecommits: true})
 	if err != nil {
 		return nil, err
 	}
