@@ -113,6 +113,11 @@ def deterministic(torch):
     torch.backends.cudnn.benchmark = False
 
 
+# The sequence lengths of GPT-2's steps, in the order its steps cycle
+# through them; rounds names the steps of the cycle by them.
+GPT2_SEQS = [256, 512, 1024, 384, 768, 128]
+
+
 def gpt2_config():
     from transformers import GPT2Config
     return GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
@@ -124,7 +129,7 @@ def workload_gpt2(torch):
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator(device="cuda").manual_seed(1)
-    seqs = [256, 512, 1024, 384, 768, 128]
+    seqs = GPT2_SEQS
     batch = 8
 
     def step(i):
@@ -391,6 +396,44 @@ def paired(fig, ref):
     return [pair, verdict]
 
 
+def by_step(rs, configs):
+    """Per configuration, the median over its processes' timed steps of
+    each step of the workload's cycle, as a list indexed by the step's
+    place in the cycle (timed step j of a process is step warmup + j).
+    None where the processes' cycles differ or a cycle has one step."""
+    cycles = {r.get("cycle", 0) for r in rs}
+    if len(cycles) != 1:
+        return None
+    cycle = cycles.pop()
+    if cycle < 2:
+        return None
+    out = {}
+    for c in configs:
+        kinds = [[] for _ in range(cycle)]
+        for r in rs:
+            if config_name(r) == c:
+                for j, t in enumerate(r["times_ms"]):
+                    kinds[(r["warmup"] + j) % cycle].append(t)
+        out[c] = [statistics.median(k) if k else None for k in kinds]
+    return out
+
+
+def print_by_step(w, configs, rs):
+    """The table of by_step, its columns in the cycle's order, named by
+    sequence length for GPT-2 and by place in the cycle otherwise."""
+    med = by_step(rs, configs)
+    if med is None:
+        return
+    cycle = len(next(iter(med.values())))
+    names = [str(n) for n in GPT2_SEQS] if w == "gpt2" and cycle == len(GPT2_SEQS) else \
+        ["step %d" % k for k in range(cycle)]
+    print("\nMedian ms of each step of the cycle over the processes' timed steps (%s):\n" % w)
+    print("| configuration | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * cycle)
+    for c in configs:
+        print("| %s | %s |" % (c, " | ".join("-" if m is None else "%.1f" % m for m in med[c])))
+
+
 def rounds(path):
     """The interleaved protocol's table (torch-bench.sh INTERLEAVE=...).
 
@@ -432,6 +475,15 @@ def rounds(path):
             else:
                 cols = paired(by[c], by[ref]) + paired(total[c], total[ref])
             print("| %s | %s | %d | %.2f | %.1f%% | %s |" % (w, c, len(ms), med, 100 * spread, " | ".join(cols)))
+        others = [c for c in configs if c != ref]
+        pairs = [(a, b) for i, a in enumerate(others) for b in others[i + 1:]]
+        if pairs:
+            print("\n| workload | configuration / configuration | ratio of medians, paired by round | verdict at 2%"
+                  " | ratio of totals, paired by round | verdict at 2% |")
+            print("|---|---|---|---|---|---|")
+            for a, b in pairs:
+                print("| %s | %s / %s | %s |" % (w, a, b, " | ".join(paired(by[a], by[b]) + paired(total[a], total[b]))))
+        print_by_step(w, configs, rs)
     dev = {r.get("device") for r in rows}
     print("\ndevice: %s; steps: %s" % (", ".join(sorted(d for d in dev if d)),
                                        ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))
