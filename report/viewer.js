@@ -491,7 +491,10 @@
       const ax = byteAxis(ymax);
       this.ovTop = ax.top;
       ch.axes(g, this, ax.ticks, ax.top, "bytes");
-      const { l, t } = MARGIN, H = ch.ph, y = (v) => t + H - (v / ax.top) * H;
+      // A level sits on a pixel row's center, as the grid's lines do: a
+      // flat line then inks one row in its full color instead of two rows
+      // half-blended with the background, on any screen and in any picture.
+      const { l, t } = MARGIN, H = ch.ph, y = (v) => Math.round(t + H - (v / ax.top) * H) + 0.5;
       g.save(); g.beginPath(); g.rect(l, t, ch.pw, H); g.clip();
       for (const cv of curves) {
         g.beginPath(); g.strokeStyle = cv.color; g.lineWidth = cv.width; g.setLineDash(cv.dash || []);
