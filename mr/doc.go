@@ -40,6 +40,7 @@
 //	resource.go     Resource, Alignment, the errors, Usage, UsageReporter, Releaser
 //	args.go         the argument checks, in the order every Allocate and Deallocate runs them
 //	ptrtable.go     live pointers and recent frees, so bad frees are refused before they go on
+//	owner.go        Owner, OwnedResource: an upstream that refuses bad frees, so adaptors keep no table
 //	streamtable.go  per-stream state by Stream.ID; the home-stream model of the suballocators
 //	eventcache.go   cached events; orderAfter: one stream after another, the host not blocked
 //	spanindex.go    which upstream chunk or superblock holds an address (Pool, FixedSize, Arena)
@@ -81,10 +82,13 @@
 //	grower.go              Grower: the upstream interface of growth in place
 //	pool_vgrow.go          the Pool over a Grower: one growable chunk per stream
 //	pool_walk.go           which streams the slow paths visit: the cost of many streams
+//	pool_largest.go        the largest free block for out-of-memory errors, without visiting every stream
 //
-// Adaptors: stats.go (Stats), tracking.go (Tracking; proflabel.go, the
+// Adaptors: stats.go (Stats; stats_owned.go, its counters over an
+// upstream that checks owners), tracking.go (Tracking; proflabel.go, the
 // allocating goroutine's pprof labels; tracking_leaks.go, the
-// allocations a garbage collector freed for their owners), logging.go
+// allocations a garbage collector freed for their owners; callers_fp.go,
+// its stacks read by following frame pointers on amd64), logging.go
 // (Logging, RMM CSV), limit.go (Limit and Budget), retry.go (Retry;
 // oom_report.go, what its out-of-memory observer gets), aligned.go
 // (Aligned), history.go (History: a bounded ring of allocation events with

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -53,7 +54,8 @@ func linearScan(p *memPool, s *stream, need uint64) (best, wait *block) {
 // ends the run) on four streams under the reuse policies pol (events,
 // opportunistic, internal dependencies), and checks before each allocation
 // that the trees give the blocks a walk of every free block would, and
-// that they hold exactly the free blocks, the pending ones listed. It
+// that they hold exactly the free blocks, the pending ones listed; before
+// every operation, that the indexes keep their invariants (checkTrees). It
 // returns how many searches it checked.
 func treeOps(t *testing.T, pol [3]bool, next func() (op, size int, ok bool)) int {
 	t.Helper()
@@ -89,6 +91,12 @@ func treeOps(t *testing.T, pol [3]bool, next func() (op, size int, ok bool)) int
 	var live []held
 	checked := 0
 	for step := 0; ; step++ {
+		p.dev.mu.Lock()
+		err := checkTrees(p)
+		p.dev.mu.Unlock()
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
 		op, size, ok := next()
 		if !ok {
 			return checked
@@ -212,4 +220,89 @@ func FuzzPoolTrees(f *testing.F) {
 			return op, size, true
 		})
 	})
+}
+
+// checkTrees reports the first broken invariant of p's indexes (the file
+// comment of pooltree.go): each tree in its order with its priorities a
+// heap, bySize holding exactly the listed free blocks, each stream's byPend
+// tree exactly the listed pending blocks whose one free is on it (and no
+// tree empty), the list of pending blocks exactly the listed pending ones.
+func checkTrees(p *memPool) error {
+	walk := func(t *blockTree) ([]*block, error) {
+		var out []*block
+		var rec func(n *block, lim uint64) error
+		rec = func(n *block, lim uint64) error {
+			if n == nil {
+				return nil
+			}
+			ln := t.links(n)
+			if ln.prio > lim {
+				return fmt.Errorf("block %#x: priority above its parent's", n.addr)
+			}
+			if err := rec(ln.l, ln.prio); err != nil {
+				return err
+			}
+			if k := len(out); k > 0 && !t.less(out[k-1], n) {
+				return fmt.Errorf("block %#x: out of order after %#x", n.addr, out[k-1].addr)
+			}
+			out = append(out, n)
+			return rec(ln.r, ln.prio)
+		}
+		err := rec(t.root, ^uint64(0))
+		return out, err
+	}
+	listed := map[*block]bool{}
+	pendOf := map[*block]*stream{}
+	pending := 0
+	for x := p.free; x != nil; x = x.fnext {
+		listed[x] = true
+		if x.pending {
+			pending++
+			if len(x.deps) == 1 {
+				pendOf[x] = x.deps[0].s
+			}
+		}
+	}
+	all, err := walk(&p.bySize)
+	if err != nil {
+		return fmt.Errorf("bySize: %w", err)
+	}
+	if len(all) != len(listed) {
+		return fmt.Errorf("bySize holds %d blocks, the free list %d", len(all), len(listed))
+	}
+	for _, x := range all {
+		if !listed[x] {
+			return fmt.Errorf("bySize holds block %#x, not in the free list", x.addr)
+		}
+	}
+	inPend := 0
+	for s, t := range p.byPend {
+		xs, err := walk(t)
+		if err != nil {
+			return fmt.Errorf("byPend of stream %d: %w", s.id, err)
+		}
+		if len(xs) == 0 {
+			return fmt.Errorf("byPend of stream %d: empty tree kept", s.id)
+		}
+		for _, x := range xs {
+			if pendOf[x] != s || x.pendOf != s {
+				return fmt.Errorf("byPend of stream %d holds block %#x, not a pending block of its frees", s.id, x.addr)
+			}
+		}
+		inPend += len(xs)
+	}
+	if inPend != len(pendOf) {
+		return fmt.Errorf("byPend trees hold %d blocks, %d listed blocks are pending on one stream", inPend, len(pendOf))
+	}
+	n := 0
+	for x := p.pend; x != nil; x = x.pnext {
+		if !listed[x] || !x.pending || !x.inPend || x.pnext != nil && x.pnext.pprev != x {
+			return fmt.Errorf("pending list: block %#x listed %v, pending %v", x.addr, listed[x], x.pending)
+		}
+		n++
+	}
+	if n != pending {
+		return fmt.Errorf("pending list holds %d blocks, %d listed blocks are pending", n, pending)
+	}
+	return nil
 }

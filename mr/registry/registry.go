@@ -17,8 +17,10 @@
 // allocator.
 //
 // A Set is the names one command offers, in the order its "all" expands
-// to: All is the whole table (streamalloc bench and the benchmark suite),
-// Replay the resources streamalloc replay offers.
+// to: All is every entry of device memory in the table (streamalloc
+// bench and the benchmark suite), Replay the resources streamalloc replay
+// offers. A set's "all" leaves out the host pools (Set.Every), which run
+// only when named.
 //
 // # Adding a resource to the command
 //
@@ -29,8 +31,9 @@
 // closes that upstream). `streamalloc bench`, its "all" and the benchmark
 // suite pick the entry up at once. Mark it Variant if it differs from
 // another entry in one option that only some workloads compare (name it
-// in those workloads' lists in package bench), and add its name to
-// Replay if `streamalloc replay` should offer it. TestTable checks that
+// in those workloads' lists in package bench), mark it Host if it hands
+// out host memory (bench and every "all" leave it out), and add its name
+// to Replay if `streamalloc replay` should offer it. TestTable checks that
 // every name is unique and every Set names only entries of the table.
 package registry
 
