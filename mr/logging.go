@@ -35,7 +35,8 @@
 //     under the writer's lock (trace.CSVWriter.WriteIf), which an
 //     allocation's line also takes, with the same effect; frees through
 //     it then reach that upstream one at a time, which costs little over a
-//     Pool, whose free does not block. A writer given to NewLoggingTo may
+//     Pool, whose free does not block unless its ReleaseThreshold makes it
+//     give a chunk back to its upstream. A writer given to NewLoggingTo may
 //     be shared with a logger below this one (the pool's upstream, or the
 //     next level of the stack), whose line is written inside the free: the
 //     free and its line run under the table's shard lock instead, which
