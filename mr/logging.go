@@ -31,11 +31,16 @@
 //     takes that lock before it writes its line. So a replay never sees an
 //     address allocated twice. Over an upstream that checks owners
 //     (owner.go) the logger keeps no table: the upstream refuses bad frees
-//     itself, and the free runs under the log writer's lock
-//     (trace.CSVWriter.WriteIf), which an allocation's line also takes,
-//     with the same effect. Frees through one writer then reach that
-//     upstream one at a time, which costs little over a Pool, whose free
-//     does not block.
+//     itself. A logger with a writer of its own (NewLogging) runs the free
+//     under the writer's lock (trace.CSVWriter.WriteIf), which an
+//     allocation's line also takes, with the same effect; frees through
+//     it then reach that upstream one at a time, which costs little over a
+//     Pool, whose free does not block unless its ReleaseThreshold makes it
+//     give a chunk back to its upstream. A writer given to NewLoggingTo may
+//     be shared with a logger below this one (the pool's upstream, or the
+//     next level of the stack), whose line is written inside the free: the
+//     free and its line run under the table's shard lock instead, which
+//     an allocation takes to write its line.
 //   - A failed write does not fail the allocation or free (the memory is
 //     already handed out or freed); the first write error is kept and
 //     returned by Err and Flush, and later lines are not written (the
@@ -73,7 +78,12 @@ type Logging struct {
 	base   time.Time
 	day    time.Duration // base's time of day
 	owned
-	live ptrTable[gpu.DevicePtr, struct{}] // unused if trusted
+	// live holds the allocations unless trusted; if trusted and shared,
+	// only its shard locks are used.
+	live ptrTable[gpu.DevicePtr, struct{}]
+	// shared: w may be shared with another logger (NewLoggingTo), so no
+	// upstream call is made under w's lock.
+	shared bool
 
 	errMu sync.Mutex
 	err   error
@@ -82,7 +92,9 @@ type Logging struct {
 // NewLogging returns a Logging adaptor over upstream that writes its log
 // to w. Call Flush when done: the log is buffered.
 func NewLogging(upstream Resource, w io.Writer, opts LoggingOptions) *Logging {
-	return NewLoggingTo(upstream, trace.NewCSVWriter(w), opts)
+	l := NewLoggingTo(upstream, trace.NewCSVWriter(w), opts)
+	l.shared = false
+	return l
 }
 
 // NewLoggingTo is NewLogging writing to an existing CSV writer, which
@@ -90,7 +102,7 @@ func NewLogging(upstream Resource, w io.Writer, opts LoggingOptions) *Logging {
 func NewLoggingTo(upstream Resource, w *trace.CSVWriter, opts LoggingOptions) *Logging {
 	base := time.Now()
 	return &Logging{passThrough: passThrough{upstream}, dev: upstream.Device(), w: w, thread: opts.Thread,
-		now: opts.Now, base: base, day: trace.SinceMidnight(base), owned: ownedOver(upstream)}
+		now: opts.Now, base: base, day: trace.SinceMidnight(base), owned: ownedOver(upstream), shared: true}
 }
 
 // clock is the time of day of a line written now.
@@ -137,6 +149,10 @@ func (l *Logging) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr,
 			l.write(trace.AllocFailure, 0, size, s)
 			return 0, fmt.Errorf("logging: %w", err)
 		}
+		if l.shared {
+			l.live.underShard(l.live.shardIndex(p), func() { l.write(trace.Alloc, p, size, s) })
+			return p, nil
+		}
 		l.write(trace.Alloc, p, size, s)
 		return p, nil
 	}
@@ -160,6 +176,18 @@ func (l *Logging) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 func (l *Logging) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
 	if null, err := checkFree("logging", l.dev, p, size, s); null || err != nil {
 		return err
+	}
+	if l.trusted() && l.shared {
+		var err error
+		l.live.underShard(l.live.shardIndex(p), func() {
+			if err = l.oup.DeallocateOwned(p, size, s, o); err == nil {
+				l.write(trace.Free, p, size, s)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("logging: deallocate: %w", err)
+		}
+		return nil
 	}
 	if l.trusted() {
 		var err error

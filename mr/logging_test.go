@@ -224,3 +224,66 @@ func checkLoggingReplays(t *testing.T, up mr.Resource, stream func(g int) gpu.St
 		t.Fatalf("peak live bytes from the log %d", peak)
 	}
 }
+
+// TestLoggingSharedWriterStacks checks that loggers sharing one writer
+// (NewLoggingTo) may sit at two levels of one stack: a free through the
+// top reaches a logger below, which writes its own line, and must not wait
+// for a lock the top holds. Over a pool both levels keep no table.
+func TestLoggingSharedWriterStacks(t *testing.T) {
+	tests := []struct {
+		name  string
+		stack func(t *testing.T, w *trace.CSVWriter) (mr.Resource, gpu.Stream)
+	}{
+		{"logger over logger over pool", func(t *testing.T, w *trace.CSVWriter) (mr.Resource, gpu.Stream) {
+			pool, s := newOwnedPool(t)
+			inner := mr.NewLoggingTo(pool, w, mr.LoggingOptions{Thread: 1})
+			return mr.NewLoggingTo(inner, w, mr.LoggingOptions{Thread: 2}), s
+		}},
+		{"logger over pool over logger", func(t *testing.T, w *trace.CSVWriter) (mr.Resource, gpu.Stream) {
+			pool, s := newOwnedPool(t)
+			// The pool's upstream logs its chunks to the same writer; a
+			// threshold of one byte makes the pool give its idle chunk
+			// back inside the free.
+			below := mr.NewLoggingTo(mr.NewDirect(pool.Device()), w, mr.LoggingOptions{Thread: 1})
+			p, err := mr.NewPool(below, mr.PoolOptions{ReleaseThreshold: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			return mr.NewLoggingTo(p, w, mr.LoggingOptions{Thread: 2}), s
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out syncBuffer
+			w := trace.NewCSVWriter(&out)
+			top, s := tt.stack(t, w)
+			p, err := top.Allocate(256, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- top.Deallocate(p, 256, s) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("free through loggers sharing a writer did not return: deadlock")
+			}
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var frees int
+			for _, line := range strings.Split(out.String(), "\n") {
+				if strings.Contains(line, ",free,") {
+					frees++
+				}
+			}
+			if frees != 2 {
+				t.Fatalf("log has %d free lines, want 2:\n%s", frees, out.String())
+			}
+		})
+	}
+}
