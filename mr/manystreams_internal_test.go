@@ -151,6 +151,25 @@ func TestPoolStreamStateSize(t *testing.T) {
 	t.Logf("a stream's state: %d bytes with %d index rows", size, rows)
 }
 
+// poolOverAsync is a Pool over Async on a simulated device of capacity
+// bytes, the stack the many-streams tests below load.
+func poolOverAsync(t *testing.T, capacity uint64) (gpu.Device, *Async, *Pool) {
+	t.Helper()
+	dev, err := sim.New(sim.Config{Capacity: capacity}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAsync(dev, AsyncOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPool(a, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dev, a, p
+}
+
 // Streams that each allocate and free once cost a Pool O(1) amortized:
 // every one keeps its working chunk, idle, and the slow path of each new
 // stream used to visit and sort all of them (steal and releaseIdle, which
@@ -166,18 +185,7 @@ func TestPoolChurnManyStreams(t *testing.T) {
 	if raceEnabled {
 		n = 20_000
 	}
-	dev, err := sim.New(sim.Config{Capacity: 256 << 30}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewAsync(dev, AsyncOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPool(a, PoolOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, a, p := poolOverAsync(t, 256<<30)
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -246,18 +254,7 @@ func TestPoolManyStreamsFullDevice(t *testing.T) {
 	if raceEnabled {
 		n = 5_000
 	}
-	dev, err := sim.New(sim.Config{Capacity: 2 << 30}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewAsync(dev, AsyncOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPool(a, PoolOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, a, p := poolOverAsync(t, 2<<30)
 	start := time.Now()
 	ss := make([]gpu.Stream, n)
 	for i := range ss {
@@ -324,18 +321,7 @@ func TestPoolManyStreamsRefused(t *testing.T) {
 	if raceEnabled {
 		n = 4_000
 	}
-	dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewAsync(dev, AsyncOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPool(a, PoolOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, _, p := poolOverAsync(t, 1<<30)
 	start := time.Now()
 	ss := make([]gpu.Stream, n)
 	type held struct {
