@@ -208,6 +208,7 @@ type Pool struct {
 	grower     Grower
 	vgrow      map[*poolStream]*poolChunk
 	vgrowShort map[*poolStream]*poolChunk
+	lifetimes  bool // place by predicted lifetime (pool_lifetime.go)
 	vlist      []*poolChunk
 	growLimit  int
 	// spare is where a commit is about to place a request: releaseIdle

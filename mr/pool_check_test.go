@@ -370,6 +370,10 @@ func newPFGrower(capacity int) *pfGrower {
 
 func (u *pfGrower) GrowGranularity() int { return pfGranule }
 
+// neverBlocks: the model never refuses a commit with ErrGrowBlocked, so
+// the pool places by lifetime over it (pool_lifetime.go).
+func (u *pfGrower) neverBlocks() bool { return true }
+
 func (u *pfGrower) AllocateGrowable(size, limit int, s gpu.Stream) (gpu.DevicePtr, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -121,7 +121,7 @@ type poolStream struct {
 
 func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
 	st := &poolStream{id: s.ID(), s: s, pool: p, gated: gpu.CaptureGated(s)}
-	if p.grower != nil && poolLifetimes {
+	if p.lifetimes {
 		st.life = new(poolLife) // pool_lifetime.go
 	}
 	return st

@@ -76,6 +76,7 @@ func (p *Pool) useGrower(g Grower) {
 	p.grower = g
 	p.vgrow = make(map[*poolStream]*poolChunk)
 	p.vgrowShort = make(map[*poolStream]*poolChunk)
+	p.lifetimes = poolLifetimes && neverBlocks(g)
 	gran := g.GrowGranularity()
 	limit := int(min(p.dev.Properties().TotalMemory, uint64(poolMaxRequest/2)))
 	if p.opts.MaxSize > 0 {
