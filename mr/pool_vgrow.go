@@ -50,7 +50,9 @@
 //
 // Invariants, under Pool.mu: vlist holds every growable chunk the pool
 // holds; vgrow[st], if set, is one of them, the chunk st commits into
-// (while st is its home). A growable chunk's blocks tile [base,
+// (while st is its home), and vgrowShort[st] likewise the one st commits
+// its predicted short-lived blocks into, a chunk with short set (kept
+// apart by lifetime, pool_lifetime.go). A growable chunk's blocks tile [base,
 // base+limit), which is its size and its index span; an unmapped block
 // starts and ends on granule boundaries and is changed only under Pool.mu
 // (and its home's mutex); mapped is the bytes of its other blocks, which
