@@ -760,6 +760,19 @@ func FuzzPoolOps(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 2, 4, 0, 7, 7, 0, 0})
 	f.Add([]byte{1, 0x03, 2, 9, 0x13, 1, 200, 0x24, 0, 0, 0x00, 3, 60, 0x17, 1, 2})
 	f.Add([]byte{2, 0x02, 3, 255, 0x12, 1, 40, 0x15, 0, 1, 0x27, 0, 0, 0x01, 0, 0})
+	// Over a Grower: rounds of a 6 MiB block kept and a 3 MiB temporary
+	// freed at once, whose signature repeats, so that the pool places
+	// the later temporaries in a short-lived range (pool_lifetime.go).
+	for c, o := range poolFuzzOptions {
+		if !o.grow {
+			continue
+		}
+		b := []byte{byte(c)}
+		for r := range 8 {
+			b = append(b, 0x00, 3, 24, 0x00, 3, 12, 0x04, byte(r+1), 0)
+		}
+		f.Add(b)
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for c := range poolFuzzOptions {
 		b := []byte{byte(c)}
