@@ -30,14 +30,17 @@
 // blur predictions), so a server of ever-new sizes costs no more memory.
 //
 // A short chunk keeps 1/poolShortShare of the address space a long one
-// does: its blocks are few at any time, and the simulator's address
-// space, twice the device, holds a long and a short range for each of
-// four streams only so. A short request that does not fit starts another
-// short chunk, as a long one does.
+// does: its blocks are few at any time, and address space is finite. The
+// simulated H100 has 512 GiB of it, of which Virtual reserves 160 GiB for
+// its other allocations; with short ranges of the long ones' size, the
+// four streams of a replayed pipeline ran out of it and their requests
+// fell back to fixed chunks (1.14 of peak live), with 1/4 too. A short
+// request that does not fit starts another short chunk, as a long one
+// does.
 //
 // Measured on every trace (BENCHMARKS.md, "Lifetime-aware placement"):
 // the largest drops are on the training traces (resnet50-amp 1.0221 to
-// 1.0103), and no trace holds more; without the fallback to long free
+// 1.0096), and no trace holds more; without the fallback to long free
 // blocks the worst trace (cuda-graph) drops further but the serving
 // trace gains a granule.
 //
