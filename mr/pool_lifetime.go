@@ -33,7 +33,7 @@
 // does: its blocks are few at any time, and address space is finite. The
 // simulated H100 has 512 GiB of it, of which Virtual reserves 160 GiB for
 // its other allocations; with short ranges of the long ones' size, the
-// four streams of a replayed pipeline ran out of it and their requests
+// four streams of three-stream-h100 ran out of it and their requests
 // fell back to fixed chunks (1.14 of peak live), with 1/4 too. A short
 // request that does not fit starts another short chunk, as a long one
 // does.
