@@ -93,6 +93,16 @@ func (t *idTable[V]) ref(k uint64) *V {
 	}
 }
 
+// touch loads the slot where a lookup of k starts, so that the lookup, if
+// it comes soon, finds the slot's cache line loaded. It returns the key
+// there, for the caller to keep, so that the load is not optimized away.
+func (t *idTable[V]) touch(k uint64) uint64 {
+	if len(t.slots) == 0 {
+		return 0
+	}
+	return t.slots[t.home(k)].key
+}
+
 // put holds v for k, replacing any value k had.
 func (t *idTable[V]) put(k uint64, v V) {
 	if k == emptyKey {

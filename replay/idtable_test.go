@@ -148,3 +148,16 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+func TestBlockAt(t *testing.T) {
+	tests := []struct {
+		seq    uint64
+		stream uint32
+	}{{1, 0}, {5_000_000, 9_999}, {maxSeq, maxStreams - 1}, {1 << 39, 1 << 23}}
+	for _, tt := range tests {
+		b := block{at: tt.seq<<streamBits | uint64(tt.stream)}
+		if b.seq() != tt.seq || b.stream() != tt.stream {
+			t.Errorf("block of seq %d on stream %d reads seq %d, stream %d", tt.seq, tt.stream, b.seq(), b.stream())
+		}
+	}
+}

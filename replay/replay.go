@@ -64,14 +64,29 @@ import (
 )
 
 // block is a live allocation of the replay. It is held inline in the
-// table of live blocks (idtable.go), 40 bytes with its key, so that the
-// lookup at every event touches one or two cache lines.
+// table of live blocks (idtable.go), 32 bytes with its key, two slots to a
+// cache line, so that the lookup at every event touches one line or two.
 type block struct {
-	p      gpu.DevicePtr
-	size   int64
-	seq    int64  // allocation order, so that the final frees are deterministic
-	stream uint32 // index of the allocation's stream in runner.order
+	p    gpu.DevicePtr
+	size int64
+	// at holds the allocation's place in the trace's allocations (its
+	// seq: the final frees go in that order, so that they are
+	// deterministic) above the number of its stream (its index in
+	// runner.order).
+	at uint64
 }
+
+// A replay numbers up to maxStreams streams and maxSeq allocations: a
+// trace with more (16.7 million streams; a trillion allocations, tens of
+// terabytes of CSV) is refused with an error when it reaches the limit.
+const (
+	streamBits = 24
+	maxStreams = 1 << streamBits
+	maxSeq     = 1<<(64-streamBits) - 1
+)
+
+func (b block) stream() uint32 { return uint32(b.at & (maxStreams - 1)) }
+func (b block) seq() uint64    { return b.at >> streamBits }
 
 type runner struct {
 	ctx  context.Context
@@ -97,6 +112,16 @@ type runner struct {
 	// epoch: the calls are timed as offsets from it, each a read of the
 	// monotonic clock alone (time.Now reads the wall clock too).
 	epoch time.Time
+
+	// The events read ahead (next): ahead[pos:], then aheadErr, the
+	// reader's error after them (sticky, as the reader's own is); depth
+	// events at a time. touched sums what next's touches load, so that
+	// the loads stay.
+	depth    int
+	ahead    []trace.Event
+	aheadPos int
+	aheadErr error
+	touched  uint64
 
 	traceLive uint64 // bytes live by the trace's account
 	heldLive  uint64 // bytes the replay holds from the resource
@@ -163,8 +188,12 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	if opts.SeriesPoints > 0 {
 		r.series = newSeries(opts.SeriesPoints)
 	}
+	r.depth = readAhead
 	if opts.Timeline {
 		r.tl = newTimeline(opts, tr, res)
+		// The timeline asks a StackReader for the stack of the event
+		// it returned last: read one event at a time.
+		r.depth = 1
 	}
 	if opts.Timed {
 		scale := opts.TimeScale
@@ -237,7 +266,7 @@ func (r *runner) loop() error {
 				return fmt.Errorf("replay: %s: stopped after %d events: %w", r.r.Trace, i, err)
 			}
 		}
-		ev, err := r.tr.Next()
+		ev, err := r.next()
 		if err == io.EOF {
 			return nil
 		}
@@ -273,10 +302,51 @@ func (r *runner) loop() error {
 	}
 }
 
+// readAhead is how many events next reads at once.
+const readAhead = 16
+
+// next returns the trace's next event, or its error once the events
+// before it are done. It reads readAhead events at a time (one with a
+// timeline, which reads each event's stack from the reader) and touches the
+// slot of the table of live blocks where each one's address will be
+// looked up: the trace's addresses are random across a table of many
+// megabytes, so each lookup would wait for memory alone, while these
+// loads, independent of each other, wait together. Only the replay's own
+// table is touched, never the resource's memory, so the resource's time
+// per call is what it would be without the touches.
+func (r *runner) next() (trace.Event, error) {
+	if r.aheadPos == len(r.ahead) {
+		if r.aheadErr != nil {
+			return trace.Event{}, r.aheadErr
+		}
+		r.ahead, r.aheadPos = r.ahead[:0], 0
+		for len(r.ahead) < r.depth {
+			ev, err := r.tr.Next()
+			if err != nil {
+				r.aheadErr = err
+				break
+			}
+			r.ahead = append(r.ahead, ev)
+		}
+		if len(r.ahead) == 0 {
+			return trace.Event{}, r.aheadErr
+		}
+		for i := range r.ahead {
+			r.touched += r.live.touch(r.ahead[i].Ptr)
+		}
+	}
+	ev := r.ahead[r.aheadPos]
+	r.aheadPos++
+	return ev, nil
+}
+
 func (r *runner) alloc(ev trace.Event) error {
 	r.r.Allocations++
 	if ev.Size > math.MaxInt {
 		return fmt.Errorf("allocation of %d bytes does not fit an int", ev.Size)
+	}
+	if r.r.Allocations > maxSeq {
+		return fmt.Errorf("a replay numbers at most %d allocations", int64(maxSeq))
 	}
 	si, err := r.stream(ev.Stream)
 	if err != nil {
@@ -289,7 +359,7 @@ func (r *runner) alloc(ev trace.Event) error {
 	// An address still live: its free is missing from the trace.
 	if old, ok := r.live.get(ev.Ptr); ok {
 		r.r.DuplicateAllocations++
-		if err := r.release(ev.Ptr, old, r.order[old.stream]); err != nil {
+		if err := r.release(ev.Ptr, old, r.order[old.stream()]); err != nil {
 			return err
 		}
 	} else if size, ok := r.failed[ev.Ptr]; ok {
@@ -316,7 +386,7 @@ func (r *runner) alloc(ev trace.Event) error {
 		r.traceLive -= uint64(ev.Size)
 		return fmt.Errorf("allocate %d bytes on trace stream %#x: %w", ev.Size, ev.Stream, err)
 	}
-	r.live.put(ev.Ptr, block{p: p, size: ev.Size, stream: si, seq: r.r.Allocations})
+	r.live.put(ev.Ptr, block{p: p, size: ev.Size, at: uint64(r.r.Allocations)<<streamBits | uint64(si)})
 	r.heldLive += uint64(ev.Size)
 	if r.tl != nil {
 		r.tl.alloc(ev, uint64(p), false)
@@ -342,7 +412,7 @@ func (r *runner) free(ev trace.Event) error {
 		return nil
 	}
 	// Most frees are on the allocation's stream: no lookup then.
-	si := b.stream
+	si := b.stream()
 	if r.sids[si] != ev.Stream {
 		var err error
 		if si, err = r.stream(ev.Stream); err != nil {
@@ -385,8 +455,8 @@ func (r *runner) stream(id uint64) (uint32, error) {
 	}
 	si, ok := r.streams.get(id)
 	if !ok {
-		if len(r.order) == math.MaxUint32 {
-			return 0, fmt.Errorf("create a stream for trace stream %#x: more than %d streams", id, math.MaxUint32)
+		if len(r.order) == maxStreams {
+			return 0, fmt.Errorf("create a stream for trace stream %#x: a replay numbers at most %d streams", id, maxStreams)
 		}
 		s, err := r.dev.NewStream()
 		if err != nil {
@@ -449,9 +519,9 @@ func (r *runner) cleanup() error {
 	}
 	left := make([]held, 0, r.live.len())
 	r.live.each(func(addr uint64, b block) { left = append(left, held{addr, b}) })
-	slices.SortFunc(left, func(x, y held) int { return cmp.Compare(x.b.seq, y.b.seq) })
+	slices.SortFunc(left, func(x, y held) int { return cmp.Compare(x.b.seq(), y.b.seq()) })
 	for _, h := range left {
-		if err := r.release(h.addr, h.b, r.order[h.b.stream]); err != nil {
+		if err := r.release(h.addr, h.b, r.order[h.b.stream()]); err != nil {
 			errs = append(errs, fmt.Errorf("replay: %s: at the end: %w", r.r.Trace, err))
 		}
 	}
