@@ -8,17 +8,25 @@
 // to the upstream with the block's own address and size. Alignments up to
 // 256 pass through unchanged (no over-allocation).
 //
-// Invariants: every live returned address q is recorded with its request
-// size and its block (base, upstream size), with base <= q and
-// q+size <= base+upstream size; the block is freed exactly once, when q is.
-// Bad alignments are refused with an *AlignmentError before the upstream
-// is asked.
+// Over an upstream that checks owners (owner.go: a Pool, or adaptors over
+// one) the adaptor allocates and frees for an Owner of its own, and keeps
+// the allocations at its alignment in alignedSlots (aligned_slots.go)
+// without a lock; the upstream refuses bad frees for it, and the table
+// holds only what the slots cannot.
+//
+// Invariants: every live returned address q is recorded, in the slots or
+// in the table, with its block (base, upstream size), and in the table
+// with its request size, with base <= q and q+size <= base+upstream size;
+// the block is freed exactly once, when q is. Bad alignments are refused
+// with an *AlignmentError before the upstream is asked.
 
 package mr
 
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -61,7 +69,17 @@ type Aligned struct {
 	passThrough
 	dev   gpu.Device
 	align int
+	owned
+	slots *alignedSlots // nil unless trusted
 	live  ptrTable[gpu.DevicePtr, alignedBlock]
+
+	// orphans holds, by address, the offsets (in 256-byte units) of the
+	// slots' allocations that a refused free could not put back in a slot
+	// (aligned_slots.go): their request size is not known, so the table
+	// cannot hold them. norphans is len(orphans), read without mu.
+	mu       sync.Mutex
+	orphans  map[gpu.DevicePtr]uint64
+	norphans atomic.Int64
 }
 
 // NewAligned returns an adaptor over upstream whose Allocate aligns to
@@ -71,8 +89,32 @@ func NewAligned(upstream Resource, alignment int) (*Aligned, error) {
 	if err := checkAlignment(alignment); err != nil {
 		return nil, fmt.Errorf("aligned: %w", err)
 	}
-	return &Aligned{passThrough: passThrough{upstream}, dev: upstream.Device(), align: alignment}, nil
+	a := &Aligned{passThrough: passThrough{upstream}, dev: upstream.Device(), align: alignment,
+		owned: ownedOver(upstream)}
+	if a.trusted() {
+		a.slots = new(alignedSlots)
+	}
+	return a, nil
 }
+
+// upAllocate and upDeallocate reach the upstream, for the adaptor's
+// owner if it checks owners.
+func (a *Aligned) upAllocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if a.trusted() {
+		return a.oup.AllocateOwned(size, s, a.owner)
+	}
+	return a.up.Allocate(size, s)
+}
+
+func (a *Aligned) upDeallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if a.trusted() {
+		return a.oup.DeallocateOwned(p, size, s, a.owner)
+	}
+	return a.up.Deallocate(p, size, s)
+}
+
+// extra is the padding an allocation at the adaptor's alignment asks for.
+func (a *Aligned) extra() int { return max(a.align, Alignment) - Alignment }
 
 // Alignment is the alignment Allocate gives.
 func (a *Aligned) Alignment() int { return a.align }
@@ -100,7 +142,7 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 			Err: fmt.Errorf("%d bytes aligned to %d do not fit in an int", size, alignment)}
 	}
 	upSize := size + extra
-	base, err := a.up.Allocate(upSize, s)
+	base, err := a.upAllocate(upSize, s)
 	if err != nil {
 		var oom *OutOfMemoryError
 		if errors.As(err, &oom) {
@@ -113,6 +155,9 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 	}
 	m := gpu.DevicePtr(alignment - 1)
 	q := (base + m) &^ m
+	if a.slots != nil && alignment == max(a.align, Alignment) && a.slots.insert(q, uint64(q-base)/Alignment) {
+		return q, nil
+	}
 	a.live.insert(q, size, alignedBlock{base: base, size: upSize}, nil)
 	return q, nil
 }
@@ -124,10 +169,81 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if null, err := checkFree("aligned", a.dev, p, size, s); null || err != nil {
 		return err
 	}
-	if _, err := a.live.take(p, size, func(b alignedBlock) error { return a.up.Deallocate(b.base, b.size, s) }); err != nil {
+	if a.slots != nil {
+		mask := uint64(max(a.align, Alignment) - 1)
+		if sl, w := a.slots.take(p, mask); sl != nil {
+			return a.freeSlot(sl, w, p, size, s, mask)
+		}
+		if a.norphans.Load() != 0 {
+			if done, err := a.freeOrphan(p, size, s); done {
+				return err
+			}
+		}
+	}
+	_, err := a.live.take(p, size, func(b alignedBlock) error { return a.upDeallocate(b.base, b.size, s) })
+	if err != nil && a.slots != nil && errors.Is(err, ErrUnknownPointer) &&
+		a.slots.freed(p, uint64(max(a.align, Alignment)-1)) {
+		err = pointerError(p, ErrDoubleFree)
+	}
+	if err != nil {
 		return fmt.Errorf("aligned: deallocate: %w", err)
 	}
 	return nil
+}
+
+// freeSlot frees the block of p, whose live word w take just marked freed
+// in slot sl; if the upstream refuses, p is live again and the error is
+// returned.
+func (a *Aligned) freeSlot(sl *atomic.Uint64, w uint64, p gpu.DevicePtr, size int, s gpu.Stream, mask uint64) error {
+	if err := a.freeBlock(p, w&mask, size, s); err != nil {
+		if !sl.CompareAndSwap(w|slotFreed, w) && !a.slots.insert(p, w&mask) {
+			a.mu.Lock()
+			if a.orphans == nil {
+				a.orphans = make(map[gpu.DevicePtr]uint64)
+			}
+			a.orphans[p] = w & mask
+			a.norphans.Store(int64(len(a.orphans)))
+			a.mu.Unlock()
+		}
+		return err
+	}
+	return nil
+}
+
+// freeBlock frees the upstream block of p, an allocation at the adaptor's
+// alignment whose block starts units*256 bytes below it, freed as size
+// bytes; the upstream checks the size.
+func (a *Aligned) freeBlock(p gpu.DevicePtr, units uint64, size int, s gpu.Stream) error {
+	extra := a.extra()
+	if size > maxAlignable-extra {
+		return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, more than any allocation: %w",
+			uint64(p), size, ErrSizeMismatch)
+	}
+	base := p - gpu.DevicePtr(units)*Alignment
+	if err := a.upDeallocate(base, size+extra, s); err != nil {
+		if errors.Is(err, ErrSizeMismatch) {
+			return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, not its size (its block %#x as %d): %w",
+				uint64(p), size, uint64(base), size+extra, err)
+		}
+		return fmt.Errorf("aligned: deallocate: %w", err)
+	}
+	return nil
+}
+
+// freeOrphan frees p if it is an orphan, and reports whether it was.
+func (a *Aligned) freeOrphan(p gpu.DevicePtr, size int, s gpu.Stream) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	units, ok := a.orphans[p]
+	if !ok {
+		return false, nil
+	}
+	if err := a.freeBlock(p, units, size, s); err != nil {
+		return true, err
+	}
+	delete(a.orphans, p)
+	a.norphans.Store(int64(len(a.orphans)))
+	return true, nil
 }
 
 // Device is the upstream's device.
