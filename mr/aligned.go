@@ -25,8 +25,6 @@ package mr
 import (
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -72,14 +70,6 @@ type Aligned struct {
 	owned
 	slots *alignedSlots // nil unless trusted
 	live  ptrTable[gpu.DevicePtr, alignedBlock]
-
-	// orphans holds, by address, the offsets (in 256-byte units) of the
-	// slots' allocations that a refused free could not put back in a slot
-	// (aligned_slots.go): their request size is not known, so the table
-	// cannot hold them. norphans is len(orphans), read without mu.
-	mu       sync.Mutex
-	orphans  map[gpu.DevicePtr]uint64
-	norphans atomic.Int64
 }
 
 // NewAligned returns an adaptor over upstream whose Allocate aligns to
@@ -172,12 +162,9 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if a.slots != nil {
 		mask := uint64(max(a.align, Alignment) - 1)
 		if sl, w := a.slots.take(p, mask); sl != nil {
-			return a.freeSlot(sl, w, p, size, s, mask)
-		}
-		if a.norphans.Load() != 0 {
-			if done, err := a.freeOrphan(p, size, s); done {
-				return err
-			}
+			err := a.freeBlock(p, w&mask, size, s)
+			a.slots.end(sl, w, err == nil)
+			return err
 		}
 	}
 	_, err := a.live.take(p, size, func(b alignedBlock) error { return a.upDeallocate(b.base, b.size, s) })
@@ -187,25 +174,6 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	}
 	if err != nil {
 		return fmt.Errorf("aligned: deallocate: %w", err)
-	}
-	return nil
-}
-
-// freeSlot frees the block of p, whose live word w take just marked freed
-// in slot sl; if the upstream refuses, p is live again and the error is
-// returned.
-func (a *Aligned) freeSlot(sl *atomic.Uint64, w uint64, p gpu.DevicePtr, size int, s gpu.Stream, mask uint64) error {
-	if err := a.freeBlock(p, w&mask, size, s); err != nil {
-		if !sl.CompareAndSwap(w|slotFreed, w) && !a.slots.insert(p, w&mask) {
-			a.mu.Lock()
-			if a.orphans == nil {
-				a.orphans = make(map[gpu.DevicePtr]uint64)
-			}
-			a.orphans[p] = w & mask
-			a.norphans.Store(int64(len(a.orphans)))
-			a.mu.Unlock()
-		}
-		return err
 	}
 	return nil
 }
@@ -228,22 +196,6 @@ func (a *Aligned) freeBlock(p gpu.DevicePtr, units uint64, size int, s gpu.Strea
 		return fmt.Errorf("aligned: deallocate: %w", err)
 	}
 	return nil
-}
-
-// freeOrphan frees p if it is an orphan, and reports whether it was.
-func (a *Aligned) freeOrphan(p gpu.DevicePtr, size int, s gpu.Stream) (bool, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	units, ok := a.orphans[p]
-	if !ok {
-		return false, nil
-	}
-	if err := a.freeBlock(p, units, size, s); err != nil {
-		return true, err
-	}
-	delete(a.orphans, p)
-	a.norphans.Store(int64(len(a.orphans)))
-	return true, nil
 }
 
 // Device is the upstream's device.

@@ -12,22 +12,25 @@
 // other work (the size check, refusing what the adaptor never handed out)
 // is the upstream's, for the adaptor's own Owner.
 //
-// How. A fixed array of words, each empty (0), live (q | offset/256) or
-// freed (the same with slotFreed set, a tombstone). q is aligned to the
+// How. A fixed array of words, each empty (0), live (q | offset/256),
+// busy (live with slotBusy set: a free of it is in progress) or freed
+// (q | offset/256 with slotFreed set, a tombstone). q is aligned to the
 // adaptor's alignment a and the offset is below a, so offset/256 fits in
 // q's zero low bits. An allocation at the adaptor's alignment puts its
 // word in the first empty or freed slot of the alignedProbe slots from
-// q's home, with one compare-and-swap; a free finds the live word of q in
-// those slots with plain loads and marks it freed with one
-// compare-and-swap, which of two racing frees only one wins, then frees
-// the block upstream; if the upstream refuses (a wrong size), the word is
-// made live again (or, if an allocation took the slot meanwhile, put in
-// another slot, or else among the adaptor's orphans, a map under a lock
-// that a free asks only while it is not empty). So a pair takes two locked
-// instructions of its own. An allocation that finds no slot (more than a few hundred live at
-// once, or a run of collisions), or one at another alignment
-// (AllocateAligned), goes to the adaptor's pointer table as before; a free
-// that finds no live word in its slots asks the table.
+// q's home, with one compare-and-swap. A free finds the live word of q in
+// those slots with plain loads and marks it busy with one
+// compare-and-swap, which of two racing frees only one wins; it frees the
+// block upstream and stores the tombstone, or, if the upstream refuses (a
+// wrong size), the live word again. Another free of q that finds the word
+// busy waits for that outcome, as it would wait for a pointer table's
+// shard lock, so a right free is never refused because a wrong one ran
+// beside it. A pair takes three locked instructions of its own, where the
+// table's two locks and unlocks take four, each heavier. An allocation
+// that finds no slot (more than a few hundred live at once, or a run of
+// collisions), or one at another alignment (AllocateAligned), goes to the
+// adaptor's pointer table as before; a free that finds no live word in its
+// slots asks the table.
 //
 // Tombstones are the memory of recent frees that tells a double free from
 // an unknown pointer: a free that neither the slots nor the table know is
@@ -35,16 +38,16 @@
 // until an allocation reuses its slot, so an old double free may read as
 // an unknown pointer, never the reverse (as with the table's ring).
 //
-// Invariants: a live word for q is in at most one slot, and only while q
-// is live and was handed out at the adaptor's alignment; its block is
-// q - (word's offset)*256 with the request's size plus a-256 bytes. A
-// freed word's q is not live in the slots. Between the compare-and-swap
-// that marks a word freed and a refused free's restore, a racing free of
-// q reads as a double free.
+// Invariants: a live or busy word for q is in at most one slot, and only
+// while q is live and was handed out at the adaptor's alignment; its block
+// is q - (word's offset)*256 with the request's size plus a-256 bytes. A
+// busy word changes only by the free that made it busy. A freed word's q
+// is not live in the slots.
 
 package mr
 
 import (
+	"runtime"
 	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -54,10 +57,12 @@ const (
 	alignedSlotBits = 10
 	alignedSlotN    = 1 << alignedSlotBits
 	alignedProbe    = 8
-	// slotFreed marks a tombstone; addresses at or above slotKeyMax are
-	// not kept in the slots (none are, on any device the backends know).
+	// slotFreed marks a tombstone and slotBusy a free in progress;
+	// addresses at or above slotKeyMax are not kept in the slots (none
+	// are, on any device the backends know).
 	slotFreed  = 1 << 63
-	slotKeyMax = 1 << 62
+	slotBusy   = 1 << 62
+	slotKeyMax = 1 << 61
 )
 
 type alignedSlots struct {
@@ -87,24 +92,39 @@ func (t *alignedSlots) insert(q gpu.DevicePtr, units uint64) bool {
 	return false
 }
 
-// take marks q's live word freed and returns its slot and word, or nil
-// if no slot holds q live. mask is the alignment minus one.
+// take marks q's live word busy and returns its slot and the live word,
+// or nil if no slot holds q live. It waits while another free of q is in
+// progress. mask is the alignment minus one. The caller ends the free
+// with end.
 func (t *alignedSlots) take(q gpu.DevicePtr, mask uint64) (*atomic.Uint64, uint64) {
 	h := t.home(q)
 	for i := range uint64(alignedProbe) {
 		sl := &t.w[(h+i)&(alignedSlotN-1)]
 		for {
 			v := sl.Load()
-			if v&slotFreed != 0 || v&^mask != uint64(q) || v == 0 {
+			if v&slotFreed != 0 || v&^(mask|slotBusy) != uint64(q) {
 				break
 			}
-			if sl.CompareAndSwap(v, v|slotFreed) {
+			if v&slotBusy != 0 {
+				// Another free of q runs: its outcome decides ours.
+				runtime.Gosched()
+				continue
+			}
+			if sl.CompareAndSwap(v, v|slotBusy) {
 				return sl, v
 			}
-			// Another free of q won, or the word changed: look again.
 		}
 	}
 	return nil, 0
+}
+
+// end ends the free of the live word w that take marked busy in sl:
+// freed if the upstream freed the block, live again if it refused.
+func (t *alignedSlots) end(sl *atomic.Uint64, w uint64, freed bool) {
+	if freed {
+		w |= slotFreed
+	}
+	sl.Store(w)
 }
 
 // freed reports whether a tombstone of q is among its slots.
@@ -118,7 +138,7 @@ func (t *alignedSlots) freed(q gpu.DevicePtr, mask uint64) bool {
 	return false
 }
 
-// live counts the live words.
+// live counts the live and busy words.
 func (t *alignedSlots) live() int {
 	n := 0
 	for i := range t.w {

@@ -133,7 +133,7 @@ func (r *Retry) String() string { return "retry: " + r.Counts().String() }
 func (a *Aligned) String() string {
 	n, _ := a.live.count()
 	if a.slots != nil {
-		n += a.slots.live() + int(a.norphans.Load())
+		n += a.slots.live()
 	}
 	return fmt.Sprintf("aligned to %s: %s live", FormatBytes(uint64(a.align)), plural(uint64(n), "allocation", "allocations"))
 }
