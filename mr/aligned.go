@@ -67,6 +67,7 @@ type Aligned struct {
 	passThrough
 	dev   gpu.Device
 	align int
+	known knownStreams // streams checked (args.go)
 	owned
 	slots *alignedSlots // nil unless trusted
 	live  ptrTable[gpu.DevicePtr, alignedBlock]
@@ -118,7 +119,7 @@ func (a *Aligned) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // between 1 and MaxAlignment; otherwise an *AlignmentError), freed with
 // Deallocate like any other allocation.
 func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("aligned", a.dev, size, s); err != nil {
+	if zero, err := a.known.checkAlloc("aligned", a.dev, size, s); err != nil {
 		return 0, err
 	} else if err := checkAlignment(alignment); err != nil {
 		return 0, fmt.Errorf("aligned: allocate: %w", err)
@@ -156,7 +157,7 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 // same size, by freeing its upstream block. Bad frees are refused with
 // typed errors before they reach the upstream.
 func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("aligned", a.dev, p, size, s); null || err != nil {
+	if null, err := a.known.checkFree("aligned", a.dev, p, size, s); null || err != nil {
 		return err
 	}
 	if a.slots != nil {

@@ -130,6 +130,7 @@ type Limit struct {
 	passThrough
 	dev    gpu.Device
 	budget *Budget
+	known  knownStreams // streams checked (args.go)
 	owned
 	live ptrTable[gpu.DevicePtr, uint64] // the charge; unused if trusted
 	// sole: the budget's first Limit, which counts its used bytes in used
@@ -188,7 +189,7 @@ func (l *Limit) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, e
 }
 
 func (l *Limit) allocate(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("limit", l.dev, size, s); zero || err != nil {
+	if zero, err := l.known.checkAlloc("limit", l.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	if size > maxAlignable {
@@ -235,7 +236,7 @@ func (l *Limit) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner
 }
 
 func (l *Limit) deallocate(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
-	if null, err := checkFree("limit", l.dev, p, size, s); null || err != nil {
+	if null, err := l.known.checkFree("limit", l.dev, p, size, s); null || err != nil {
 		return err
 	}
 	if l.trusted() {

@@ -142,7 +142,8 @@ type Tracking struct {
 	dev    gpu.Device
 	depth  int
 	skip   int
-	labels bool // record the goroutines' pprof labels
+	labels bool         // record the goroutines' pprof labels
+	known  knownStreams // streams checked (args.go)
 	live   ptrTable[gpu.DevicePtr, trackRecord]
 	stacks stackTable
 	recent [256]atomic.Pointer[stackRecord] // by hash; see the file comment
@@ -227,7 +228,7 @@ func (t *stackTable) internHash(pcs []uintptr, ls *labelSet, h uint64) *stackRec
 
 // Allocate allocates from the upstream and records the caller's stack.
 func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("tracking", t.dev, size, s); zero || err != nil {
+	if zero, err := t.known.checkAlloc("tracking", t.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	var buf [maxStackDepth]uintptr
@@ -253,7 +254,7 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // Deallocate frees p through the upstream and forgets it. Bad frees are
 // refused with typed errors before they reach the upstream.
 func (t *Tracking) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("tracking", t.dev, p, size, s); null || err != nil {
+	if null, err := t.known.checkFree("tracking", t.dev, p, size, s); null || err != nil {
 		return err
 	}
 	_, err := t.live.take(p, size, func(trackRecord) error { return t.up.Deallocate(p, size, s) })
