@@ -166,25 +166,38 @@ func NewTracking(upstream Resource, opts TrackingOptions) *Tracking {
 		labels: !opts.NoLabels}
 }
 
-// hashPCs hashes a stack. Each PC is multiplied on its own (the multiplies
-// of different PCs overlap in the pipeline) and folded in with a rotate
-// and an exclusive or, so the chain from one PC to the next is two
-// one-cycle instructions; a final multiply spreads the result into the low
-// bits, which index recent and the shards.
+// hashPCs hashes a stack. Each PC is multiplied on its own (pcMix: the
+// multiplies of different PCs overlap in the pipeline, and the frame
+// pointer walk makes them anyway) and folded in with a rotate and an
+// exclusive or (hashStep), so the chain from one PC to the next is two
+// one-cycle instructions; hashFinish adds the length and spreads the
+// result into the low bits, which index recent and the shards.
 func hashPCs(pcs []uintptr) uint64 {
-	h := uint64(len(pcs))
+	var h uint64
 	for _, pc := range pcs {
-		h = bits.RotateLeft64(h, 23) ^ uint64(pc)*0x9E3779B97F4A7C15
+		h = hashStep(h, pcMix(pc))
 	}
+	return hashFinish(h, len(pcs))
+}
+
+// pcMix is the multiply the stack hash takes of a return address, and the
+// frame-pointer walk of its table of addresses (callers_fp.go): the walk
+// computes it once for both.
+func pcMix(pc uintptr) uint64 { return uint64(pc) * 0x9E3779B97F4A7C15 }
+
+func hashStep(h, m uint64) uint64 { return bits.RotateLeft64(h, 23) ^ m }
+
+func hashFinish(h uint64, n int) uint64 {
+	h ^= uint64(n) * 0xFF51AFD7ED558CCD
 	h ^= h >> 31
 	h *= 0xBF58476D1CE4E5B9
 	return h ^ h>>29
 }
 
-// intern returns the record of pcs, creating it (with its own copy of the
-// PCs) the first time.
-func (t *Tracking) intern(pcs []uintptr, ls *labelSet) *stackRecord {
-	h := stackHash(pcs, ls)
+// intern returns the record of pcs, whose hashPCs is hp, creating it
+// (with its own copy of the PCs) the first time.
+func (t *Tracking) intern(pcs []uintptr, hp uint64, ls *labelSet) *stackRecord {
+	h := withLabels(hp, ls)
 	slot := &t.recent[h%uint64(len(t.recent))]
 	if r := slot.Load(); r != nil && r.hash == h && r.labels == ls && slices.Equal(r.pcs, pcs) {
 		return r
@@ -194,8 +207,11 @@ func (t *Tracking) intern(pcs []uintptr, ls *labelSet) *stackRecord {
 	return r
 }
 
-func stackHash(pcs []uintptr, ls *labelSet) uint64 {
-	h := hashPCs(pcs)
+func stackHash(pcs []uintptr, ls *labelSet) uint64 { return withLabels(hashPCs(pcs), ls) }
+
+// withLabels is the stack hash of a stack whose hashPCs is h, with label
+// set ls.
+func withLabels(h uint64, ls *labelSet) uint64 {
 	if ls != nil {
 		h ^= ls.hash * 0x9E3779B97F4A7C15
 	}
@@ -233,7 +249,7 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	}
 	var buf [maxStackDepth]uintptr
 	// From Allocate's caller on (callers_fp.go).
-	n := callersFP(t.skip, buf[:t.depth])
+	n, hp := callersFPHash(t.skip, buf[:t.depth])
 	p, err := t.up.Allocate(size, s)
 	if err != nil {
 		return 0, fmt.Errorf("tracking: %w", err)
@@ -242,7 +258,7 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if t.labels {
 		ls = goroutineLabels()
 	}
-	st := t.intern(buf[:n], ls)
+	st := t.intern(buf[:n], hp, ls)
 	rec := trackRecord{stack: st, stream: s.ID(), seq: t.seq.Add(1)}
 	// A record replaced (memory freed around the adaptor and handed out
 	// again) is gone from the live allocations, and so from in-use.
