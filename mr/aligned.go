@@ -119,6 +119,11 @@ func (a *Aligned) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // between 1 and MaxAlignment; otherwise an *AlignmentError), freed with
 // Deallocate like any other allocation.
 func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if a.slots != nil && alignment == a.align && size > 0 && size <= maxAlignable-a.extra() {
+		// The upstream checks owners, and the stream first of all, as
+		// args.go orders the checks: the size and alignment are good.
+		return a.allocate(size, max(alignment, Alignment), s)
+	}
 	if zero, err := a.known.checkAlloc("aligned", a.dev, size, s); err != nil {
 		return 0, err
 	} else if err := checkAlignment(alignment); err != nil {
@@ -132,7 +137,13 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 		return 0, &OutOfMemoryError{Resource: "aligned", Requested: size, Stream: s.ID(),
 			Err: fmt.Errorf("%d bytes aligned to %d do not fit in an int", size, alignment)}
 	}
-	upSize := size + extra
+	return a.allocate(size, alignment, s)
+}
+
+// allocate is AllocateAligned of checked arguments: size > 0, alignment a
+// power of two from Alignment on, and size plus the padding an int.
+func (a *Aligned) allocate(size, alignment int, s gpu.Stream) (gpu.DevicePtr, error) {
+	upSize := size + alignment - Alignment
 	base, err := a.upAllocate(upSize, s)
 	if err != nil {
 		var oom *OutOfMemoryError
@@ -157,16 +168,18 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 // same size, by freeing its upstream block. Bad frees are refused with
 // typed errors before they reach the upstream.
 func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := a.known.checkFree("aligned", a.dev, p, size, s); null || err != nil {
-		return err
-	}
-	if a.slots != nil {
+	if a.slots != nil && p != 0 && size >= 0 {
+		// A live allocation of the slots: the upstream checks the stream
+		// before anything else, as args.go orders the checks.
 		mask := uint64(max(a.align, Alignment) - 1)
 		if sl, w := a.slots.take(p, mask); sl != nil {
 			err := a.freeBlock(p, w&mask, size, s)
 			a.slots.end(sl, w, err == nil)
 			return err
 		}
+	}
+	if null, err := a.known.checkFree("aligned", a.dev, p, size, s); null || err != nil {
+		return err
 	}
 	_, err := a.live.take(p, size, func(b alignedBlock) error { return a.upDeallocate(b.base, b.size, s) })
 	if err != nil && a.slots != nil && errors.Is(err, ErrUnknownPointer) &&
@@ -185,6 +198,9 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 func (a *Aligned) freeBlock(p gpu.DevicePtr, units uint64, size int, s gpu.Stream) error {
 	extra := a.extra()
 	if size > maxAlignable-extra {
+		if !a.known.ok(a.dev, s) {
+			return streamError("aligned", opDeallocate, s)
+		}
 		return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, more than any allocation: %w",
 			uint64(p), size, ErrSizeMismatch)
 	}

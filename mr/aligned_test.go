@@ -141,6 +141,15 @@ func TestAlignedOverPool(t *testing.T) {
 			{"negative size", func() error { return a.Deallocate(p, -1, s) }, mr.ErrInvalidSize},
 			{"nil stream", func() error { return a.Deallocate(p, 1000, nil) }, gpu.ErrInvalidHandle},
 			{"null with size", func() error { return a.Deallocate(0, 8, s) }, mr.ErrSizeMismatch},
+			// The stream is checked before the size, here too.
+			{"nil stream and huge size", func() error { return a.Deallocate(p, int(^uint(0)>>1), nil) }, gpu.ErrInvalidHandle},
+			{"nil stream and negative size", func() error { return a.Deallocate(p, -1, nil) }, gpu.ErrInvalidHandle},
+			{"allocate negative", func() error { _, err := a.Allocate(-1, s); return err }, mr.ErrInvalidSize},
+			{"allocate nil stream", func() error { _, err := a.Allocate(8, nil); return err }, gpu.ErrInvalidHandle},
+			{"allocate nil stream and negative size", func() error { _, err := a.Allocate(-1, nil); return err }, gpu.ErrInvalidHandle},
+		}
+		if q, err := a.Allocate(0, s); q != 0 || err != nil {
+			t.Errorf("round %d: Allocate(0) = %#x, %v", round, q, err)
 		}
 		for _, b := range bad {
 			if err := b.op(); !errors.Is(err, b.want) {
