@@ -31,6 +31,9 @@
 // runtime.FuncForPC once per address and remembered in pcKinds, a table
 // the walk reads with plain loads. An address not yet in it ends the walk
 // early; it is classified outside the walk, and the walk starts again.
+// The multiply that picks an address's bucket is also the one the stack
+// hash takes of it (pcMix, hashPCs), so callersFPHash folds the hash in as
+// it walks.
 // The walk holds the frame pointer as an unsafe.Pointer: if a call moved
 // the goroutine's stack, the runtime would adjust it with the frames'
 // saved frame pointers (the walk calls nothing but, in a race-detector
