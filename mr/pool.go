@@ -209,6 +209,9 @@ type Pool struct {
 	vgrow     map[*poolStream]*poolChunk
 	vlist     []*poolChunk
 	growLimit int
+	// spans is grower if it gives memory back in pieces: decommits take
+	// only the spans of free blocks it says give all their memory back.
+	spans piecewiseGrower
 	// spare is where a commit is about to place a request: releaseIdle
 	// keeps its chunk, and decommitFree the free blocks it overlaps.
 	spare poolPlace

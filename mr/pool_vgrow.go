@@ -81,6 +81,7 @@ func (p *Pool) useGrower(g Grower) {
 		limit = min(limit, p.opts.MaxSize)
 	}
 	p.growLimit = max(poolRoundUp(limit, gran), gran)
+	p.spans, _ = g.(piecewiseGrower)
 	// No chunk to pin: big requests split the best-fitting free block.
 	p.tune.bigMin = math.MaxInt
 }
@@ -438,6 +439,10 @@ func (p *Pool) decommitFree(keep int) (int, error) {
 		for b := c.last(); b != nil && (keep <= 0 || reserved > keep); {
 			prev := b.prev
 			a, z := p.spare.outside(b, gran)
+			if b.state == blockFree && z > a && p.spans != nil {
+				lo, hi := p.spans.DecommitSpan(c.base, int(a-c.base), int(z-a))
+				a, z = c.base+gpu.DevicePtr(lo), c.base+gpu.DevicePtr(hi)
+			}
 			if b.state == blockFree && z > a {
 				o.large.remove(b)
 				mid := o.cutBlock(b, a, int(z-a))

@@ -62,6 +62,14 @@ type VirtualOptions struct {
 	// process), the commit waits as long. False: the commit is refused
 	// and the caller grows elsewhere, without a host wait.
 	WaitForDecommits bool
+	// PiecesPerCommit sets how finely a commit of a growable allocation
+	// (Grower) cuts its new memory: into pieces of the largest power of
+	// two granules not above its size over PiecesPerCommit, one physical
+	// allocation each, so a large commit maps between PiecesPerCommit and
+	// twice as many (virtual_grow.go). The driver's cost is per piece; a
+	// piece goes back to the device only whole. Zero:
+	// DefaultVirtualPiecesPerCommit; negative is ErrInvalidValue.
+	PiecesPerCommit int
 }
 
 // VirtualStats are a Virtual resource's counters.
@@ -74,8 +82,15 @@ type VirtualStats struct {
 	Mapped, PeakMapped uint64
 	// Live is the bytes handed out and not freed, as requested.
 	Live, PeakLive uint64
-	// Pending is the part of Mapped whose free waits for its event.
+	// Pending is the part of Mapped that is freed or decommitted: waiting
+	// for its event, or (Idle) for the rest of its physical allocation.
 	Pending uint64
+	// Idle is the part of Pending whose physical allocation still has
+	// committed granules (a growable allocation's memory is mapped and
+	// given back per piece, virtual_grow.go): it goes back to the device
+	// with the rest of the piece, and a Commit there takes it back
+	// without a driver call.
+	Idle uint64
 	// Granularity is the size physical memory is created and mapped in.
 	Granularity uint64
 	// Growable is the number of growable allocations (Grower) whose
@@ -83,12 +98,13 @@ type VirtualStats struct {
 	// granule is unmapped.
 	Growable int
 	// Handoffs counts the granules a Commit mapped with the memory of a
-	// decommitted granule still waiting for its event, rather than new
+	// decommitted piece still waiting for its event, rather than new
 	// memory.
 	Handoffs uint64
 	// HostWaits counts the granules a Commit waited on the host for
 	// (VirtualOptions.WaitForDecommits): their memory had gone to
-	// another commit and their decommit's work had not completed.
+	// another commit and their decommit's work had not completed (the
+	// whole piece they belong to counts).
 	HostWaits uint64
 }
 
@@ -103,6 +119,8 @@ type Virtual struct {
 	events eventCache
 	// waitDecommits is VirtualOptions.WaitForDecommits.
 	waitDecommits bool
+	// perCommit is VirtualOptions.PiecesPerCommit.
+	perCommit int
 
 	live  ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage usageMeter
@@ -115,9 +133,10 @@ type Virtual struct {
 	stats   VirtualStats
 
 	// Growable allocations (virtual_grow.go), by address, and their
-	// granules waiting for a decommit's event, in order of decommit.
+	// pieces with every granule decommitted, waiting for the decommits'
+	// events, in order of their last decommit.
 	grows   map[gpu.DevicePtr]*vgrow
-	waiting []vwaiting
+	waiting []*vpiece
 }
 
 type vspan struct{ off, n uint64 }
@@ -134,6 +153,9 @@ const virtualName = "vmm"
 func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%s: nil device: %w", virtualName, gpu.ErrInvalidValue)
+	}
+	if opts.PiecesPerCommit < 0 {
+		return nil, fmt.Errorf("%s: pieces per commit %d: %w", virtualName, opts.PiecesPerCommit, gpu.ErrInvalidValue)
 	}
 	vm, err := gpu.VirtualMemoryOf(dev)
 	if err != nil {
@@ -152,7 +174,8 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
 	}
-	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits}
+	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits,
+		perCommit: cmp.Or(opts.PiecesPerCommit, DefaultVirtualPiecesPerCommit)}
 	v.stats.Reserved = size
 	v.stats.Granularity = g
 	return v, nil
