@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -59,9 +60,18 @@ type VirtualOptions struct {
 	// The price is a host wait in such a commit for the work queued on
 	// the decommitting stream before the decommit; if that work waits
 	// for the host (a host function, a collective with another
-	// process), the commit waits as long. False: the commit is refused
-	// and the caller grows elsewhere, without a host wait.
+	// process), the commit waits as long, up to DecommitWaitLimit.
+	// False: the commit is refused and the caller grows elsewhere,
+	// without a host wait.
 	WaitForDecommits bool
+	// DecommitWaitLimit bounds each such wait (WaitForDecommits): a
+	// commit whose decommit's work has not completed by then is refused
+	// with ErrGrowBlocked, as without WaitForDecommits, and counted in
+	// Stats().WaitsRefused. The wait holds the resource's mutex (a Pool
+	// calls Commit under its own, so its other callers would wait anyway);
+	// the limit is what keeps work that waits for the host from stalling
+	// every caller. Zero: no limit; negative is ErrInvalidValue.
+	DecommitWaitLimit time.Duration
 	// PiecesPerCommit sets how finely a commit of a growable allocation
 	// (Grower) cuts its new memory: into pieces of the largest power of
 	// two granules not above its size over PiecesPerCommit, one physical
@@ -106,6 +116,9 @@ type VirtualStats struct {
 	// another commit and their decommit's work had not completed (the
 	// whole piece they belong to counts).
 	HostWaits uint64
+	// WaitsRefused counts the commits refused because such a wait
+	// reached VirtualOptions.DecommitWaitLimit.
+	WaitsRefused uint64
 }
 
 // Virtual is a resource of physical memory mapped into one reserved range.
@@ -119,8 +132,10 @@ type Virtual struct {
 	events eventCache
 	// waitDecommits is VirtualOptions.WaitForDecommits.
 	waitDecommits bool
-	// perCommit is VirtualOptions.PiecesPerCommit.
+	// perCommit is VirtualOptions.PiecesPerCommit, waitLimit
+	// VirtualOptions.DecommitWaitLimit.
 	perCommit int
+	waitLimit time.Duration
 
 	live  ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage usageMeter
@@ -154,6 +169,9 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%s: nil device: %w", virtualName, gpu.ErrInvalidValue)
 	}
+	if opts.DecommitWaitLimit < 0 {
+		return nil, fmt.Errorf("%s: decommit wait limit %v: %w", virtualName, opts.DecommitWaitLimit, gpu.ErrInvalidValue)
+	}
 	if opts.PiecesPerCommit < 0 {
 		return nil, fmt.Errorf("%s: pieces per commit %d: %w", virtualName, opts.PiecesPerCommit, gpu.ErrInvalidValue)
 	}
@@ -175,7 +193,7 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
 	}
 	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits,
-		perCommit: cmp.Or(opts.PiecesPerCommit, DefaultVirtualPiecesPerCommit)}
+		perCommit: cmp.Or(opts.PiecesPerCommit, DefaultVirtualPiecesPerCommit), waitLimit: opts.DecommitWaitLimit}
 	v.stats.Reserved = size
 	v.stats.Granularity = g
 	return v, nil

@@ -70,6 +70,7 @@
 package mr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -691,8 +692,10 @@ func (v *Virtual) waitingEventsLocked(evs []gpu.Event) []gpu.Event {
 // pc, whose memory went to another piece, and unmaps it
 // (VirtualOptions.WaitForDecommits): the memory stays with the piece it
 // went to, so nothing is released. On error nothing has changed.
+// The wait is bounded by VirtualOptions.DecommitWaitLimit: past it the
+// commit is refused (ErrGrowBlocked), as without WaitForDecommits.
 func (v *Virtual) unmapHandedLocked(pc *vpiece) error {
-	if err := v.pieceDoneLocked(pc, true); err != nil {
+	if err := v.waitPieceLocked(pc); err != nil {
 		return fmt.Errorf("wait for the decommit of granules %d-%d of %#x: %w", pc.first, pc.first+pc.n-1, uint64(pc.gr.p), err)
 	}
 	unmapped, err := v.unmapPieceLocked(pc)
@@ -703,4 +706,31 @@ func (v *Virtual) unmapHandedLocked(pc *vpiece) error {
 	v.dropWaiting(pc)
 	v.stats.HostWaits += uint64(pc.n)
 	return err
+}
+
+// waitPieceLocked waits on the host for the decommits of waiting piece pc,
+// at most v.waitLimit if set; a wait that reaches it returns an error
+// matching ErrGrowBlocked and context.DeadlineExceeded.
+func (v *Virtual) waitPieceLocked(pc *vpiece) error {
+	if v.waitLimit <= 0 {
+		return v.pieceDoneLocked(pc, true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), v.waitLimit)
+	defer cancel()
+	var last *vevent
+	for i := pc.first; i < pc.first+pc.n; i++ {
+		ev := pc.gr.gran[i].ev
+		if ev == last {
+			continue
+		}
+		last = ev
+		if err := poll(ctx, ev.e.Query); err != nil {
+			if ctx.Err() != nil {
+				v.stats.WaitsRefused++
+				return fmt.Errorf("waited %v: %w", v.waitLimit, errors.Join(ErrGrowBlocked, err))
+			}
+			return err
+		}
+	}
+	return nil
 }

@@ -307,6 +307,56 @@ func TestVirtualGrowableWaitForDecommits(t *testing.T) {
 	}
 }
 
+// TestVirtualGrowableDecommitWaitLimit: with WaitForDecommits and a
+// DecommitWaitLimit, a commit whose decommit's work outlasts the limit is
+// refused with ErrGrowBlocked (and the deadline), changes nothing but
+// WaitsRefused, and succeeds once the work is done.
+func TestVirtualGrowableDecommitWaitLimit(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 10<<20, mr.VirtualOptions{WaitForDecommits: true, DecommitWaitLimit: 20 * time.Millisecond})
+	g := v.GrowGranularity()
+	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.AllocateGrowable(g, 4*g, ss[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := dev.Hold(ss[0])
+	defer release()
+	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
+		t.Fatal(err)
+	}
+	before := v.Stats()
+	err = v.Commit(a, g, g, ss[0])
+	if !errors.Is(err, mr.ErrGrowBlocked) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("commit past the wait limit: got %v, want ErrGrowBlocked and DeadlineExceeded", err)
+	}
+	after := v.Stats()
+	if after.WaitsRefused != 1 || after.HostWaits != 0 {
+		t.Fatalf("after the refused wait: %+v", after)
+	}
+	after.WaitsRefused = before.WaitsRefused
+	if after != before {
+		t.Fatalf("the refused commit changed the counters: %+v -> %+v", before, after)
+	}
+	release()
+	if err := v.Commit(a, g, g, ss[0]); err != nil {
+		t.Fatalf("commit after the decommit's work: %v", err)
+	}
+	for _, x := range []gpu.DevicePtr{a, b} {
+		if err := v.Deallocate(x, 4*g, ss[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := mr.NewVirtual(dev, mr.VirtualOptions{DecommitWaitLimit: -time.Second}); !errors.Is(err, gpu.ErrInvalidValue) {
+		t.Fatalf("NewVirtual with a negative wait limit: got %v, want ErrInvalidValue", err)
+	}
+}
+
 // TestVirtualGrowablePieces: a commit maps its new memory in pieces
 // (PiecesPerCommit 1: one piece per run of a power of two granules); a
 // decommit of part of a piece leaves its memory mapped (Idle) until the
