@@ -222,3 +222,67 @@ func BenchmarkVMMCalls(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkVMMCallsBusy asks whether the calls wait for the device: a
+// kernel spinning for 20 ms runs on another stream while k granules are
+// committed (create, map, one SetAccess) and, after a second spin, unmapped
+// and released, one allocation a granule or one for all. The metrics are
+// the wall time of the commit and of the decommit per operation; a call
+// that waited for the device takes about the spin's 20 ms.
+func BenchmarkVMMCallsBusy(b *testing.B) {
+	dev, ctx := needGPU(b)
+	s := newStream(b, ctx)
+	k8 := loadKernels(b, ctx)
+	g := vmmGranule(b, dev, ctx)
+	const spin = 20 * time.Millisecond
+	for _, k := range []uint64{1, 16} {
+		for _, shape := range []string{"granules", "handle"} {
+			b.Run(fmt.Sprintf("k=%d/%s", k, shape), func(b *testing.B) {
+				base := testdev.Must(ctx.MemAddressReserve(k*g, 0))(b)
+				defer ctx.MemAddressFree(base, k*g)
+				must := func(err error) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				var commit, decommit time.Duration
+				hs := make([]cuda.MemHandle, k)
+				for range b.N {
+					k8.spin(b, s, spin)
+					t := time.Now()
+					if shape == "handle" {
+						h, err := ctx.MemCreate(dev, k*g)
+						must(err)
+						hs[0] = h
+						must(ctx.MemMap(base, k*g, 0, h))
+					} else {
+						for i := range k {
+							h, err := ctx.MemCreate(dev, g)
+							must(err)
+							hs[i] = h
+							must(ctx.MemMap(base+cuda.DevicePtr(i*g), g, 0, h))
+						}
+					}
+					must(ctx.MemSetAccess(base, k*g, dev))
+					commit += time.Since(t)
+					must(ctx.StreamSynchronize(s))
+					k8.spin(b, s, spin)
+					t = time.Now()
+					if shape == "handle" {
+						must(ctx.MemUnmap(base, k*g))
+						must(ctx.MemRelease(hs[0]))
+					} else {
+						for i := range k {
+							must(ctx.MemUnmap(base+cuda.DevicePtr(i*g), g))
+							must(ctx.MemRelease(hs[i]))
+						}
+					}
+					decommit += time.Since(t)
+					must(ctx.StreamSynchronize(s))
+				}
+				b.ReportMetric(float64(commit.Nanoseconds())/float64(b.N), "commit-ns/op")
+				b.ReportMetric(float64(decommit.Nanoseconds())/float64(b.N), "decommit-ns/op")
+			})
+		}
+	}
+}

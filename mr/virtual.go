@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -78,7 +79,11 @@ type VirtualOptions struct {
 	// allocation each, so a large commit maps between PiecesPerCommit and
 	// twice as many (virtual_grow.go). The driver's cost is per piece; a
 	// piece goes back to the device only whole. Zero:
-	// DefaultVirtualPiecesPerCommit; negative is ErrInvalidValue.
+	// DefaultVirtualPiecesPerCommit, or with WaitForDecommits one granule
+	// a piece, which its promise of a layout that follows from the calls
+	// alone needs (a piece's bounds depend on whether a commit meets
+	// decommitted memory, so on the device's progress); negative is
+	// ErrInvalidValue.
 	PiecesPerCommit int
 }
 
@@ -193,7 +198,17 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
 	}
 	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits,
-		perCommit: cmp.Or(opts.PiecesPerCommit, DefaultVirtualPiecesPerCommit), waitLimit: opts.DecommitWaitLimit}
+		perCommit: opts.PiecesPerCommit, waitLimit: opts.DecommitWaitLimit}
+	if v.perCommit == 0 {
+		v.perCommit = DefaultVirtualPiecesPerCommit
+		if opts.WaitForDecommits {
+			// One granule a piece: whether a commit takes back or hands
+			// on a decommitted piece or maps new memory depends on the
+			// device's progress, and with pieces of several granules so
+			// would the pieces' bounds and what a Pool decommits.
+			v.perCommit = math.MaxInt
+		}
+	}
 	v.stats.Reserved = size
 	v.stats.Granularity = g
 	return v, nil

@@ -447,6 +447,36 @@ func TestVirtualGrowablePieces(t *testing.T) {
 	}
 }
 
+// TestVirtualGrowableWaitPieces: with WaitForDecommits and no
+// PiecesPerCommit, every piece is one granule, so a decommit of one
+// granule of a large commit gives its memory back.
+func TestVirtualGrowableWaitPieces(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 256<<20, mr.VirtualOptions{WaitForDecommits: true})
+	g := v.GrowGranularity()
+	p, err := v.AllocateGrowable(64*g, 64*g, ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo, hi := v.DecommitSpan(p, 5*g, g); lo != 5*g || hi != 6*g {
+		t.Fatalf("DecommitSpan of one granule = [%d, %d), want [%d, %d)", lo, hi, 5*g, 6*g)
+	}
+	if err := v.Decommit(p, 5*g, g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Mapped != uint64(63*g) || st.Idle != 0 {
+		t.Fatalf("after decommitting one granule: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(63*g) {
+		t.Fatalf("device memory in use %d, want %d", got, 63*g)
+	}
+	if err := v.Deallocate(p, 64*g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestVirtualGrowablePieceHandoff: a waiting piece of several granules
 // goes whole to another range's commit that has room for it, and the
 // device holds its memory once.
