@@ -74,6 +74,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -286,6 +287,10 @@ type vmapped struct {
 // whose memory had gone elsewhere and that it waited for and unmapped
 // (WaitForDecommits), as a reap would have.
 func (v *Virtual) commitLocked(gr *vgrow, first, k int, s gpu.Stream) error {
+	var start time.Time
+	if vmmTraceOn {
+		start = time.Now()
+	}
 	if need := first + k; need > len(gr.gran) {
 		gr.gran = append(gr.gran, make([]vgran, need-len(gr.gran))...)
 	}
@@ -397,6 +402,9 @@ func (v *Virtual) commitLocked(gr *vgrow, first, k int, s gpu.Stream) error {
 			v.dropWaiting(g.pc)
 		}
 		v.setLive(g.pc, g.pc.live+1)
+	}
+	if vmmTraceOn {
+		vmmTrace("commit", k, len(done), start)
 	}
 	gr.committed += k
 	n := uint64(k) * v.g
@@ -627,13 +635,25 @@ func (v *Virtual) unmapPieceLocked(pc *vpiece) (unmapped bool, err error) {
 // and frees the ranges of freed allocations left with nothing mapped;
 // with wait, it waits for each event first.
 func (v *Virtual) reapGrowablesLocked(wait bool) error {
+	var start time.Time
+	var pieces, granules int
+	if vmmTraceOn {
+		start = time.Now()
+		defer func() {
+			if pieces > 0 {
+				vmmTrace("unmap", granules, pieces, start)
+			}
+		}()
+	}
 	var errs []error
 	kept := v.waiting[:0]
 	for _, pc := range v.waiting {
 		err := v.pieceDoneLocked(pc, wait)
 		if err == nil {
 			var unmapped bool
+			n := pc.n
 			if unmapped, err = v.unmapPieceLocked(pc); unmapped {
+				pieces, granules = pieces+1, granules+n
 				pc.waiting = false
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", virtualName, err))
