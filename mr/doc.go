@@ -78,7 +78,8 @@
 //	pool_stats.go          PoolStats
 //	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
 //	virtual.go             Virtual: physical memory mapped on demand into one reserved range
-//	virtual_grow.go        Virtual's growable ranges: granules committed and decommitted in place
+//	virtual_grow.go        Virtual's growable ranges: granules committed and decommitted in place, in pieces
+//	virtual_trace_*.go     a build tag's timing trace of those commits and unmaps (measurement only)
 //	grower.go              Grower: the upstream interface of growth in place
 //	pool_vgrow.go          the Pool over a Grower: one growable chunk per stream
 //	pool_lifetime.go       lifetime-aware placement over a Grower: predicted short-lived blocks apart
@@ -146,10 +147,12 @@
 // have added nothing a caller can choose: the upstream already says what
 // it can do, and the growth policy stays in the Pool next to the rest of
 // its policy (placement, the high-water rule, release), while the driver's
-// rules (one physical allocation per granule so that each can go back
-// alone, the event a decommit waits for, handing a decommitted granule's
+// rules (physical allocations of several granules where a commit is
+// large, since the driver's cost is per allocation, each going back only
+// whole; the event a decommit waits for; handing a decommitted piece's
 // memory to another range's commit once ordered after it) stay in
-// Virtual. An adaptor between the two hides Grower, and the Pool then cuts
+// Virtual, which tells the Pool which part of a free block gives its
+// memory back (DecommitSpan). An adaptor between the two hides Grower, and the Pool then cuts
 // chunks: growth in place is for a Pool directly over Virtual.
 //
 // # Writing an adaptor

@@ -60,3 +60,13 @@ type Grower interface {
 // ErrGrowBlocked is the error, wrapped, of a Commit of addresses that are
 // still mapped; the caller grows some other way.
 var ErrGrowBlocked = errors.New("the addresses are still mapped")
+
+// piecewiseGrower is a Grower that maps memory in pieces of several
+// granules and gives a piece back only whole (Virtual): a Decommit of part
+// of a piece leaves its memory mapped until the rest is decommitted too.
+// DecommitSpan returns the part [lo, hi) of the committed [off, off+n)
+// whose Decommit gives all its memory back. The Pool decommits only such
+// spans, so that what it counts as given back is.
+type piecewiseGrower interface {
+	DecommitSpan(p gpu.DevicePtr, off, n int) (lo, hi int)
+}

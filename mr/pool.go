@@ -211,6 +211,9 @@ type Pool struct {
 	lifetimes  bool // place by predicted lifetime (pool_lifetime.go)
 	vlist      []*poolChunk
 	growLimit  int
+	// spans is grower if it gives memory back in pieces: decommits take
+	// only the spans of free blocks it says give all their memory back.
+	spans piecewiseGrower
 	// spare is where a commit is about to place a request: releaseIdle
 	// keeps its chunk, and decommitFree the free blocks it overlaps.
 	spare poolPlace

@@ -19,7 +19,10 @@
 // memory: before a commit that would raise the peak of reserved (mapped)
 // bytes, the pool releases idle chunks and then decommits the whole
 // granules of free blocks of growable chunks, from the top of each chunk
-// down (decommitFree), until the commit fits under the old peak. So the
+// down (decommitFree), until the commit fits under the old peak; over an
+// upstream that maps memory in pieces of several granules, only the
+// granules whose pieces go back whole (DecommitSpan), so that what the
+// pool counts as given back is. So the
 // peak is reached only with the granules of live blocks mapped, whatever
 // the holes between them, which is what brings peak mapped close to peak
 // live; and memory is decommitted only when the pool would otherwise set
@@ -56,7 +59,11 @@
 // base+limit), which is its size and its index span; an unmapped block
 // starts and ends on granule boundaries and is changed only under Pool.mu
 // (and its home's mutex); mapped is the bytes of its other blocks, which
-// is what the chunk counts in the pool's reserved bytes (held).
+// is what the chunk counts in the pool's reserved bytes (held). An
+// upstream that gives memory back in pieces (Virtual) is asked which part
+// of a free block a decommit gives back whole (DecommitSpan) under the
+// home's mutex: the lock order is Pool.mu, a stream's mutex, then the
+// upstream's, which never calls back into the Pool.
 
 package mr
 
@@ -85,6 +92,7 @@ func (p *Pool) useGrower(g Grower) {
 		limit = min(limit, p.opts.MaxSize)
 	}
 	p.growLimit = max(poolRoundUp(limit, gran), gran)
+	p.spans, _ = g.(piecewiseGrower)
 	// No chunk to pin: big requests split the best-fitting free block.
 	p.tune.bigMin = math.MaxInt
 }
@@ -467,6 +475,10 @@ func (p *Pool) decommitFree(keep int) (int, error) {
 		for b := c.last(); b != nil && (keep <= 0 || reserved > keep); {
 			prev := b.prev
 			a, z := p.spare.outside(b, gran)
+			if b.state == blockFree && z > a && p.spans != nil {
+				lo, hi := p.spans.DecommitSpan(c.base, int(a-c.base), int(z-a))
+				a, z = c.base+gpu.DevicePtr(lo), c.base+gpu.DevicePtr(hi)
+			}
 			if b.state == blockFree && z > a {
 				o.binsOf(c).remove(b)
 				mid := o.cutBlock(b, a, int(z-a))

@@ -37,8 +37,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -59,9 +61,30 @@ type VirtualOptions struct {
 	// The price is a host wait in such a commit for the work queued on
 	// the decommitting stream before the decommit; if that work waits
 	// for the host (a host function, a collective with another
-	// process), the commit waits as long. False: the commit is refused
-	// and the caller grows elsewhere, without a host wait.
+	// process), the commit waits as long, up to DecommitWaitLimit.
+	// False: the commit is refused and the caller grows elsewhere,
+	// without a host wait.
 	WaitForDecommits bool
+	// DecommitWaitLimit bounds each such wait (WaitForDecommits): a
+	// commit whose decommit's work has not completed by then is refused
+	// with ErrGrowBlocked, as without WaitForDecommits, and counted in
+	// Stats().WaitsRefused. The wait holds the resource's mutex (a Pool
+	// calls Commit under its own, so its other callers would wait anyway);
+	// the limit is what keeps work that waits for the host from stalling
+	// every caller. Zero: no limit; negative is ErrInvalidValue.
+	DecommitWaitLimit time.Duration
+	// PiecesPerCommit sets how finely a commit of a growable allocation
+	// (Grower) cuts its new memory: into pieces of the largest power of
+	// two granules not above its size over PiecesPerCommit, one physical
+	// allocation each, so a large commit maps between PiecesPerCommit and
+	// twice as many (virtual_grow.go). The driver's cost is per piece; a
+	// piece goes back to the device only whole. Zero:
+	// DefaultVirtualPiecesPerCommit, or with WaitForDecommits one granule
+	// a piece, which its promise of a layout that follows from the calls
+	// alone needs (a piece's bounds depend on whether a commit meets
+	// decommitted memory, so on the device's progress); negative is
+	// ErrInvalidValue.
+	PiecesPerCommit int
 }
 
 // VirtualStats are a Virtual resource's counters.
@@ -74,8 +97,15 @@ type VirtualStats struct {
 	Mapped, PeakMapped uint64
 	// Live is the bytes handed out and not freed, as requested.
 	Live, PeakLive uint64
-	// Pending is the part of Mapped whose free waits for its event.
+	// Pending is the part of Mapped that is freed or decommitted: waiting
+	// for its event, or (Idle) for the rest of its physical allocation.
 	Pending uint64
+	// Idle is the part of Pending whose physical allocation still has
+	// committed granules (a growable allocation's memory is mapped and
+	// given back per piece, virtual_grow.go): it goes back to the device
+	// with the rest of the piece, and a Commit there takes it back
+	// without a driver call.
+	Idle uint64
 	// Granularity is the size physical memory is created and mapped in.
 	Granularity uint64
 	// Growable is the number of growable allocations (Grower) whose
@@ -83,13 +113,17 @@ type VirtualStats struct {
 	// granule is unmapped.
 	Growable int
 	// Handoffs counts the granules a Commit mapped with the memory of a
-	// decommitted granule still waiting for its event, rather than new
+	// decommitted piece still waiting for its event, rather than new
 	// memory.
 	Handoffs uint64
 	// HostWaits counts the granules a Commit waited on the host for
 	// (VirtualOptions.WaitForDecommits): their memory had gone to
-	// another commit and their decommit's work had not completed.
+	// another commit and their decommit's work had not completed (the
+	// whole piece they belong to counts).
 	HostWaits uint64
+	// WaitsRefused counts the commits refused because such a wait
+	// reached VirtualOptions.DecommitWaitLimit.
+	WaitsRefused uint64
 }
 
 // Virtual is a resource of physical memory mapped into one reserved range.
@@ -103,6 +137,10 @@ type Virtual struct {
 	events eventCache
 	// waitDecommits is VirtualOptions.WaitForDecommits.
 	waitDecommits bool
+	// perCommit is VirtualOptions.PiecesPerCommit, waitLimit
+	// VirtualOptions.DecommitWaitLimit.
+	perCommit int
+	waitLimit time.Duration
 
 	live  ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage usageMeter
@@ -115,9 +153,10 @@ type Virtual struct {
 	stats   VirtualStats
 
 	// Growable allocations (virtual_grow.go), by address, and their
-	// granules waiting for a decommit's event, in order of decommit.
+	// pieces with every granule decommitted, waiting for the decommits'
+	// events, in order of their last decommit.
 	grows   map[gpu.DevicePtr]*vgrow
-	waiting []vwaiting
+	waiting []*vpiece
 }
 
 type vspan struct{ off, n uint64 }
@@ -134,6 +173,12 @@ const virtualName = "vmm"
 func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%s: nil device: %w", virtualName, gpu.ErrInvalidValue)
+	}
+	if opts.DecommitWaitLimit < 0 {
+		return nil, fmt.Errorf("%s: decommit wait limit %v: %w", virtualName, opts.DecommitWaitLimit, gpu.ErrInvalidValue)
+	}
+	if opts.PiecesPerCommit < 0 {
+		return nil, fmt.Errorf("%s: pieces per commit %d: %w", virtualName, opts.PiecesPerCommit, gpu.ErrInvalidValue)
 	}
 	vm, err := gpu.VirtualMemoryOf(dev)
 	if err != nil {
@@ -152,7 +197,18 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
 	}
-	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits}
+	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits,
+		perCommit: opts.PiecesPerCommit, waitLimit: opts.DecommitWaitLimit}
+	if v.perCommit == 0 {
+		v.perCommit = DefaultVirtualPiecesPerCommit
+		if opts.WaitForDecommits {
+			// One granule a piece: whether a commit takes back or hands
+			// on a decommitted piece or maps new memory depends on the
+			// device's progress, and with pieces of several granules so
+			// would the pieces' bounds and what a Pool decommits.
+			v.perCommit = math.MaxInt
+		}
+	}
 	v.stats.Reserved = size
 	v.stats.Granularity = g
 	return v, nil

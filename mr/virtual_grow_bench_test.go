@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/internal/testdev"
@@ -159,6 +160,71 @@ func BenchmarkPoolPairModes(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+			})
+		}
+	}
+}
+
+// BenchmarkCommitLarge times one Commit of n bytes into a growable range
+// and, as the metric decommit-ns/op, its Decommit and the unmap that
+// follows once the stream is idle (ReleaseContext): with the default
+// pieces (pieces=32, DefaultVirtualPiecesPerCommit) and with one granule a
+// piece (pieces=granule, PiecesPerCommit at n's granule count), which is
+// how Virtual mapped every commit before pieces.
+func BenchmarkCommitLarge(b *testing.B) {
+	dev := testdev.Device(b)
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	for _, n := range []int{32 << 20, 1 << 30} {
+		for _, mode := range []string{"32", "granule"} {
+			b.Run(fmt.Sprintf("size=%dMiB/pieces=%s", n>>20, mode), func(b *testing.B) {
+				opts := mr.VirtualOptions{ReserveSize: 64 << 20}
+				v0, err := mr.NewVirtual(dev, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				g := v0.GrowGranularity()
+				if err := v0.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if mode == "granule" {
+					opts.PiecesPerCommit = n / g
+				}
+				v, err := mr.NewVirtual(dev, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer v.Close()
+				limit := n + g
+				p, err := v.AllocateGrowable(g, limit, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer v.Deallocate(p, limit, s)
+				var decommit time.Duration
+				b.ResetTimer()
+				for range b.N {
+					if err := v.Commit(p, g, n, s); err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					if err := s.Synchronize(); err != nil {
+						b.Fatal(err)
+					}
+					t := time.Now()
+					if err := v.Decommit(p, g, n, s); err != nil {
+						b.Fatal(err)
+					}
+					if err := v.ReleaseContext(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+					decommit += time.Since(t)
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(decommit.Nanoseconds())/float64(b.N), "decommit-ns/op")
 			})
 		}
 	}

@@ -307,18 +307,249 @@ func TestVirtualGrowableWaitForDecommits(t *testing.T) {
 	}
 }
 
+// TestVirtualGrowableDecommitWaitLimit: with WaitForDecommits and a
+// DecommitWaitLimit, a commit whose decommit's work outlasts the limit is
+// refused with ErrGrowBlocked (and the deadline), changes nothing but
+// WaitsRefused, and succeeds once the work is done.
+func TestVirtualGrowableDecommitWaitLimit(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 10<<20, mr.VirtualOptions{WaitForDecommits: true, DecommitWaitLimit: 20 * time.Millisecond})
+	g := v.GrowGranularity()
+	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.AllocateGrowable(g, 4*g, ss[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := dev.Hold(ss[0])
+	defer release()
+	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
+		t.Fatal(err)
+	}
+	before := v.Stats()
+	err = v.Commit(a, g, g, ss[0])
+	if !errors.Is(err, mr.ErrGrowBlocked) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("commit past the wait limit: got %v, want ErrGrowBlocked and DeadlineExceeded", err)
+	}
+	after := v.Stats()
+	if after.WaitsRefused != 1 || after.HostWaits != 0 {
+		t.Fatalf("after the refused wait: %+v", after)
+	}
+	after.WaitsRefused = before.WaitsRefused
+	if after != before {
+		t.Fatalf("the refused commit changed the counters: %+v -> %+v", before, after)
+	}
+	release()
+	if err := v.Commit(a, g, g, ss[0]); err != nil {
+		t.Fatalf("commit after the decommit's work: %v", err)
+	}
+	for _, x := range []gpu.DevicePtr{a, b} {
+		if err := v.Deallocate(x, 4*g, ss[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := mr.NewVirtual(dev, mr.VirtualOptions{DecommitWaitLimit: -time.Second}); !errors.Is(err, gpu.ErrInvalidValue) {
+		t.Fatalf("NewVirtual with a negative wait limit: got %v, want ErrInvalidValue", err)
+	}
+}
+
+// TestVirtualGrowablePieces: a commit maps its new memory in pieces
+// (PiecesPerCommit 1: one piece per run of a power of two granules); a
+// decommit of part of a piece leaves its memory mapped (Idle) until the
+// rest is decommitted, DecommitSpan says which part of a range gives all
+// its memory back, and a commit of idle granules takes them back without
+// new memory.
+func TestVirtualGrowablePieces(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 64<<20, mr.VirtualOptions{PiecesPerCommit: 1})
+	s := ss[0]
+	g := v.GrowGranularity()
+	p, err := v.AllocateGrowable(g, 16*g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Commit(p, g, 4*g, s); err != nil { // one piece: granules 1-4
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		off, n, lo, hi int
+	}{
+		{2 * g, g, 0, 0},     // inside the piece
+		{g, 4 * g, g, 5 * g}, // the piece whole
+		{0, 5 * g, 0, 5 * g}, // both pieces
+		{0, 3 * g, 0, g},     // the first, and part of the second
+		{3 * g, 2 * g, 0, 0}, // the tail of the piece
+		{5 * g, g, 0, 0},     // not committed
+		{g, 20 * g, 0, 0},    // beyond the range
+		{g / 2, g, 0, 0},     // misaligned
+	} {
+		if lo, hi := v.DecommitSpan(p, c.off, c.n); lo != c.lo || hi != c.hi {
+			t.Errorf("DecommitSpan(%d, %d) = [%d, %d), want [%d, %d)", c.off, c.n, lo, hi, c.lo, c.hi)
+		}
+	}
+	if lo, hi := v.DecommitSpan(p+gpu.DevicePtr(g), 0, g); lo != hi {
+		t.Errorf("DecommitSpan of an unknown pointer = [%d, %d), want empty", lo, hi)
+	}
+	// Part of the piece: decommitted for the caller, its memory kept.
+	if err := v.Decommit(p, 2*g, g, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Live != uint64(4*g) || st.Mapped != uint64(5*g) || st.Idle != uint64(g) || st.Pending != uint64(g) {
+		t.Fatalf("after decommitting part of a piece: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(5*g) {
+		t.Fatalf("device memory in use %d, want %d", got, 5*g)
+	}
+	// The rest of the piece but that granule: the span is the piece now.
+	if lo, hi := v.DecommitSpan(p, g, g); lo != 0 || hi != 0 {
+		t.Errorf("DecommitSpan of one of three committed granules of a piece = [%d, %d), want empty", lo, hi)
+	}
+	// Taken back: no new memory.
+	if err := v.Commit(p, 2*g, g, s); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Live != uint64(5*g) || st.Mapped != uint64(5*g) || st.Idle != 0 || st.Pending != 0 || st.PeakMapped != uint64(5*g) {
+		t.Fatalf("after taking an idle granule back: %+v", st)
+	}
+	if err := dev.MemsetD8Async(p, 3, 5*g, s); err != nil {
+		t.Fatal(err)
+	}
+	// Decommitted in two calls, the piece goes back whole.
+	if err := v.Decommit(p, g, 2*g, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Decommit(p, 3*g, 2*g, ss[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Live != uint64(g) || st.Mapped != uint64(g) || st.Idle != 0 || st.Pending != 0 {
+		t.Fatalf("after decommitting the whole piece: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(g) {
+		t.Fatalf("device memory in use %d, want %d", got, g)
+	}
+	if err := v.Deallocate(p, 16*g, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mr.NewVirtual(dev, mr.VirtualOptions{PiecesPerCommit: -1}); !errors.Is(err, gpu.ErrInvalidValue) {
+		t.Fatalf("NewVirtual with PiecesPerCommit -1: got %v, want ErrInvalidValue", err)
+	}
+}
+
+// TestVirtualGrowableWaitPieces: with WaitForDecommits and no
+// PiecesPerCommit, every piece is one granule, so a decommit of one
+// granule of a large commit gives its memory back.
+func TestVirtualGrowableWaitPieces(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 256<<20, mr.VirtualOptions{WaitForDecommits: true})
+	g := v.GrowGranularity()
+	p, err := v.AllocateGrowable(64*g, 64*g, ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo, hi := v.DecommitSpan(p, 5*g, g); lo != 5*g || hi != 6*g {
+		t.Fatalf("DecommitSpan of one granule = [%d, %d), want [%d, %d)", lo, hi, 5*g, 6*g)
+	}
+	if err := v.Decommit(p, 5*g, g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Mapped != uint64(63*g) || st.Idle != 0 {
+		t.Fatalf("after decommitting one granule: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(63*g) {
+		t.Fatalf("device memory in use %d, want %d", got, 63*g)
+	}
+	if err := v.Deallocate(p, 64*g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVirtualGrowablePieceHandoff: a waiting piece of several granules
+// goes whole to another range's commit that has room for it, and the
+// device holds its memory once.
+func TestVirtualGrowablePieceHandoff(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 16<<20, mr.VirtualOptions{PiecesPerCommit: 1}) // eight granules
+	g := v.GrowGranularity()
+	a, err := v.AllocateGrowable(4*g, 8*g, ss[0]) // one piece of four
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.AllocateGrowable(g, 8*g, ss[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := dev.Hold(ss[0])
+	if err := v.Decommit(a, 0, 4*g, ss[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Seven granules: a's four, then three new ones.
+	if err := v.Commit(b, g, 7*g, ss[1]); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.Handoffs != 4 || st.Mapped != uint64(8*g) || st.Pending != 0 || st.Live != uint64(8*g) {
+		t.Fatalf("after the handoff: %+v", st)
+	}
+	if got := inUse(t, dev); got != uint64(8*g) {
+		t.Fatalf("device memory in use %d, want %d", got, 8*g)
+	}
+	if err := v.Commit(a, 0, g, ss[0]); !errors.Is(err, mr.ErrGrowBlocked) {
+		t.Fatalf("commit of addresses still mapped for b: got %v, want ErrGrowBlocked", err)
+	}
+	if err := dev.MemsetD8Async(b, 1, 8*g, ss[1]); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := ss[1].Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if got := inUse(t, dev); got != uint64(8*g) || v.Stats().Mapped != uint64(8*g) {
+		t.Fatalf("after a's unmap: device %d, mapped %d, want %d", got, v.Stats().Mapped, 8*g)
+	}
+	for _, x := range []gpu.DevicePtr{a, b} {
+		if err := v.Deallocate(x, 8*g, ss[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.ReleaseContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := inUse(t, dev); got != 0 || v.Stats().Mapped != 0 {
+		t.Fatalf("after the frees: device %d, mapped %d", got, v.Stats().Mapped)
+	}
+}
+
 // FuzzVirtualGrowable runs growable allocations, commits and decommits of
 // granules (on either of two streams), frees and releases on a Virtual
 // resource against a model of which granules each range has committed: a
 // commit of committed granules and a decommit of uncommitted ones are
 // ErrInvalidValue and change nothing; live bytes are the committed ones;
 // the device's memory in use is the mapped bytes, at least the committed
-// ones and, after ReleaseContext, exactly those; out of memory only when
-// the device has not the granules; ErrGrowBlocked only over granules
-// decommitted since the last ReleaseContext.
+// ones and, after ReleaseContext, exactly those and the idle part of
+// pieces with committed granules left (none when a piece is one granule);
+// out of memory only when the device has not the granules; ErrGrowBlocked
+// only over granules decommitted since the last ReleaseContext. The
+// first byte picks the pieces' size (PiecesPerCommit).
 func FuzzVirtualGrowable(f *testing.F) {
-	f.Add([]byte{0, 1, 1, 0, 3, 2, 3, 0, 1, 1, 5, 4, 0})
-	f.Add([]byte{0, 3, 0, 0, 2, 3, 0, 0, 1, 0, 1, 6, 1, 1, 0, 2, 5, 4, 1})
+	f.Add([]byte{0, 0, 1, 1, 0, 3, 2, 3, 0, 1, 1, 5, 4, 0})
+	f.Add([]byte{0, 0, 3, 0, 0, 2, 3, 0, 0, 1, 0, 1, 6, 1, 1, 0, 2, 5, 4, 1})
+	f.Add([]byte{1, 0, 0, 3, 1, 0, 3, 0, 5, 3, 1, 0, 0, 2, 1, 0, 1, 3, 5, 4, 0})
+	f.Add([]byte{2, 0, 0, 3, 0, 1, 1, 0, 4, 3, 3, 0, 0, 1, 1, 1, 1, 0, 4, 3, 5, 4, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 200 {
 			return
@@ -328,7 +559,14 @@ func FuzzVirtualGrowable(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := mr.NewVirtual(d, mr.VirtualOptions{ReserveSize: 16 << 20})
+		// The first byte picks how commits cut their memory: the
+		// default, or pieces of up to 2 or 4 granules.
+		perCommit := 0
+		if len(ops) > 0 {
+			perCommit = int(ops[0]) % 3
+			ops = ops[1:]
+		}
+		v, err := mr.NewVirtual(d, mr.VirtualOptions{ReserveSize: 16 << 20, PiecesPerCommit: perCommit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,12 +622,12 @@ func FuzzVirtualGrowable(f *testing.F) {
 					r.committed[i] = true
 				}
 				ranges = append(ranges, r)
-			case 1, 2, 3: // commit or decommit 1 or 2 granules
+			case 1, 2, 3: // commit or decommit 1 to 4 granules
 				if len(ranges) == 0 {
 					continue
 				}
 				r := ranges[next()%len(ranges)]
-				i, k := next()%limit, 1+next()%2
+				i, k := next()%limit, 1+next()%4
 				k = min(k, limit-i)
 				anyC, allC, blockable := false, true, false
 				for j := i; j < i+k; j++ {
@@ -450,12 +688,14 @@ func FuzzVirtualGrowable(f *testing.F) {
 				for _, r := range ranges {
 					r.recent = [limit]bool{}
 				}
-				if st := v.Stats(); st.Mapped != committed() || st.Pending != 0 {
+				// What stays mapped beyond the committed granules is
+				// the idle part of pieces with committed granules left.
+				if st := v.Stats(); st.Mapped != committed()+st.Idle || st.Pending != st.Idle {
 					t.Fatalf("after ReleaseContext: %+v, committed %d", st, committed())
 				}
 			}
 			st := v.Stats()
-			if st.Live != committed() || st.Mapped < committed() {
+			if st.Live != committed() || st.Mapped < committed() || st.Idle > st.Pending || (perCommit == 0 && st.Idle != 0) {
 				t.Fatalf("stats %+v, committed %d", st, committed())
 			}
 			if free, total, _ := d.MemGetInfo(); total-free != st.Mapped {

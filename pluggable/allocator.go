@@ -304,7 +304,11 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 	var up mr.Resource
 	switch c.Upstream {
 	case "vmm":
-		v, err := mr.NewVirtual(vmmDev, mr.VirtualOptions{})
+		vopts := mr.VirtualOptions{WaitForDecommits: c.WaitDecommits}
+		if c.WaitDecommits {
+			vopts.DecommitWaitLimit = DecommitWaitLimit
+		}
+		v, err := mr.NewVirtual(vmmDev, vopts)
 		if errors.Is(err, gpu.ErrNotSupported) {
 			d.vmmFallback = err.Error()
 			up = mr.NewDirect(d.dev)

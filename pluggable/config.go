@@ -11,6 +11,7 @@
 //	pool,backend=sim,sim_capacity=256MiB,log=/tmp/alloc.csv,track
 //	pool,split_big=false
 //	pool,upstream=vmm
+//	pool,upstream=vmm,wait_decommits
 //
 // Invariant: ParseConfig(c.String()) == c for every Config that
 // ParseConfig returned.
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrConfig is matched by every error of a configuration string.
@@ -71,7 +73,22 @@ type Config struct {
 	// where the pool without it gives chunks back and grows new ones
 	// dozens of times a step (BENCHMARKS.md).
 	SplitBig bool
+	// WaitDecommits is mr.VirtualOptions.WaitForDecommits of
+	// upstream=vmm (an error with any other upstream): a commit of
+	// addresses whose memory went to another stream's range waits on the
+	// host, at most DecommitWaitLimit, for the work before their
+	// decommit, so that the pool's layout and peaks follow from the
+	// requests alone. Off by default: a host wait in PyTorch's loop
+	// empties the GPU's queue, and on the card the pool over Virtual
+	// reserved the same bytes in every process without it
+	// (BENCHMARKS.md).
+	WaitDecommits bool
 }
+
+// DecommitWaitLimit bounds each host wait of wait_decommits
+// (mr.VirtualOptions.DecommitWaitLimit): a commit whose decommit's work
+// is not done by then is placed elsewhere, as without the option.
+const DecommitWaitLimit = 100 * time.Millisecond
 
 // Upstreams are the values of the upstream option: names of resources of
 // package mr/registry, which mean the same there.
@@ -121,6 +138,9 @@ func ParseConfig(s string) (Config, error) {
 	if c.Kind == "pool" && c.AsyncPool != "default" {
 		return Config{}, fmt.Errorf("%w: pool= is an option of async (pool takes upstream=)", ErrConfig)
 	}
+	if c.WaitDecommits && c.Upstream != "vmm" {
+		return Config{}, fmt.Errorf("%w: wait_decommits is an option of upstream=vmm", ErrConfig)
+	}
 	if c.Backend != "sim" && c.SimCapacity != 0 {
 		return Config{}, fmt.Errorf("%w: sim_capacity needs backend=sim", ErrConfig)
 	}
@@ -160,7 +180,7 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		*dst = b
 		return nil
 	}
-	if !hasVal && key != "track" && key != "split_big" {
+	if !hasVal && key != "track" && key != "split_big" && key != "wait_decommits" {
 		return errors.New("want key=value")
 	}
 	switch key {
@@ -190,6 +210,8 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		return flag(&c.Track)
 	case "split_big":
 		return flag(&c.SplitBig)
+	case "wait_decommits":
+		return flag(&c.WaitDecommits)
 	}
 	return errors.New("unknown key")
 }
@@ -251,6 +273,9 @@ func (c Config) String() string {
 	}
 	if c.Kind == "pool" && !c.SplitBig {
 		parts = append(parts, "split_big=false")
+	}
+	if c.WaitDecommits {
+		parts = append(parts, "wait_decommits")
 	}
 	return strings.Join(parts, ",")
 }

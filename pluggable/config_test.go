@@ -38,6 +38,9 @@ func TestParseConfig(t *testing.T) {
 			c.Upstream, c.MaxSize, c.ReleaseThreshold = "vmm", 4<<30, 1<<30
 		})},
 		{"pool,upstream=direct", d},
+		{"pool,upstream=vmm,wait_decommits", with(func(c *Config) { c.Upstream, c.WaitDecommits = "vmm", true })},
+		{"wait_decommits=true,upstream=vmm", with(func(c *Config) { c.Upstream, c.WaitDecommits = "vmm", true })},
+		{"pool,upstream=vmm,wait_decommits=false", with(func(c *Config) { c.Upstream = "vmm" })},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -48,31 +51,34 @@ func TestParseConfig(t *testing.T) {
 
 func TestParseConfigErrors(t *testing.T) {
 	for _, in := range []string{
-		"pool,",                          // empty item
-		",pool",                          // empty item
-		"arena",                          // unknown kind (a bare key)
-		"pool,async",                     // a kind not first
-		"colour=blue",                    // unknown key
-		"backend=rocm",                   // bad choice
-		"upstream=managed",               // bad choice
-		"release_threshold=",             // no number
-		"release_threshold=-1",           // negative
-		"release_threshold=1.5G",         // not an integer
-		"release_threshold=3EiB",         // unknown unit
-		"release_threshold=99999999999T", // too large
-		"chunk_size",                     // no value
-		"log=",                           // empty path
-		"track=maybe",                    // not a boolean
-		"split_big=2",                    // not a boolean
-		"async,split_big",                // pool option on async
-		"async,chunk_size=8M",            // pool option on async
-		"pool,pool=own",                  // async option on pool
-		"sim_capacity=1G",                // without backend=sim
-		"upstream=VMM",                   // names are lower case
-		"upstream=virtual",               // not a resource name
-		"upstream",                       // no value
-		"async,upstream=vmm",             // pool option on async
-		"async,upstream=async",           // pool option on async
+		"pool,",                                // empty item
+		",pool",                                // empty item
+		"arena",                                // unknown kind (a bare key)
+		"pool,async",                           // a kind not first
+		"colour=blue",                          // unknown key
+		"backend=rocm",                         // bad choice
+		"upstream=managed",                     // bad choice
+		"release_threshold=",                   // no number
+		"release_threshold=-1",                 // negative
+		"release_threshold=1.5G",               // not an integer
+		"release_threshold=3EiB",               // unknown unit
+		"release_threshold=99999999999T",       // too large
+		"chunk_size",                           // no value
+		"log=",                                 // empty path
+		"track=maybe",                          // not a boolean
+		"split_big=2",                          // not a boolean
+		"async,split_big",                      // pool option on async
+		"async,chunk_size=8M",                  // pool option on async
+		"pool,pool=own",                        // async option on pool
+		"sim_capacity=1G",                      // without backend=sim
+		"upstream=VMM",                         // names are lower case
+		"upstream=virtual",                     // not a resource name
+		"upstream",                             // no value
+		"async,upstream=vmm",                   // pool option on async
+		"async,upstream=async",                 // pool option on async
+		"pool,wait_decommits",                  // vmm option without upstream=vmm
+		"pool,upstream=async,wait_decommits=1", // the same
+		"upstream=vmm,wait_decommits=soon",     // not a boolean
 	} {
 		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
@@ -88,6 +94,7 @@ func TestParseConfigErrorText(t *testing.T) {
 		"async,upstream=vmm":   `pluggable: bad configuration: upstream= is an option of pool, not async`,
 		"pool,upstream":        `pluggable: bad configuration: "upstream": want key=value`,
 		"pool,upstream=vmm,, ": `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
+		"pool,wait_decommits":  `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
 	} {
 		_, err := ParseConfig(in)
 		if !errors.Is(err, ErrConfig) || err.Error() != want {
@@ -121,7 +128,7 @@ func TestParseSize(t *testing.T) {
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0", "pool,upstream=vmm,max_size=1G",
-		"backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
+		"pool,upstream=vmm,wait_decommits", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -15,8 +15,10 @@ pool), and options such as release_threshold=, chunk_size=,
 log=PATH (an RMM CSV history) and track (live allocations for a pprof
 profile). "pool,upstream=vmm" puts the pool over mapped virtual memory
 (cuMemAddressReserve, cuMemCreate, cuMemMap): it grows each stream's range
-in place, 2 MiB granule by granule, so that its reserved bytes (the memory
-mapped) stay close to the live bytes; stats() then also gives
+in place, in 2 MiB granules mapped a piece of several at a time, so that
+its reserved bytes (the memory mapped) stay close to the live bytes
+(wait_decommits makes its layout independent of the device's progress, at
+the price of host waits); stats() then also gives
 address_space_bytes (reserved addresses, no memory), and vmm_fallback is 1
 where the driver has no virtual memory management and the pool is over
 cuMemAlloc instead (summary() says so).
