@@ -299,19 +299,45 @@ func (p *Pool) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, er
 	return p.allocate(size, s, o.id)
 }
 
-// allocate is Allocate for owner.
+// allocate is Allocate for owner. Its first part is the hot path of a
+// stream the pool knows, with every check that path needs in one
+// condition and nothing else in its frame; any other request takes
+// allocateChecked.
 func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
-	// A stream the pool knows was checked when it was added (IDs are
-	// never reused), so the hot path skips the device comparison (args.go).
+	if s != nil {
+		// A stream the pool knows was checked when it was added (IDs are
+		// never reused), so this path skips the device comparison
+		// (args.go). The capture gate lets a stream it covers skip asking
+		// for its capture while no capture is in progress
+		// (gpu/capturegate.go); a stream ID names one stream, so st.gated
+		// holds for s. uint(size-1) < poolMaxRequest is 0 < size <=
+		// poolMaxRequest.
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.gated && uint(size-1) < poolMaxRequest && !gpu.CapturesActive() && !p.closed.Load() {
+			if ptr := st.fastAllocate(size, owner); ptr != 0 {
+				return ptr, nil // pool_fast.go
+			}
+			return p.allocateLocked(st, size, owner)
+		}
+	}
+	return p.allocateChecked(size, s, owner)
+}
+
+// allocateChecked is allocate for a request the hot path does not take:
+// a stream the pool does not know yet (or nil, or of another device), a
+// capturing stream, a size out of range, or a closed pool.
+func (p *Pool) allocateChecked(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
 	}
 	if st == nil || !st.gated || gpu.CapturesActive() {
 		// A request on a capturing stream becomes part of the graph
-		// (capture.go). The capture gate lets a stream it covers skip the
-		// question while no capture is in progress (gpu/capturegate.go);
-		// a stream ID names one stream, so st.gated holds for s.
+		// (capture.go).
 		if id := gpu.CaptureID(s); id != 0 {
 			return captureAllocate(p.ownerClient(owner), id, size, s)
 		}
@@ -336,11 +362,16 @@ func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, er
 		if ptr := st.fastAllocate(size, owner); ptr != 0 {
 			return ptr, nil // pool_fast.go
 		}
-	}
-	rounded := alignUp(size)
-	if st == nil {
+	} else {
 		st = p.streamOf(s)
 	}
+	return p.allocateLocked(st, size, owner)
+}
+
+// allocateLocked serves a request on st that the fast slot did not: from
+// st's own memory under its mutex, else through allocateSlow.
+func (p *Pool) allocateLocked(st *poolStream, size int, owner uint32) (gpu.DevicePtr, error) {
+	rounded := alignUp(size)
 	st.lock()
 	// An error from absorb leaves blocks pending; the slow path reports
 	// it if it cannot serve the request some other way.
@@ -369,8 +400,29 @@ func (p *Pool) DeallocateOwned(ptr gpu.DevicePtr, size int, s gpu.Stream, o Owne
 	return p.deallocate(ptr, size, s, o.id)
 }
 
-// deallocate is Deallocate for owner.
+// deallocate is Deallocate for owner: the hot path of a stream the pool
+// knows, as in allocate; any other free takes deallocateChecked.
 func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
+	if s != nil {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.gated && ptr != 0 && size >= 0 && !gpu.CapturesActive() {
+			if st.fastFree(ptr, size, owner) {
+				return nil // pool_fast.go
+			}
+			return p.deallocateLocked(st, ptr, size, s, owner)
+		}
+	}
+	return p.deallocateChecked(ptr, size, s, owner)
+}
+
+// deallocateChecked is deallocate for a free the hot path does not take:
+// a stream the pool does not know (or nil, or of another device), a
+// capturing stream, the null pointer or a negative size.
+func (p *Pool) deallocateChecked(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
@@ -391,43 +443,51 @@ func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint3
 		_, err := checkFreeArgs("pool", ptr, size)
 		return err
 	}
-	if st != nil {
-		if st.fastFree(ptr, size, owner) {
-			return nil // pool_fast.go
-		}
-		st.lock()
-		if b, at := st.live.find(ptr); b != nil {
-			if b.owner != owner {
-				st.mu.Unlock()
-				return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
-			}
-			if b.req != size {
-				req := b.req
-				st.mu.Unlock()
-				return poolSizeMismatch(ptr, req, size)
-			}
-			c := b.c
-			st.unliveAt(b, at)
-			if p.opts.ReleaseThreshold == 0 || c.live > 0 {
-				if !st.arm(b, size) {
-					st.quickPut(b)
-				}
-				st.mu.Unlock()
-				return nil
-			}
-			// The chunk's last live block: it may be idle now, and the
-			// threshold decides whether it stays.
-			st.quickFlush()
-			st.putFree(b)
-			idle := c.idle()
+	if st == nil {
+		return p.deallocateSlow(ptr, size, s, owner)
+	}
+	if st.fastFree(ptr, size, owner) {
+		return nil // pool_fast.go
+	}
+	return p.deallocateLocked(st, ptr, size, s, owner)
+}
+
+// deallocateLocked frees ptr on st, a stream the pool knows, when the fast
+// slot did not take it: a block live in st's own map is freed under its
+// mutex; any other pointer goes to deallocateSlow.
+func (p *Pool) deallocateLocked(st *poolStream, ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
+	st.lock()
+	if b, at := st.live.find(ptr); b != nil {
+		if b.owner != owner {
 			st.mu.Unlock()
-			if idle && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
-				return p.trim(st)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
+		}
+		if b.req != size {
+			req := b.req
+			st.mu.Unlock()
+			return poolSizeMismatch(ptr, req, size)
+		}
+		c := b.c
+		st.unliveAt(b, at)
+		if p.opts.ReleaseThreshold == 0 || c.live > 0 {
+			if !st.arm(b, size) {
+				st.quickPut(b)
 			}
+			st.mu.Unlock()
 			return nil
 		}
+		// The chunk's last live block: it may be idle now, and the
+		// threshold decides whether it stays.
+		st.quickFlush()
+		st.putFree(b)
+		idle := c.idle()
 		st.mu.Unlock()
+		if idle && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
+			return p.trim(st)
+		}
+		return nil
 	}
+	st.mu.Unlock()
 	return p.deallocateSlow(ptr, size, s, owner)
 }
 
