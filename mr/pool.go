@@ -286,7 +286,20 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return p.allocate(size, s, 0)
+	// The hot path (see hot) is written out here and in AllocateOwned,
+	// Deallocate and DeallocateOwned, so that a request the fast slot
+	// serves makes one call into the pool: a shared body cost a pair a
+	// tenth of its instructions. uint(size-1) < poolMaxRequest is 0 <
+	// size <= poolMaxRequest.
+	if s != nil && uint(size-1) < poolMaxRequest {
+		if st := p.streams.first(s.ID()); st != nil && st.hot() && !p.closed.Load() {
+			if ptr := st.fastAllocate(size, 0); ptr != 0 {
+				return ptr, nil // pool_fast.go
+			}
+			return p.allocateLocked(st, size, 0)
+		}
+	}
+	return p.allocateChecked(size, s, 0)
 }
 
 // OwnersChecked reports true: the pool checks every free exactly and
@@ -296,40 +309,34 @@ func (p *Pool) OwnersChecked() bool { return true }
 // AllocateOwned is Allocate, recording o as the memory's owner: only
 // DeallocateOwned with o frees it (owner.go).
 func (p *Pool) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
-	return p.allocate(size, s, o.id)
-}
-
-// allocate is Allocate for owner. Its first part is the hot path of a
-// stream the pool knows, with every check that path needs in one
-// condition and nothing else in its frame; any other request takes
-// allocateChecked.
-func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
-	if s != nil {
-		// A stream the pool knows was checked when it was added (IDs are
-		// never reused), so this path skips the device comparison
-		// (args.go). The capture gate lets a stream it covers skip asking
-		// for its capture while no capture is in progress
-		// (gpu/capturegate.go); a stream ID names one stream, so st.gated
-		// holds for s. uint(size-1) < poolMaxRequest is 0 < size <=
-		// poolMaxRequest.
-		id := s.ID()
-		st := p.streams.first(id)
-		if st == nil {
-			st = p.streams.lookup(id)
-		}
-		if st != nil && st.gated && uint(size-1) < poolMaxRequest && !gpu.CapturesActive() && !p.closed.Load() {
-			if ptr := st.fastAllocate(size, owner); ptr != 0 {
-				return ptr, nil // pool_fast.go
+	if s != nil && uint(size-1) < poolMaxRequest {
+		if st := p.streams.first(s.ID()); st != nil && st.hot() && !p.closed.Load() {
+			if ptr := st.fastAllocate(size, o.id); ptr != 0 {
+				return ptr, nil
 			}
-			return p.allocateLocked(st, size, owner)
+			return p.allocateLocked(st, size, o.id)
 		}
 	}
-	return p.allocateChecked(size, s, owner)
+	return p.allocateChecked(size, s, o.id)
 }
 
-// allocateChecked is allocate for a request the hot path does not take:
-// a stream the pool does not know yet (or nil, or of another device), a
-// capturing stream, a size out of range, or a closed pool.
+// hot reports whether a request on st, the pool's state of the stream
+// the request names, may skip the checks of the checked paths: the
+// capture gate covers the stream and no capture is in progress, so the
+// stream is not capturing (gpu/capturegate.go; a stream ID names one
+// stream, so st.gated holds for it). A stream the pool knows was checked
+// when it was added (IDs are never reused), so the hot path skips the
+// device comparison too (args.go). The entry points take the hot path
+// for the pool's first stream, found inline (streamTable.first); the
+// checked paths look any other stream up and then take the same locked
+// path.
+func (st *poolStream) hot() bool { return st.gated && !gpu.CapturesActive() }
+
+// allocateChecked is Allocate for a request the hot path does not take:
+// on a stream other than the pool's first (looked up here, then served
+// as on the hot path), a stream the pool does not know yet (or nil, or of
+// another device), a capturing stream, a size out of range, or a closed
+// pool.
 func (p *Pool) allocateChecked(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
 	var st *poolStream
 	if s != nil {
@@ -390,38 +397,37 @@ func (p *Pool) allocateLocked(st *poolStream, size int, owner uint32) (gpu.Devic
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	return p.deallocate(ptr, size, s, 0)
+	// Written out as in Allocate.
+	if s != nil && ptr != 0 && size >= 0 {
+		if st := p.streams.first(s.ID()); st != nil && st.hot() {
+			if st.fastFree(ptr, size, 0) {
+				return nil // pool_fast.go
+			}
+			return p.deallocateLocked(st, ptr, size, s, 0)
+		}
+	}
+	return p.deallocateChecked(ptr, size, s, 0)
 }
 
 // DeallocateOwned is Deallocate of memory that AllocateOwned gave o. A
 // live pointer of another owner (Allocate's included) is refused with an
 // error matching ErrUnknownPointer, and nothing changes.
 func (p *Pool) DeallocateOwned(ptr gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
-	return p.deallocate(ptr, size, s, o.id)
-}
-
-// deallocate is Deallocate for owner: the hot path of a stream the pool
-// knows, as in allocate; any other free takes deallocateChecked.
-func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
-	if s != nil {
-		id := s.ID()
-		st := p.streams.first(id)
-		if st == nil {
-			st = p.streams.lookup(id)
-		}
-		if st != nil && st.gated && ptr != 0 && size >= 0 && !gpu.CapturesActive() {
-			if st.fastFree(ptr, size, owner) {
-				return nil // pool_fast.go
+	if s != nil && ptr != 0 && size >= 0 {
+		if st := p.streams.first(s.ID()); st != nil && st.hot() {
+			if st.fastFree(ptr, size, o.id) {
+				return nil
 			}
-			return p.deallocateLocked(st, ptr, size, s, owner)
+			return p.deallocateLocked(st, ptr, size, s, o.id)
 		}
 	}
-	return p.deallocateChecked(ptr, size, s, owner)
+	return p.deallocateChecked(ptr, size, s, o.id)
 }
 
-// deallocateChecked is deallocate for a free the hot path does not take:
-// a stream the pool does not know (or nil, or of another device), a
-// capturing stream, the null pointer or a negative size.
+// deallocateChecked is Deallocate for a free the hot path does not take:
+// on a stream other than the pool's first (looked up here, then served as
+// on the hot path), a stream the pool does not know (or nil, or of another
+// device), a capturing stream, the null pointer or a negative size.
 func (p *Pool) deallocateChecked(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	var st *poolStream
 	if s != nil {
