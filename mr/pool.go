@@ -292,7 +292,12 @@ func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	// tenth of its instructions. uint(size-1) < poolMaxRequest is 0 <
 	// size <= poolMaxRequest.
 	if s != nil && uint(size-1) < poolMaxRequest {
-		if st := p.streams.first(s.ID()); st != nil && st.hot() && !p.closed.Load() {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() && !p.closed.Load() {
 			if ptr := st.fastAllocate(size, 0); ptr != 0 {
 				return ptr, nil // pool_fast.go
 			}
@@ -310,7 +315,12 @@ func (p *Pool) OwnersChecked() bool { return true }
 // DeallocateOwned with o frees it (owner.go).
 func (p *Pool) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
 	if s != nil && uint(size-1) < poolMaxRequest {
-		if st := p.streams.first(s.ID()); st != nil && st.hot() && !p.closed.Load() {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() && !p.closed.Load() {
 			if ptr := st.fastAllocate(size, o.id); ptr != 0 {
 				return ptr, nil
 			}
@@ -326,17 +336,12 @@ func (p *Pool) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, er
 // stream is not capturing (gpu/capturegate.go; a stream ID names one
 // stream, so st.gated holds for it). A stream the pool knows was checked
 // when it was added (IDs are never reused), so the hot path skips the
-// device comparison too (args.go). The entry points take the hot path
-// for the pool's first stream, found inline (streamTable.first); the
-// checked paths look any other stream up and then take the same locked
-// path.
+// device comparison too (args.go).
 func (st *poolStream) hot() bool { return st.gated && !gpu.CapturesActive() }
 
 // allocateChecked is Allocate for a request the hot path does not take:
-// on a stream other than the pool's first (looked up here, then served
-// as on the hot path), a stream the pool does not know yet (or nil, or of
-// another device), a capturing stream, a size out of range, or a closed
-// pool.
+// a stream the pool does not know yet (or nil, or of another device), a
+// capturing stream, a size out of range, or a closed pool.
 func (p *Pool) allocateChecked(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
 	var st *poolStream
 	if s != nil {
@@ -399,7 +404,12 @@ func (p *Pool) allocateLocked(st *poolStream, size int, owner uint32) (gpu.Devic
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 	// Written out as in Allocate.
 	if s != nil && ptr != 0 && size >= 0 {
-		if st := p.streams.first(s.ID()); st != nil && st.hot() {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() {
 			if st.fastFree(ptr, size, 0) {
 				return nil // pool_fast.go
 			}
@@ -414,7 +424,12 @@ func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
 // error matching ErrUnknownPointer, and nothing changes.
 func (p *Pool) DeallocateOwned(ptr gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
 	if s != nil && ptr != 0 && size >= 0 {
-		if st := p.streams.first(s.ID()); st != nil && st.hot() {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() {
 			if st.fastFree(ptr, size, o.id) {
 				return nil
 			}
@@ -425,9 +440,8 @@ func (p *Pool) DeallocateOwned(ptr gpu.DevicePtr, size int, s gpu.Stream, o Owne
 }
 
 // deallocateChecked is Deallocate for a free the hot path does not take:
-// on a stream other than the pool's first (looked up here, then served as
-// on the hot path), a stream the pool does not know (or nil, or of another
-// device), a capturing stream, the null pointer or a negative size.
+// a stream the pool does not know (or nil, or of another device), a
+// capturing stream, the null pointer or a negative size.
 func (p *Pool) deallocateChecked(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	var st *poolStream
 	if s != nil {
