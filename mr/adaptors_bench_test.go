@@ -7,15 +7,24 @@ import (
 	"testing"
 
 	"github.com/streamalloc/streamalloc/bench"
+	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 )
 
+// benchDepth is how many frames below the benchmark's own function
+// BenchmarkAdaptorsOverPool makes its pairs: deeper than the 16 frames
+// Tracking records there, so that Tracking walks and records a full
+// 16-frame stack, as it does under a program's own call chain.
+const benchDepth = 16
+
 // BenchmarkAdaptorsOverPool measures each adaptor's allocate/free pair of
 // 1 KiB over a pool, one goroutine, on the device of internal/testdev:
 // the adaptor's cost per pair is its figure minus the pool's (the first
-// case). Logging writes to a file through a buffer, as a program logs;
-// Tracking records 16 frames.
+// case). Every case makes its pairs benchDepth frames below the
+// benchmark. Logging writes to a file through a buffer, as a program
+// logs; Tracking records 16 frames, and the benchmark fails unless the
+// stack it recorded for a pair is 16 frames long.
 func BenchmarkAdaptorsOverPool(b *testing.B) {
 	cases := []struct {
 		name string
@@ -63,8 +72,30 @@ func BenchmarkAdaptorsOverPool(b *testing.B) {
 			}
 			b.Cleanup(func() { s.Synchronize(); s.Destroy() })
 			r := c.wrap(b, bench.NewResource(b, "pool", dev, 1<<20))
-			benchPairs(b, r, s)
+			atDepth(benchDepth, func() { benchPairs(b, r, s) })
+			if t, ok := r.(*mr.Tracking); ok {
+				checkTrackedDepth(b, t, s, 16)
+			}
 		})
+	}
+}
+
+// checkTrackedDepth allocates through t at the benchmark's depth and
+// fails b unless t recorded want frames for it.
+func checkTrackedDepth(b *testing.B, t *mr.Tracking, s gpu.Stream, want int) {
+	var p gpu.DevicePtr
+	var err error
+	atDepth(benchDepth, func() { p, err = t.Allocate(1024, s) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	live := t.Live()
+	if len(live) != 1 || len(live[0].Stack) != want {
+		b.Fatalf("tracking recorded %d live allocations, the first with %d frames; want 1 with %d",
+			len(live), len(live[0].Stack), want)
+	}
+	if err := t.Deallocate(p, 1024, s); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -8,11 +8,17 @@
 // to the upstream with the block's own address and size. Alignments up to
 // 256 pass through unchanged (no over-allocation).
 //
-// Invariants: every live returned address q is recorded with its request
-// size and its block (base, upstream size), with base <= q and
-// q+size <= base+upstream size; the block is freed exactly once, when q is.
-// Bad alignments are refused with an *AlignmentError before the upstream
-// is asked.
+// Over an upstream that checks owners (owner.go: a Pool, or adaptors over
+// one) the adaptor allocates and frees for an Owner of its own, and keeps
+// the allocations at its alignment in alignedSlots (aligned_slots.go)
+// without a lock; the upstream refuses bad frees for it, and the table
+// holds only what the slots cannot.
+//
+// Invariants: every live returned address q is recorded, in the slots or
+// in the table, with its block (base, upstream size), and in the table
+// with its request size, with base <= q and q+size <= base+upstream size;
+// the block is freed exactly once, when q is. Bad alignments are refused
+// with an *AlignmentError before the upstream is asked.
 
 package mr
 
@@ -61,6 +67,9 @@ type Aligned struct {
 	passThrough
 	dev   gpu.Device
 	align int
+	known knownStreams // streams checked (args.go)
+	owned
+	slots *alignedSlots // nil unless trusted
 	live  ptrTable[gpu.DevicePtr, alignedBlock]
 }
 
@@ -71,8 +80,32 @@ func NewAligned(upstream Resource, alignment int) (*Aligned, error) {
 	if err := checkAlignment(alignment); err != nil {
 		return nil, fmt.Errorf("aligned: %w", err)
 	}
-	return &Aligned{passThrough: passThrough{upstream}, dev: upstream.Device(), align: alignment}, nil
+	a := &Aligned{passThrough: passThrough{upstream}, dev: upstream.Device(), align: alignment,
+		owned: ownedOver(upstream)}
+	if a.trusted() {
+		a.slots = new(alignedSlots)
+	}
+	return a, nil
 }
+
+// upAllocate and upDeallocate reach the upstream, for the adaptor's
+// owner if it checks owners.
+func (a *Aligned) upAllocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	if a.trusted() {
+		return a.oup.AllocateOwned(size, s, a.owner)
+	}
+	return a.up.Allocate(size, s)
+}
+
+func (a *Aligned) upDeallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if a.trusted() {
+		return a.oup.DeallocateOwned(p, size, s, a.owner)
+	}
+	return a.up.Deallocate(p, size, s)
+}
+
+// extra is the padding an allocation at the adaptor's alignment asks for.
+func (a *Aligned) extra() int { return max(a.align, Alignment) - Alignment }
 
 // Alignment is the alignment Allocate gives.
 func (a *Aligned) Alignment() int { return a.align }
@@ -86,7 +119,12 @@ func (a *Aligned) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 // between 1 and MaxAlignment; otherwise an *AlignmentError), freed with
 // Deallocate like any other allocation.
 func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("aligned", a.dev, size, s); err != nil {
+	if a.slots != nil && alignment == a.align && size > 0 && size <= maxAlignable-a.extra() {
+		// The upstream checks owners, and the stream first of all, as
+		// args.go orders the checks: the size and alignment are good.
+		return a.allocate(size, max(alignment, Alignment), s)
+	}
+	if zero, err := a.known.checkAlloc("aligned", a.dev, size, s); err != nil {
 		return 0, err
 	} else if err := checkAlignment(alignment); err != nil {
 		return 0, fmt.Errorf("aligned: allocate: %w", err)
@@ -99,8 +137,14 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 		return 0, &OutOfMemoryError{Resource: "aligned", Requested: size, Stream: s.ID(),
 			Err: fmt.Errorf("%d bytes aligned to %d do not fit in an int", size, alignment)}
 	}
-	upSize := size + extra
-	base, err := a.up.Allocate(upSize, s)
+	return a.allocate(size, alignment, s)
+}
+
+// allocate is AllocateAligned of checked arguments: size > 0, alignment a
+// power of two from Alignment on, and size plus the padding an int.
+func (a *Aligned) allocate(size, alignment int, s gpu.Stream) (gpu.DevicePtr, error) {
+	upSize := size + alignment - Alignment
+	base, err := a.upAllocate(upSize, s)
 	if err != nil {
 		var oom *OutOfMemoryError
 		if errors.As(err, &oom) {
@@ -113,6 +157,9 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 	}
 	m := gpu.DevicePtr(alignment - 1)
 	q := (base + m) &^ m
+	if a.slots != nil && alignment == max(a.align, Alignment) && a.slots.insert(q, uint64(q-base)/Alignment) {
+		return q, nil
+	}
 	a.live.insert(q, size, alignedBlock{base: base, size: upSize}, nil)
 	return q, nil
 }
@@ -121,10 +168,48 @@ func (a *Aligned) AllocateAligned(size, alignment int, s gpu.Stream) (gpu.Device
 // same size, by freeing its upstream block. Bad frees are refused with
 // typed errors before they reach the upstream.
 func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("aligned", a.dev, p, size, s); null || err != nil {
+	if a.slots != nil && p != 0 && size >= 0 {
+		// A live allocation of the slots: the upstream checks the stream
+		// before anything else, as args.go orders the checks.
+		mask := uint64(max(a.align, Alignment) - 1)
+		if sl, w := a.slots.take(p, mask); sl != nil {
+			err := a.freeBlock(p, w&mask, size, s)
+			a.slots.end(sl, w, err == nil)
+			return err
+		}
+	}
+	if null, err := a.known.checkFree("aligned", a.dev, p, size, s); null || err != nil {
 		return err
 	}
-	if _, err := a.live.take(p, size, func(b alignedBlock) error { return a.up.Deallocate(b.base, b.size, s) }); err != nil {
+	_, err := a.live.take(p, size, func(b alignedBlock) error { return a.upDeallocate(b.base, b.size, s) })
+	if err != nil && a.slots != nil && errors.Is(err, ErrUnknownPointer) &&
+		a.slots.freed(p, uint64(max(a.align, Alignment)-1)) {
+		err = pointerError(p, ErrDoubleFree)
+	}
+	if err != nil {
+		return fmt.Errorf("aligned: deallocate: %w", err)
+	}
+	return nil
+}
+
+// freeBlock frees the upstream block of p, an allocation at the adaptor's
+// alignment whose block starts units*256 bytes below it, freed as size
+// bytes; the upstream checks the size.
+func (a *Aligned) freeBlock(p gpu.DevicePtr, units uint64, size int, s gpu.Stream) error {
+	extra := a.extra()
+	if size > maxAlignable-extra {
+		if !a.known.ok(a.dev, s) {
+			return streamError("aligned", opDeallocate, s)
+		}
+		return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, more than any allocation: %w",
+			uint64(p), size, ErrSizeMismatch)
+	}
+	base := p - gpu.DevicePtr(units)*Alignment
+	if err := a.upDeallocate(base, size+extra, s); err != nil {
+		if errors.Is(err, ErrSizeMismatch) {
+			return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, not its size (its block %#x as %d): %w",
+				uint64(p), size, uint64(base), size+extra, err)
+		}
 		return fmt.Errorf("aligned: deallocate: %w", err)
 	}
 	return nil

@@ -111,3 +111,52 @@ func TestChecksAllocateNothing(t *testing.T) {
 		t.Errorf("passing checks: %v allocations, want 0", allocs)
 	}
 }
+
+// TestKnownStreams: the remembered check answers as streamOK does, for a
+// stream seen before and after, for streams of another device (which are
+// never remembered), and for nil, and its checks give the same errors as
+// checkAlloc and checkFree.
+func TestKnownStreams(t *testing.T) {
+	dev, s := checksStream(t, 0)
+	_, os := checksStream(t, 1)
+	var k knownStreams
+	for round := range 3 {
+		for _, c := range []struct {
+			s    gpu.Stream
+			want bool
+		}{{s, true}, {os, false}, {nil, false}} {
+			if got := k.ok(dev, c.s); got != c.want || got != streamOK(dev, c.s) {
+				t.Errorf("round %d: ok(%v) = %v, want %v", round, c.s, got, c.want)
+			}
+		}
+	}
+	// Streams that share a slot take it in turn and stay right.
+	var many []gpu.Stream
+	for range 100 {
+		_, x := checksStream(t, 0)
+		many = append(many, x)
+	}
+	for range 2 {
+		for _, x := range many {
+			if !k.ok(dev, x) || k.ok(dev, os) {
+				t.Fatal("a stream's answer changed")
+			}
+		}
+	}
+	for _, c := range []struct {
+		s    gpu.Stream
+		size int
+		p    gpu.DevicePtr
+	}{{s, 8, 0x100}, {os, 8, 0x100}, {nil, 8, 0x100}, {s, -1, 0x100}, {s, 0, 0}, {s, 8, 0}} {
+		z1, e1 := k.checkAlloc("x", dev, c.size, c.s)
+		z2, e2 := checkAlloc("x", dev, c.size, c.s)
+		if z1 != z2 || (e1 == nil) != (e2 == nil) || e1 != nil && e1.Error() != e2.Error() {
+			t.Errorf("checkAlloc(%d, %v): %v %v, want %v %v", c.size, c.s, z1, e1, z2, e2)
+		}
+		n1, f1 := k.checkFree("x", dev, c.p, c.size, c.s)
+		n2, f2 := checkFree("x", dev, c.p, c.size, c.s)
+		if n1 != n2 || (f1 == nil) != (f2 == nil) || f1 != nil && f1.Error() != f2.Error() {
+			t.Errorf("checkFree(%#x, %d, %v): %v %v, want %v %v", c.p, c.size, c.s, n1, f1, n2, f2)
+		}
+	}
+}

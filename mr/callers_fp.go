@@ -31,6 +31,9 @@
 // runtime.FuncForPC once per address and remembered in pcKinds, a table
 // the walk reads with plain loads. An address not yet in it ends the walk
 // early; it is classified outside the walk, and the walk starts again.
+// The multiply that picks an address's bucket is also the one the stack
+// hash takes of it (pcMix, hashPCs), so callersFPHash folds the hash in as
+// it walks.
 // The walk holds the frame pointer as an unsafe.Pointer: if a call moved
 // the goroutine's stack, the runtime would adjust it with the frames'
 // saved frame pointers (the walk calls nothing but, in a race-detector
@@ -63,9 +66,9 @@ const (
 	pcSkip = 1 << 62
 )
 
-func pcBucket(pc uintptr) int {
-	return int(uint64(pc)*0x9E3779B97F4A7C15>>(64-12)) &^ (pcWays - 1)
-}
+func pcBucket(pc uintptr) int { return pcBucketOf(pcMix(pc)) }
+
+func pcBucketOf(m uint64) int { return int(m>>(64-12)) &^ (pcWays - 1) }
 
 // callersFP stores in buf the return addresses of the calling goroutine's
 // frames, innermost first, after skipping skip of them (0: the caller of
@@ -75,7 +78,7 @@ func pcBucket(pc uintptr) int {
 //go:noinline
 func callersFP(skip int, buf []uintptr) int {
 	for range 64 { // each pass classifies one new address
-		n, miss := walkFP(skip+2, buf)
+		n, _, miss := walkFP(skip+2, buf)
 		if miss == 0 {
 			return n
 		}
@@ -85,15 +88,35 @@ func callersFP(skip int, buf []uintptr) int {
 	return runtime.Callers(skip+3, buf)
 }
 
-// walkFP is the walk of the file comment: no calls, only loads. It stops
-// at the first address not yet classified and returns it as miss.
+// callersFPHash is callersFP that also returns hashPCs of the addresses it
+// stored, folded in during the walk from the multiply the walk makes of
+// each address anyway, so that a stack is not read a second time to be
+// hashed.
 //
 //go:noinline
-func walkFP(skip int, buf []uintptr) (n int, miss uintptr) {
+func callersFPHash(skip int, buf []uintptr) (int, uint64) {
+	for range 64 {
+		n, h, miss := walkFP(skip+2, buf)
+		if miss == 0 {
+			return n, hashFinish(h, n)
+		}
+		classifyPC(miss)
+	}
+	n := runtime.Callers(skip+3, buf)
+	return n, hashPCs(buf[:n])
+}
+
+// walkFP is the walk of the file comment: no calls, only loads. It stops
+// at the first address not yet classified and returns it as miss. h is
+// the stack hash of the stored addresses before hashFinish.
+//
+//go:noinline
+func walkFP(skip int, buf []uintptr) (n int, h uint64, miss uintptr) {
 	fp := getfp() // walkFP's own frame: its return address is into callersFP
 	for fp != nil && n < len(buf) {
 		pc := *(*uintptr)(unsafe.Add(fp, unsafe.Sizeof(uintptr(0))))
-		b := pcBucket(pc)
+		m := pcMix(pc)
+		b := pcBucketOf(m)
 		var k uintptr
 		for i := range pcWays {
 			if e := pcKinds[b+i].Load(); e == pc || e == pc|pcSkip || e == ^pc {
@@ -108,16 +131,17 @@ func walkFP(skip int, buf []uintptr) (n int, miss uintptr) {
 			} else {
 				buf[n] = pc
 				n++
+				h = hashStep(h, m)
 			}
 		case pc | pcSkip:
 		case ^pc:
-			return n, 0
+			return n, h, 0
 		default:
-			return n, pc
+			return n, h, pc
 		}
 		fp = *(*unsafe.Pointer)(fp)
 	}
-	return n, 0
+	return n, h, 0
 }
 
 // classifyPC records whether the walk may go on through return address pc:

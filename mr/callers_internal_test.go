@@ -3,6 +3,7 @@ package mr
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,10 @@ func bothStacks(depth int) (fp, rt []string) {
 	buf := make([]uintptr, depth)
 	n := callersFP(0, buf)
 	fp = frameList(buf[:n])
+	hbuf := make([]uintptr, depth)
+	if hn, h := callersFPHash(0, hbuf); !slices.Equal(hbuf[:hn], buf[:n]) || h != hashPCs(buf[:n]) {
+		fp = append(fp, "callersFPHash differs from callersFP and hashPCs")
+	}
 	buf2 := make([]uintptr, depth)
 	m := runtime.Callers(2, buf2)
 	rt = frameList(buf2[:m])

@@ -11,3 +11,12 @@ import "runtime"
 // frames, innermost first, after skipping skip of them (0: the caller of
 // callersFP's caller), and returns how many it stored.
 func callersFP(skip int, buf []uintptr) int { return runtime.Callers(skip+3, buf) }
+
+// callersFPHash is callersFP that also returns hashPCs of the addresses it
+// stored.
+//
+//go:noinline
+func callersFPHash(skip int, buf []uintptr) (int, uint64) {
+	n := runtime.Callers(skip+3, buf)
+	return n, hashPCs(buf[:n])
+}

@@ -81,6 +81,7 @@
 //	virtual_grow.go        Virtual's growable ranges: granules committed and decommitted in place
 //	grower.go              Grower: the upstream interface of growth in place
 //	pool_vgrow.go          the Pool over a Grower: one growable chunk per stream
+//	pool_lifetime.go       lifetime-aware placement over a Grower: predicted short-lived blocks apart
 //	pool_walk.go           which streams the slow paths visit: the cost of many streams
 //	pool_largest.go        the largest free block for out-of-memory errors, without visiting every stream
 //

@@ -19,16 +19,34 @@
 // for the adaptor's owner. Over any other upstream the table refuses bad
 // frees and holds the charges.
 //
-// Invariants: budget.used is the sum of the charges of the live
-// allocations of every Limit sharing it plus the charges of allocations in
-// flight, and never exceeds budget.limit (a charge is a compare-and-swap
-// that fails rather than overshoot). A Limit's own used bytes are the sum
-// of its live allocations' charges.
+// A Limit's own used bytes. A budget charged by one Limit alone (the
+// common case) holds that Limit's used bytes already, so that Limit keeps
+// no counter of its own: its pair is the budget's two locked instructions,
+// the charge and the refund, where a counter of its own would add two more
+// (an atomic add costs 10-14 ns on the H100 machine's host). The budget's
+// first Limit starts so (sole); when a second Limit is made over the same
+// budget, it sets budgetShared, the top bit of the budget's word, and adds
+// the word's bytes at that instant to the first Limit's counter. Every
+// charge and refund of the first Limit reads that bit in the same atomic
+// operation that changes the word, and counts its bytes in its own counter
+// too if the bit was set: an amount charged before the switch is in the
+// bytes the switch added, one charged after is counted by its operation,
+// and a refund after the switch takes back either. Every later Limit
+// counts its own from the start.
+//
+// Invariants: budget.used (without budgetShared) is the sum of the charges
+// of the live allocations of every Limit sharing it plus the charges of
+// allocations in flight, and never exceeds the budget's limit (a charge is
+// a compare-and-swap that fails rather than overshoot); budgetShared is
+// set once a second Limit exists and never cleared. A Limit's own used
+// bytes are the sum of its live allocations' charges: the budget's bytes
+// while it is sole and the budget is not shared, its counter otherwise.
 
 package mr
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -38,9 +56,18 @@ import (
 // concurrent use.
 type Budget struct {
 	limit uint64
-	used  atomic.Uint64
+	used  atomic.Uint64 // the bytes charged, and budgetShared
 	peak  atomic.Uint64
+	first atomic.Pointer[limitUsed] // the counter of the budget's first Limit
 }
+
+// budgetShared is set in Budget.used once two Limits charge the budget
+// (the file comment). Charges never take the bytes there: budgetMax is
+// the most a budget holds, whatever its limit.
+const (
+	budgetShared = 1 << 63
+	budgetMax    = budgetShared - 1
+)
 
 // NewBudget returns a budget of limit bytes, none of them used.
 func NewBudget(limit uint64) *Budget { return &Budget{limit: limit} }
@@ -49,27 +76,53 @@ func NewBudget(limit uint64) *Budget { return &Budget{limit: limit} }
 func (b *Budget) Limit() uint64 { return b.limit }
 
 // Used is the bytes charged against the budget now.
-func (b *Budget) Used() uint64 { return b.used.Load() }
+func (b *Budget) Used() uint64 { return b.used.Load() &^ budgetShared }
 
 // Peak is the most bytes ever charged at once.
-func (b *Budget) Peak() uint64 { return max(b.peak.Load(), b.used.Load()) }
+func (b *Budget) Peak() uint64 { return max(b.peak.Load(), b.Used()) }
 
 // charge takes n bytes if they fit, and reports whether they did, with
-// the bytes used when it decided.
-func (b *Budget) charge(n uint64) (ok bool, used uint64) {
+// the bytes used when it decided and whether the budget was shared then.
+func (b *Budget) charge(n uint64) (ok bool, used uint64, shared bool) {
+	lim := min(b.limit, budgetMax)
 	for {
-		u := b.used.Load()
-		if n > b.limit || u > b.limit-n {
-			return false, u
+		v := b.used.Load()
+		u := v &^ budgetShared
+		if n > lim || u > lim-n {
+			return false, u, v&budgetShared != 0
 		}
-		if b.used.CompareAndSwap(u, u+n) {
+		if b.used.CompareAndSwap(v, v+n) {
 			raisePeak(&b.peak, u+n)
-			return true, u + n
+			return true, u + n, v&budgetShared != 0
 		}
 	}
 }
 
-func (b *Budget) refund(n uint64) { b.used.Add(-n) }
+// refund gives n charged bytes back, and reports whether the budget was
+// shared then.
+func (b *Budget) refund(n uint64) (shared bool) { return b.used.Add(-n)&budgetShared != 0 }
+
+// attach makes the Limit whose counter is u one of the budget's Limits,
+// and reports whether it is the first. A second one shares the budget (the
+// file comment). The budget keeps the first Limit's counter, not the
+// Limit, which stays free to be collected with its upstream.
+func (b *Budget) attach(u *limitUsed) (first bool) {
+	if b.first.CompareAndSwap(nil, u) {
+		return true
+	}
+	f := b.first.Load()
+	for {
+		v := b.used.Load()
+		if v&budgetShared != 0 {
+			return false
+		}
+		if b.used.CompareAndSwap(v, v|budgetShared) {
+			f.used.Add(v)
+			f.counted.Store(true)
+			return false
+		}
+	}
+}
 
 // Limit is an adaptor that charges every allocation to a Budget. It is
 // safe for concurrent use.
@@ -77,16 +130,51 @@ type Limit struct {
 	passThrough
 	dev    gpu.Device
 	budget *Budget
+	known  knownStreams // streams checked (args.go)
 	owned
 	live ptrTable[gpu.DevicePtr, uint64] // the charge; unused if trusted
-	used atomic.Uint64
+	// sole: the budget's first Limit, which counts its used bytes in used
+	// only from the moment the budget is shared.
+	sole bool
+	*limitUsed
+}
+
+// limitUsed is a Limit's own count of its used bytes. counted: used holds
+// them (set at once, or for the budget's first Limit once the budget's
+// bytes at the moment it was shared were added to it).
+type limitUsed struct {
+	used    atomic.Uint64
+	counted atomic.Bool
 }
 
 // NewLimit returns an adaptor over upstream that charges budget.
 func NewLimit(upstream Resource, budget *Budget) *Limit {
-	return &Limit{passThrough: passThrough{upstream}, dev: upstream.Device(), budget: budget,
-		owned: ownedOver(upstream)}
+	l := &Limit{passThrough: passThrough{upstream}, dev: upstream.Device(), budget: budget,
+		owned: ownedOver(upstream), limitUsed: new(limitUsed)}
+	l.sole = budget.attach(l.limitUsed)
+	return l
 }
+
+// count adds d (a charge, or minus one) to the adaptor's own counter
+// unless the adaptor is sole and the budget was not shared at the
+// operation that changed the budget by d.
+func (l *Limit) count(d uint64, shared bool) {
+	if shared || !l.sole {
+		l.used.Add(d)
+	}
+}
+
+// charge charges c to the budget, and counts it.
+func (l *Limit) charge(c uint64) (ok bool, used uint64) {
+	ok, used, shared := l.budget.charge(c)
+	if ok {
+		l.count(c, shared)
+	}
+	return ok, used
+}
+
+// refund gives c back to the budget, and uncounts it.
+func (l *Limit) refund(c uint64) { l.count(-c, l.budget.refund(c)) }
 
 // Allocate charges the budget and allocates from the upstream. A request
 // over the budget fails with an *OutOfMemoryError (matching ErrOutOfMemory)
@@ -101,41 +189,38 @@ func (l *Limit) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, e
 }
 
 func (l *Limit) allocate(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("limit", l.dev, size, s); zero || err != nil {
+	if zero, err := l.known.checkAlloc("limit", l.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	if size > maxAlignable {
 		return 0, &OutOfMemoryError{Resource: "limit", Requested: size, Stream: s.ID(),
-			Reserved: l.budget.Used(), Used: l.used.Load(), Limit: l.budget.limit,
+			Reserved: l.budget.Used(), Used: l.Used(), Limit: l.budget.limit,
 			Reason: fmt.Sprintf("%d bytes cannot be charged", size)}
 	}
 	c := uint64(alignUp(size))
-	if ok, used := l.budget.charge(c); !ok {
+	if ok, used := l.charge(c); !ok {
 		return 0, &OutOfMemoryError{Resource: "limit", Requested: size, Stream: s.ID(),
-			Reserved: used, Used: l.used.Load(), Limit: l.budget.limit,
+			Reserved: used, Used: l.Used(), Limit: l.budget.limit,
 			Reason: fmt.Sprintf("over the budget of %s: %s in use, %s more do not fit",
 				FormatBytes(l.budget.limit), FormatBytes(used), FormatBytes(c))}
 	}
 	if l.trusted() {
 		p, err := l.oup.AllocateOwned(size, s, o)
 		if err != nil {
-			l.budget.refund(c)
+			l.refund(c)
 			return 0, fmt.Errorf("limit: %w", err)
 		}
-		l.used.Add(c)
 		return p, nil
 	}
 	p, err := l.up.Allocate(size, s)
 	if err != nil {
-		l.budget.refund(c)
+		l.refund(c)
 		return 0, fmt.Errorf("limit: %w", err)
 	}
 	if old, replaced := l.live.insert(p, size, c, nil); replaced {
 		// Freed around the adaptor and handed out again.
-		l.budget.refund(old.v)
-		l.used.Add(-old.v)
+		l.refund(old.v)
 	}
-	l.used.Add(c)
 	return p, nil
 }
 
@@ -151,24 +236,26 @@ func (l *Limit) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner
 }
 
 func (l *Limit) deallocate(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
-	if null, err := checkFree("limit", l.dev, p, size, s); null || err != nil {
-		return err
-	}
 	if l.trusted() {
+		// The upstream checks the arguments as args.go orders them and
+		// changes nothing for a free it refuses; only one it accepted is
+		// refunded (a free of the null pointer refunds nothing).
 		if err := l.oup.DeallocateOwned(p, size, s, o); err != nil {
 			return fmt.Errorf("limit: deallocate: %w", err)
 		}
-		c := uint64(alignUp(size))
-		l.used.Add(-c)
-		l.budget.refund(c)
+		if p != 0 {
+			l.refund(uint64(alignUp(size)))
+		}
 		return nil
+	}
+	if null, err := l.known.checkFree("limit", l.dev, p, size, s); null || err != nil {
+		return err
 	}
 	c, err := l.live.take(p, size, func(uint64) error { return l.up.Deallocate(p, size, s) })
 	if err != nil {
 		return fmt.Errorf("limit: deallocate: %w", err)
 	}
-	l.used.Add(-c)
-	l.budget.refund(c)
+	l.refund(c)
 	return nil
 }
 
@@ -178,5 +265,18 @@ func (l *Limit) Device() gpu.Device { return l.dev }
 // Budget is the budget the adaptor charges.
 func (l *Limit) Budget() *Budget { return l.budget }
 
-// Used is the bytes charged for this adaptor's live allocations.
-func (l *Limit) Used() uint64 { return l.used.Load() }
+// Used is the bytes charged for this adaptor's live allocations. While
+// the adaptor is its budget's only Limit it is the budget's Used, which
+// counts an allocation from its charge, before the upstream answers.
+func (l *Limit) Used() uint64 {
+	if l.sole {
+		if v := l.budget.used.Load(); v&budgetShared == 0 {
+			return v
+		}
+		for !l.counted.Load() {
+			// A second Limit is adding the budget's bytes to used.
+			runtime.Gosched()
+		}
+	}
+	return l.used.Load()
+}

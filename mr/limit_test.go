@@ -148,3 +148,114 @@ func TestLimitConcurrent(t *testing.T) {
 		t.Fatalf("used %d, peak %d", b.Used(), b.Peak())
 	}
 }
+
+// TestLimitBudgetSharedLater: a Limit that had its budget alone keeps its
+// used bytes exact when a second Limit is made over the budget while it
+// holds memory, and through frees on both sides afterwards.
+func TestLimitBudgetSharedLater(t *testing.T) {
+	b := mr.NewBudget(1 << 20)
+	up1, up2 := newRecording(), newRecording()
+	s1, s2 := up1.stream(), up2.stream()
+	l1 := mr.NewLimit(up1, b)
+	p1, err := l1.Allocate(1000, s1) // charged 1024
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.Used() != 1024 || b.Used() != 1024 {
+		t.Fatalf("alone: l1 %d, budget %d", l1.Used(), b.Used())
+	}
+	l2 := mr.NewLimit(up2, b)
+	if l1.Used() != 1024 || l2.Used() != 0 || b.Used() != 1024 {
+		t.Fatalf("shared: l1 %d, l2 %d, budget %d", l1.Used(), l2.Used(), b.Used())
+	}
+	p2, err := l2.Allocate(256, s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3, err := l1.Allocate(512, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		l          *mr.Limit
+		p          gpu.DevicePtr
+		size       int
+		s          gpu.Stream
+		u1, u2, ub uint64
+	}{
+		{nil, 0, 0, nil, 1536, 256, 1792},
+		{l1, p1, 1000, s1, 512, 256, 768}, // charged before the budget was shared
+		{l2, p2, 256, s2, 512, 0, 512},
+		{l1, p3, 512, s1, 0, 0, 0},
+	}
+	for i, st := range steps {
+		if st.l != nil {
+			if err := st.l.Deallocate(st.p, st.size, st.s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l1.Used() != st.u1 || l2.Used() != st.u2 || b.Used() != st.ub {
+			t.Fatalf("step %d: l1 %d, l2 %d, budget %d; want %d, %d, %d", i,
+				l1.Used(), l2.Used(), b.Used(), st.u1, st.u2, st.ub)
+		}
+	}
+	if b.Peak() != 1792 {
+		t.Errorf("peak %d, want 1792", b.Peak())
+	}
+	// A budget of the largest limit (past what a budget's word can hold)
+	// counts as any other once shared.
+	huge := mr.NewBudget(^uint64(0))
+	up3 := newRecording()
+	l3, l4 := mr.NewLimit(up3, huge), mr.NewLimit(newRecording(), huge)
+	if _, err := l3.Allocate(1024, up3.stream()); err != nil {
+		t.Fatal(err)
+	}
+	if l3.Used() != 1024 || l4.Used() != 0 || huge.Used() != 1024 {
+		t.Fatalf("huge budget: l3 %d, l4 %d, budget %d", l3.Used(), l4.Used(), huge.Used())
+	}
+}
+
+// TestLimitBudgetSharedWhileBusy: Limits made over a budget while the
+// first one allocates and frees on another goroutine leave every Limit's
+// used bytes at zero once everything is freed.
+func TestLimitBudgetSharedWhileBusy(t *testing.T) {
+	b := mr.NewBudget(1 << 30)
+	up := newRecording()
+	first := mr.NewLimit(up, b)
+	var wg sync.WaitGroup
+	run := func(l *mr.Limit, up *recordingResource) {
+		defer wg.Done()
+		s := up.stream()
+		for i := range 2000 {
+			size := 256 * (1 + i%7)
+			p, err := l.Allocate(size, s)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := l.Deallocate(p, size, s); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go run(first, up)
+	limits := []*mr.Limit{first}
+	for range 4 {
+		up := newRecording()
+		l := mr.NewLimit(up, b)
+		limits = append(limits, l)
+		wg.Add(1)
+		go run(l, up)
+	}
+	wg.Wait()
+	for i, l := range limits {
+		if l.Used() != 0 {
+			t.Errorf("limit %d: used %d after freeing everything", i, l.Used())
+		}
+	}
+	if b.Used() != 0 {
+		t.Errorf("budget used %d after freeing everything", b.Used())
+	}
+}

@@ -77,6 +77,7 @@ type Logging struct {
 	now    func() time.Time // nil: base and the monotonic clock
 	base   time.Time
 	day    time.Duration // base's time of day
+	known  knownStreams  // streams checked (args.go)
 	owned
 	// live holds the allocations unless trusted; if trusted and shared,
 	// only its shard locks are used.
@@ -140,7 +141,7 @@ func (l *Logging) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 
 // AllocateOwned is Allocate for owner o (owner.go).
 func (l *Logging) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("logging", l.dev, size, s); zero || err != nil {
+	if zero, err := l.known.checkAlloc("logging", l.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	if l.trusted() {
@@ -174,7 +175,7 @@ func (l *Logging) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 
 // DeallocateOwned is Deallocate for owner o (owner.go).
 func (l *Logging) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
-	if null, err := checkFree("logging", l.dev, p, size, s); null || err != nil {
+	if null, err := l.known.checkFree("logging", l.dev, p, size, s); null || err != nil {
 		return err
 	}
 	if l.trusted() && l.shared {

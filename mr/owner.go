@@ -17,7 +17,10 @@
 // one takes an Owner of its own at construction, allocates and frees with
 // it, and keeps no table when it needs none for its own work (Limit, Retry,
 // Logging, and Stats without PerStream; Tracking, Aligned and Stats with
-// PerStream keep a record per allocation, and are not OwnedResources). It
+// PerStream keep a record per allocation, and are not OwnedResources).
+// Aligned allocates with an Owner of its own too, and keeps its records,
+// the offsets of its aligned addresses in their blocks, in lock-free slots
+// (aligned_slots.go): the size check of a free is the upstream's. It
 // is an OwnedResource itself, passing its caller's owner down, so that a
 // stack of such adaptors over a Pool has no table at any level: the owner
 // recorded below is the outermost adaptor's, and a free through any level

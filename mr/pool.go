@@ -205,10 +205,12 @@ type Pool struct {
 	tune poolTune
 
 	// Growth in place over a Grower upstream (pool_vgrow.go), under mu.
-	grower    Grower
-	vgrow     map[*poolStream]*poolChunk
-	vlist     []*poolChunk
-	growLimit int
+	grower     Grower
+	vgrow      map[*poolStream]*poolChunk
+	vgrowShort map[*poolStream]*poolChunk
+	lifetimes  bool // place by predicted lifetime (pool_lifetime.go)
+	vlist      []*poolChunk
+	growLimit  int
 	// spare is where a commit is about to place a request: releaseIdle
 	// keeps its chunk, and decommitFree the free blocks it overlaps.
 	spare poolPlace

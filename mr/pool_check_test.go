@@ -61,6 +61,17 @@ func (p *Pool) checkInvariants() error {
 		if !slices.Contains(p.vlist, c) {
 			return fmt.Errorf("stream %d grows chunk %#x, which the pool does not hold", st.id, c.base)
 		}
+		if c.short {
+			return fmt.Errorf("stream %d grows its long-lived blocks in short chunk %#x", st.id, c.base)
+		}
+	}
+	for st, c := range p.vgrowShort {
+		if !slices.Contains(p.vlist, c) {
+			return fmt.Errorf("stream %d grows short chunk %#x, which the pool does not hold", st.id, c.base)
+		}
+		if !c.short {
+			return fmt.Errorf("stream %d grows its short-lived blocks in long chunk %#x", st.id, c.base)
+		}
 	}
 	return nil
 }
@@ -93,8 +104,8 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 	used := 0
 	liveSeen := 0
 	pendingBytes := 0
-	freeSmall, freeLarge := map[*poolBlock]bool{}, map[*poolBlock]bool{}
-	cachedSeen := 0
+	freeSmall, freeLarge, freeShort := map[*poolBlock]bool{}, map[*poolBlock]bool{}, map[*poolBlock]bool{}
+	cachedSeen, bornSeen := 0, 0
 	quick := map[*poolBlock]bool{}
 	for i, b := range st.quick {
 		if (i < st.nquick) != (b != nil) {
@@ -132,6 +143,13 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 				if st.live.get(b.ptr) != b {
 					return fmt.Errorf("live block %#x not in live map", b.ptr)
 				}
+				if c.limit > 0 && st.life != nil {
+					// Its birth is recorded (pool_lifetime.go).
+					if _, ok := st.life.born[b.ptr]; !ok {
+						return fmt.Errorf("live block %#x of growable chunk %#x has no birth", b.ptr, c.base)
+					}
+					bornSeen++
+				}
 				if alignUp(b.req) > b.size {
 					return fmt.Errorf("live block %#x of %d bytes holds %d", b.ptr, b.size, b.req)
 				}
@@ -153,9 +171,12 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 					return fmt.Errorf("chunk %#x: unmapped block %#x+%d (limit %d)", c.base, b.ptr, b.size, c.limit)
 				}
 			case blockFree:
-				if c.small {
+				switch {
+				case c.small:
 					freeSmall[b] = true
-				} else {
+				case c.short:
+					freeShort[b] = true
+				default:
 					freeLarge[b] = true
 				}
 			}
@@ -172,6 +193,9 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 			return fmt.Errorf("chunk %#x: counts live %d pending %d cached %d, blocks live %d pending %d cached %d",
 				c.base, c.live, c.pending, c.cached, live, pending, cached)
 		}
+	}
+	if st.life != nil && len(st.life.born) != bornSeen {
+		return fmt.Errorf("%d births recorded, %d live blocks of growable chunks", len(st.life.born), bornSeen)
 	}
 	if cachedSeen != st.nquick {
 		return fmt.Errorf("quick cache holds %d blocks, chunks %d cached ones", st.nquick, cachedSeen)
@@ -203,7 +227,7 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 	for _, x := range []struct {
 		t    *tlsf
 		want map[*poolBlock]bool
-	}{{&st.small, freeSmall}, {&st.large, freeLarge}} {
+	}{{&st.small, freeSmall}, {&st.large, freeLarge}, {&st.largeShort, freeShort}} {
 		n, bytes := 0, 0
 		for fl := range tlsfFL {
 			if (x.t.flMap&(1<<fl) != 0) != (x.t.slMap[fl] != 0) {
@@ -345,6 +369,10 @@ func newPFGrower(capacity int) *pfGrower {
 }
 
 func (u *pfGrower) GrowGranularity() int { return pfGranule }
+
+// neverBlocks: the model never refuses a commit with ErrGrowBlocked, so
+// the pool places by lifetime over it (pool_lifetime.go).
+func (u *pfGrower) neverBlocks() bool { return true }
 
 func (u *pfGrower) AllocateGrowable(size, limit int, s gpu.Stream) (gpu.DevicePtr, error) {
 	u.mu.Lock()
@@ -732,6 +760,19 @@ func FuzzPoolOps(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 2, 4, 0, 7, 7, 0, 0})
 	f.Add([]byte{1, 0x03, 2, 9, 0x13, 1, 200, 0x24, 0, 0, 0x00, 3, 60, 0x17, 1, 2})
 	f.Add([]byte{2, 0x02, 3, 255, 0x12, 1, 40, 0x15, 0, 1, 0x27, 0, 0, 0x01, 0, 0})
+	// Over a Grower: rounds of a 6 MiB block kept and a 3 MiB temporary
+	// freed at once, whose signature repeats, so that the pool places
+	// the later temporaries in a short-lived range (pool_lifetime.go).
+	for c, o := range poolFuzzOptions {
+		if !o.grow {
+			continue
+		}
+		b := []byte{byte(c)}
+		for r := range 8 {
+			b = append(b, 0x00, 3, 24, 0x00, 3, 12, 0x04, byte(r+1), 0)
+		}
+		f.Add(b)
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for c := range poolFuzzOptions {
 		b := []byte{byte(c)}

@@ -78,6 +78,7 @@ type poolChunk struct {
 	live   int  // live blocks
 	cached int  // blocks in the home's quick cache
 	small  bool // serves requests of at most poolSmallMax bytes only
+	short  bool // a growable chunk for short-lived blocks (pool_lifetime.go)
 
 	base gpu.DevicePtr
 	size int // bytes allocated from upstream (and given back with Deallocate)

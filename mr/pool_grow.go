@@ -275,7 +275,7 @@ func (p *Pool) growInitial(st *poolStream) error {
 	}
 	if p.grower != nil {
 		if gran := p.grower.GrowGranularity(); g >= gran {
-			if _, err := p.newGrowable(st, g/gran*gran, 0, 0); err == nil {
+			if _, err := p.newGrowable(st, g/gran*gran, 0, 0, false); err == nil {
 				return nil
 			}
 		}

@@ -53,7 +53,7 @@ func (p *Pool) largestFreeLocked() uint64 {
 		st.lock()
 		v := 0
 		if !st.dropped {
-			v = max(st.small.largest(), st.large.largest())
+			v = max(st.small.largest(), st.large.largest(), st.largeShort.largest())
 			for _, b := range st.quick[:st.nquick] {
 				v = max(v, b.size)
 			}

@@ -75,6 +75,8 @@ type poolStream struct {
 	last *poolBlock
 
 	small, large tlsf
+	largeShort   tlsf      // free blocks of short-lived growable chunks
+	life         *poolLife // pool_lifetime.go; nil unless over a Grower
 	live         ptrMap
 	quick        [poolQuick]*poolBlock // pool_quick.go
 	nquick       int
@@ -118,12 +120,19 @@ type poolStream struct {
 }
 
 func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
-	return &poolStream{id: s.ID(), s: s, pool: p, gated: gpu.CaptureGated(s)}
+	st := &poolStream{id: s.ID(), s: s, pool: p, gated: gpu.CaptureGated(s)}
+	if p.lifetimes {
+		st.life = new(poolLife) // pool_lifetime.go
+	}
+	return st
 }
 
 func (st *poolStream) binsOf(c *poolChunk) *tlsf {
 	if c.small {
 		return &st.small
+	}
+	if c.short {
+		return &st.largeShort
 	}
 	return &st.large
 }
@@ -164,10 +173,19 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	t := &st.large
 	if rounded <= st.pool.tune.smallMax {
 		t = &st.small
+	} else if st.life != nil && st.life.short(rounded) {
+		t = &st.largeShort
 	}
 	st.quickFlush()
 	if b := st.take(t, rounded); b != nil {
 		return b, nil
+	}
+	if t == &st.largeShort {
+		// Predicted short-lived: a free block of the long-lived
+		// chunks rather than a commit (pool_lifetime.go).
+		if b := st.take(&st.large, rounded); b != nil {
+			return b, nil
+		}
 	}
 	if st.pendingBytes == 0 {
 		return nil, nil
@@ -219,6 +237,9 @@ func (st *poolStream) markLive(b *poolBlock, req int, owner uint32) {
 	st.live.put(b.ptr, b)
 	b.c.live++
 	st.addUsed(req)
+	if st.life != nil {
+		st.life.handed(b, req, b.c.limit > 0)
+	}
 }
 
 // putFree marks b (in no list) free, coalesces it with its free
@@ -266,6 +287,9 @@ func (st *poolStream) unliveAt(b *poolBlock, at int) {
 func (st *poolStream) unlisted(b *poolBlock) {
 	st.freed[st.freedPos%poolFreedRing] = b.ptr
 	st.freedPos++
+	if st.life != nil && b.c.limit > 0 {
+		st.life.freed(b)
+	}
 	b.c.live--
 	if b.c.live == 0 && !st.cand {
 		st.markCand()

@@ -50,7 +50,9 @@
 //
 // Invariants, under Pool.mu: vlist holds every growable chunk the pool
 // holds; vgrow[st], if set, is one of them, the chunk st commits into
-// (while st is its home). A growable chunk's blocks tile [base,
+// (while st is its home), and vgrowShort[st] likewise the one st commits
+// its predicted short-lived blocks into, a chunk with short set (kept
+// apart by lifetime, pool_lifetime.go). A growable chunk's blocks tile [base,
 // base+limit), which is its size and its index span; an unmapped block
 // starts and ends on granule boundaries and is changed only under Pool.mu
 // (and its home's mutex); mapped is the bytes of its other blocks, which
@@ -75,6 +77,8 @@ const poolGrowAttempts = 8
 func (p *Pool) useGrower(g Grower) {
 	p.grower = g
 	p.vgrow = make(map[*poolStream]*poolChunk)
+	p.vgrowShort = make(map[*poolStream]*poolChunk)
+	p.lifetimes = poolLifetimes && neverBlocks(g)
 	gran := g.GrowGranularity()
 	limit := int(min(p.dev.Properties().TotalMemory, uint64(poolMaxRequest/2)))
 	if p.opts.MaxSize > 0 {
@@ -97,16 +101,20 @@ func (c *poolChunk) held() int {
 
 // growableOf returns the growable chunk st commits into, adopting one it
 // homes (stolen from another stream) if it has none. Caller holds p.mu.
-func (p *Pool) growableOf(st *poolStream) *poolChunk {
-	if c := p.vgrow[st]; c != nil && c.home.Load() == st {
+func (p *Pool) growableOf(st *poolStream, short bool) *poolChunk {
+	m := p.vgrow
+	if short {
+		m = p.vgrowShort
+	}
+	if c := m[st]; c != nil && c.home.Load() == st {
 		return c
 	}
-	delete(p.vgrow, st)
+	delete(m, st)
 	st.lock()
 	defer st.mu.Unlock()
 	for _, c := range st.homed {
-		if c.limit > 0 {
-			p.vgrow[st] = c
+		if c.limit > 0 && c.short == short {
+			m[st] = c
 			return c
 		}
 	}
@@ -119,8 +127,15 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 	gran := p.grower.GrowGranularity()
 	var errs []error
 	var blocked []poolSpan // addresses the upstream could not commit yet
+	st.lock()
+	short := st.life != nil && st.life.short(rounded)
+	st.mu.Unlock()
+	bins := &st.large
+	if short {
+		bins = &st.largeShort
+	}
 	for range poolGrowAttempts {
-		c := p.growableOf(st)
+		c := p.growableOf(st, short)
 		if c == nil {
 			break
 		}
@@ -166,7 +181,7 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 		p.usage.addReserved(n)
 		st.lock()
 		st.commitBlock(u, c.base+gpu.DevicePtr(off), n)
-		b := st.take(&st.large, rounded)
+		b := st.take(bins, rounded)
 		if b != nil {
 			st.markLive(b, size, p.slowOwner)
 		}
@@ -181,7 +196,7 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 	if err := p.makeRoom(st, g, poolPlace{}); err != nil {
 		return 0, err
 	}
-	ptr, err := p.newGrowable(st, g, size, rounded)
+	ptr, err := p.newGrowable(st, g, size, rounded, short)
 	if err == nil {
 		return ptr, nil
 	}
@@ -363,8 +378,13 @@ func (st *poolStream) cutBlock(b *poolBlock, at gpu.DevicePtr, n int) *poolBlock
 // newGrowable starts a growable chunk with g bytes committed, homed at
 // st, the one st commits into from now on, and serves the request from it
 // (if size > 0). Caller holds p.mu.
-func (p *Pool) newGrowable(st *poolStream, g, size, rounded int) (gpu.DevicePtr, error) {
-	limit := max(p.growLimit, g)
+func (p *Pool) newGrowable(st *poolStream, g, size, rounded int, short bool) (gpu.DevicePtr, error) {
+	gran := p.grower.GrowGranularity()
+	limit := p.growLimit
+	if short {
+		limit = max(limit/poolShortShare/gran*gran, gran)
+	}
+	limit = max(limit, g)
 	ptr, err := p.grower.AllocateGrowable(g, limit, st.s)
 	if err != nil {
 		return 0, fmt.Errorf("pool: grow by %d bytes: %w", g, err)
@@ -375,10 +395,14 @@ func (p *Pool) newGrowable(st *poolStream, g, size, rounded int) (gpu.DevicePtr,
 	}
 	p.grown = true
 	p.wide.growths++
-	c := &poolChunk{base: ptr, size: limit, limit: limit, mapped: g, top: g}
+	c := &poolChunk{base: ptr, size: limit, limit: limit, mapped: g, top: g, short: short}
 	p.chunks.add(c.base, c.size, c)
 	p.vlist = append(p.vlist, c)
-	p.vgrow[st] = c
+	if short {
+		p.vgrowShort[st] = c
+	} else {
+		p.vgrow[st] = c
+	}
 	p.usage.addReserved(g)
 	st.lock()
 	defer st.mu.Unlock()
@@ -391,7 +415,7 @@ func (p *Pool) newGrowable(st *poolStream, g, size, rounded int) (gpu.DevicePtr,
 	if size == 0 {
 		return 0, nil
 	}
-	b = st.split(&st.large, b, rounded)
+	b = st.split(st.binsOf(c), b, rounded)
 	st.markLive(b, size, p.slowOwner)
 	return b.ptr, nil
 }
@@ -405,6 +429,11 @@ func (p *Pool) forgetGrowable(c *poolChunk) {
 	for st, x := range p.vgrow {
 		if x == c {
 			delete(p.vgrow, st)
+		}
+	}
+	for st, x := range p.vgrowShort {
+		if x == c {
+			delete(p.vgrowShort, st)
 		}
 	}
 }
@@ -439,7 +468,7 @@ func (p *Pool) decommitFree(keep int) (int, error) {
 			prev := b.prev
 			a, z := p.spare.outside(b, gran)
 			if b.state == blockFree && z > a {
-				o.large.remove(b)
+				o.binsOf(c).remove(b)
 				mid := o.cutBlock(b, a, int(z-a))
 				mid.state = blockUnmapped
 				c.mapped -= mid.size

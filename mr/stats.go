@@ -153,11 +153,8 @@ type statStream struct {
 	// The change of the stream's current bytes and allocations since it
 	// last added them to Stats.flushed.
 	ubytes, ucount atomic.Int64
-	// alloc and free: the stream's packed unflushed counts over a trusted
-	// upstream (stats_owned.go).
-	alloc, free atomic.Uint64
-	own         statCounters // PerStream: the stream's own counters
-	_           [cacheLine]byte
+	own            statCounters // PerStream: the stream's own counters
+	_              [cacheLine]byte
 }
 
 // statTotals are the totals of one shard of the pointer table, guarded by
@@ -190,10 +187,13 @@ type Stats struct {
 	bytes, count         atomic.Int64
 	peakBytes, peakCount atomic.Uint64
 	failures, oom        atomic.Uint64
-	// Over a trusted upstream: the flushed totals, and the stream that may
-	// keep a negative net in exact mode (stats_owned.go).
+	// Over a trusted upstream: the flushed totals, the shard that may keep
+	// a negative net in exact mode, and the shards of streams
+	// (stats_owned.go).
 	totalBytes, totalCount atomic.Uint64
-	holder                 atomic.Pointer[statStream]
+	holder                 atomic.Pointer[statShard]
+	_                      [cacheLine]byte
+	shards                 [statShards]statShard
 }
 
 // NewStats returns a Stats adaptor over upstream.
@@ -419,12 +419,13 @@ func (a *Stats) ResetPeaks() {
 	// Every stream's delta is added first, so that the adaptor-wide
 	// values are the current ones and no later flush raises a peak over
 	// a value that was never current.
-	for _, st := range a.streams.all() {
-		if a.trusted() {
-			a.flushOwned(st)
-		} else {
-			a.flush(st)
+	if a.trusted() {
+		for i := range a.shards {
+			a.flushOwned(&a.shards[i])
 		}
+	}
+	for _, st := range a.streams.all() {
+		a.flush(st)
 		st.own.resetPeaks()
 	}
 	a.peakBytes.Store(uint64(max(a.bytes.Load(), 0)))

@@ -1,17 +1,26 @@
 // Stats over an upstream that checks owners (owner.go), without
-// PerStream: no pointer table, and counters that each stream keeps on its
-// own cache line.
+// PerStream: no pointer table, and counters that each shard of streams
+// keeps on its own cache lines.
 //
 // The upstream refuses every bad free exactly and changes nothing, so the
 // adaptor counts a free after the upstream accepted it, from the size the
 // upstream checked; it needs no record per allocation. What it keeps:
 //
-//   - per stream (statStream), two words that only the operations on that
-//     stream add to: alloc, the bytes and allocations handed out on it since
-//     its last flush, and free, the bytes and allocations freed on it since
-//     then, each packed as bytes<<statPackBits | count. A free counts on the
-//     stream it is made on, whatever stream allocated: the adaptor-wide
-//     values are sums, and without PerStream nothing is reported per stream.
+//   - per shard of streams (statShard), two words that only the operations
+//     on its streams add to: alloc, the bytes and allocations handed out on
+//     them since its last flush, and free, the bytes and allocations freed
+//     on them since then, each packed as bytes<<statPackBits | count. A
+//     free counts on the shard of the stream it is made on, whatever stream
+//     allocated: the adaptor-wide values are sums, and without PerStream
+//     nothing is reported per stream.
+//   - A stream's shard is statShards' Fibonacci hash of its ID, computed,
+//     not looked up: no table of streams, no state created on a stream's
+//     first use, and the pair's only write is one atomic add to its shard's
+//     line. Streams get consecutive IDs (gpu.NewStreamID), and any 34
+//     consecutive IDs fall in 34 different shards, so the streams of a
+//     program rarely share one; two that do share its words, which stays
+//     exact (they are atomics) and costs only the contention of the line.
+//     Below, "stream" in the flush rules means a shard.
 //   - adaptor-wide, the flushed current bytes and allocations (Stats.bytes,
 //     Stats.count), the flushed totals and the peaks. A flush moves a
 //     stream's two words into them (swapping each word to zero, so that
@@ -50,6 +59,7 @@ package mr
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
 )
@@ -61,6 +71,25 @@ const (
 	statPackCount = 1 << (statPackBits - 1)
 	statPackBytes = 1 << 40
 )
+
+const (
+	statShardBits = 6
+	statShards    = 1 << statShardBits
+)
+
+// statShard is one shard of the streams' words (the file comment). The
+// padding keeps two shards' words 128 bytes apart wherever the array
+// starts: off one line, and off the pair of lines a core's adjacent-line
+// prefetcher fetches together.
+type statShard struct {
+	alloc, free atomic.Uint64
+	_           [2*cacheLine - 16]byte
+}
+
+// shard returns the shard of stream s.
+func (a *Stats) shard(s gpu.Stream) *statShard {
+	return &a.shards[s.ID()*0x9E3779B97F4A7C15>>(64-statShardBits)]
+}
 
 func statPack(n int) uint64          { return uint64(n)<<statPackBits | 1 }
 func statBytes(w uint64) int64       { return int64(w >> statPackBits) }
@@ -83,7 +112,7 @@ func (a *Stats) allocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, e
 	if size == 0 {
 		return p, nil
 	}
-	st := a.stream(s)
+	st := a.shard(s)
 	w := st.alloc.Add(statPack(size))
 	if a.sharded.Load() {
 		if statNet(w, st.free.Load()) > 0 || statFull(w) {
@@ -117,7 +146,7 @@ func (a *Stats) deallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner
 	if p == 0 {
 		return nil
 	}
-	st := a.stream(s)
+	st := a.shard(s)
 	w := st.free.Add(statPack(size))
 	if a.sharded.Load() {
 		if statFull(w) {
@@ -135,7 +164,7 @@ func (a *Stats) deallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o Owner
 
 // flushOwned moves st's words into the adaptor-wide values and raises the
 // peaks to them.
-func (a *Stats) flushOwned(st *statStream) {
+func (a *Stats) flushOwned(st *statShard) {
 	al, fr := st.alloc.Swap(0), st.free.Swap(0)
 	if al == 0 && fr == 0 {
 		return
@@ -156,7 +185,8 @@ func (a *Stats) flushOwned(st *statStream) {
 func (a *Stats) snapshotOwned(s *StatsSnapshot) {
 	b, c := a.bytes.Load(), a.count.Load()
 	tb, tc := a.totalBytes.Load(), a.totalCount.Load()
-	for _, st := range a.streams.all() {
+	for i := range a.shards {
+		st := &a.shards[i]
 		al, fr := st.alloc.Load(), st.free.Load()
 		b += statNet(al, fr)
 		c += statNetCount(al, fr)

@@ -15,7 +15,8 @@
 // Every operation looks its stream's state up, while states are created
 // once per stream and dropped rarely. So lookups read a published index
 // (an atomic load and, among up to streamScan streams, a scan of an array
-// of IDs; else a probe of an open-addressing table at most half full) and
+// of IDs; else a probe of an open-addressing table at most half full, each
+// ID beside its state) and
 // take no lock. The table is not a Go map: hashing a key and matching its
 // group cost a Pool pair on 16 streams a fifth of its time. The IDs sit in the index
 // itself, not only in the states: reading each state's ID would read the
@@ -72,14 +73,21 @@ type streamIndex[T any] struct {
 	// stream's also when n > streamScan, for lookup's inline check).
 	ids   [streamScan]uint64
 	small [streamScan]*T
-	// When n > streamScan: keys[i] is 0 or the ID whose state is vals[i];
-	// an ID's home slot is its Fibonacci hash's top bits, and linear
-	// probing from there reaches it before any empty slot. zero is the
-	// state of a stream whose ID is 0, which no backend hands out.
-	keys  []uint64
-	vals  []*T
+	// When n > streamScan: slots[i].id is 0 or the ID whose state is
+	// slots[i].v; an ID's home slot is its Fibonacci hash's top bits, and
+	// linear probing from there reaches it before any empty slot. Each ID
+	// sits beside its state, so that a lookup among many streams, whose
+	// slot is seldom in cache, waits for one cache line, not two. zero is
+	// the state of a stream whose ID is 0, which no backend hands out.
+	slots []indexSlot[T]
 	shift uint
 	zero  *T
+}
+
+// indexSlot is one slot of a streamIndex's table.
+type indexSlot[T any] struct {
+	id uint64
+	v  *T
 }
 
 // first returns the state of the table's first stream if id is its ID,
@@ -129,11 +137,11 @@ func (l *streamIndex[T]) find(id uint64) *T {
 	if id == 0 {
 		return l.zero
 	}
-	mask := len(l.keys) - 1
+	mask := len(l.slots) - 1
 	for i := int((id * 0x9E3779B97F4A7C15) >> l.shift); ; i = (i + 1) & mask {
-		switch l.keys[i] {
+		switch s := &l.slots[i]; s.id {
 		case id:
-			return l.vals[i]
+			return s.v
 		case 0:
 			return nil
 		}
@@ -220,8 +228,7 @@ func (t *streamTable[T]) publishLocked() {
 	copy(l.small[:], list)
 	if l.n > streamScan {
 		size := 1 << log2(4*l.n-1) // a power of two, at least 2n
-		l.keys = make([]uint64, size)
-		l.vals = make([]*T, size)
+		l.slots = make([]indexSlot[T], size)
 		l.shift = uint(64 - log2(size))
 		mask := size - 1
 		for j, id := range t.ids {
@@ -230,10 +237,10 @@ func (t *streamTable[T]) publishLocked() {
 				continue
 			}
 			i := int((id * 0x9E3779B97F4A7C15) >> l.shift)
-			for l.keys[i] != 0 {
+			for l.slots[i].id != 0 {
 				i = (i + 1) & mask
 			}
-			l.keys[i], l.vals[i] = id, list[j]
+			l.slots[i] = indexSlot[T]{id, list[j]}
 		}
 	}
 	t.cur.Store(l)

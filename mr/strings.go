@@ -132,5 +132,8 @@ func (r *Retry) String() string { return "retry: " + r.Counts().String() }
 // String is "aligned to 4.0 KiB: 2 allocations live".
 func (a *Aligned) String() string {
 	n, _ := a.live.count()
+	if a.slots != nil {
+		n += a.slots.live()
+	}
 	return fmt.Sprintf("aligned to %s: %s live", FormatBytes(uint64(a.align)), plural(uint64(n), "allocation", "allocations"))
 }

@@ -489,8 +489,8 @@ func writeLayout(w *bufio.Writer, l PoolLayout) {
 func (t *Tracking) tracked() *TrackedStats {
 	n, bytes := t.live.count()
 	ts := &TrackedStats{Live: n, LiveBytes: bytes}
-	for i := range t.stacks {
-		sh := &t.stacks[i]
+	for i := range t.stacks.shards {
+		sh := &t.stacks.shards[i]
 		sh.mu.Lock()
 		for _, r := range sh.m {
 			for ; r != nil; r = r.next {

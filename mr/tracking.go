@@ -11,17 +11,23 @@
 // stack seen before costs a hash and a lookup, and only a new call site
 // allocates (one copy of its PCs). Symbols are resolved only when a profile
 // or a leak report is made. A stack seen recently is found without a lock
-// in recent, a small table of records by hash. In-use bytes and objects
+// in recent, a small table of records by hash. The hash mixes each PC
+// with a multiply off its dependency chain (hashPCs), so 16 PCs cost a few
+// cycles each, not a multiply's latency each. In-use bytes and objects
 // are not counted per operation: a profile sums them over the live
-// allocations, so a free touches no stack record.
+// allocations, so a free touches no stack record. Alloc bytes and
+// objects are counted per shard of the pointer table, under the shard
+// lock the allocation's insert holds anyway (allocCounts), in an array
+// indexed by the stack record's number: no atomic add on a record that
+// every goroutine allocating from that call site would share.
 //
 // Invariants:
 //   - Every live allocation is in the pointer table with its stack record;
 //     a stack record's in-use bytes and objects are the sums over the live
 //     allocations that point to it (computed when a profile is made), and
 //     its alloc bytes and objects the sums over every allocation ever made
-//     from it. Both change only for allocations the upstream granted and
-//     frees it accepted.
+//     from it (over the shards' allocCounts at its number). Both change
+//     only for allocations the upstream granted and frees it accepted.
 //   - Stack records are never removed: a profile keeps reporting the
 //     allocations a call site made after they are freed (alloc_space), and
 //     the set of call sites of a program is bounded.
@@ -47,6 +53,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"runtime"
 	"slices"
@@ -81,11 +88,11 @@ type TrackingOptions struct {
 // stackRecord is one interned call stack (with its pprof label set, for
 // Tracking) and what it holds.
 type stackRecord struct {
-	pcs                   []uintptr
-	labels                *labelSet // nil: none
-	hash                  uint64
-	next                  *stackRecord // same shard, same hash bucket
-	allocBytes, allocObjs atomic.Int64
+	pcs    []uintptr
+	labels *labelSet // nil: none
+	hash   uint64
+	next   *stackRecord // same shard, same hash bucket
+	id     int          // numbers a table's records 0, 1, 2... (allocCounts)
 }
 
 type stackShard struct {
@@ -95,7 +102,31 @@ type stackShard struct {
 
 // stackTable interns call stacks: one record per distinct stack, found by
 // its hash in one of stackShards shards (Tracking's and History's).
-type stackTable [stackShards]stackShard
+type stackTable struct {
+	shards [stackShards]stackShard
+	n      atomic.Int64 // records made; the next record's id
+}
+
+// allocCounts are the alloc bytes and objects of the allocations recorded
+// in one shard of Tracking's pointer table, by stack record id, guarded by
+// that shard's lock. Its array is made at least allocCountsMin entries
+// long, 128 bytes, so that two shards' arrays share no cache line.
+type allocCounts struct {
+	n [][2]int64
+}
+
+const allocCountsMin = 8
+
+// add counts an allocation of size bytes from stack record id.
+func (c *allocCounts) add(id, size int) {
+	if id >= len(c.n) {
+		n := make([][2]int64, max(allocCountsMin, 2*len(c.n), id+1))
+		copy(n, c.n)
+		c.n = n
+	}
+	c.n[id][0] += int64(size)
+	c.n[id][1]++
+}
 
 // trackRecord is what Tracking keeps per live allocation.
 type trackRecord struct {
@@ -111,10 +142,12 @@ type Tracking struct {
 	dev    gpu.Device
 	depth  int
 	skip   int
-	labels bool // record the goroutines' pprof labels
+	labels bool         // record the goroutines' pprof labels
+	known  knownStreams // streams checked (args.go)
 	live   ptrTable[gpu.DevicePtr, trackRecord]
 	stacks stackTable
 	recent [256]atomic.Pointer[stackRecord] // by hash; see the file comment
+	allocs [ptrShards]allocCounts           // by live's shard
 	seq    atomic.Uint64
 	leaks  trackingLeaks // tracking_leaks.go
 }
@@ -133,19 +166,38 @@ func NewTracking(upstream Resource, opts TrackingOptions) *Tracking {
 		labels: !opts.NoLabels}
 }
 
+// hashPCs hashes a stack. Each PC is multiplied on its own (pcMix: the
+// multiplies of different PCs overlap in the pipeline, and the frame
+// pointer walk makes them anyway) and folded in with a rotate and an
+// exclusive or (hashStep), so the chain from one PC to the next is two
+// one-cycle instructions; hashFinish adds the length and spreads the
+// result into the low bits, which index recent and the shards.
 func hashPCs(pcs []uintptr) uint64 {
-	h := uint64(14695981039346656037) // FNV-1a, a word at a time
+	var h uint64
 	for _, pc := range pcs {
-		h ^= uint64(pc)
-		h *= 1099511628211
+		h = hashStep(h, pcMix(pc))
 	}
-	return h
+	return hashFinish(h, len(pcs))
 }
 
-// intern returns the record of pcs, creating it (with its own copy of the
-// PCs) the first time.
-func (t *Tracking) intern(pcs []uintptr, ls *labelSet) *stackRecord {
-	h := stackHash(pcs, ls)
+// pcMix is the multiply the stack hash takes of a return address, and the
+// frame-pointer walk of its table of addresses (callers_fp.go): the walk
+// computes it once for both.
+func pcMix(pc uintptr) uint64 { return uint64(pc) * 0x9E3779B97F4A7C15 }
+
+func hashStep(h, m uint64) uint64 { return bits.RotateLeft64(h, 23) ^ m }
+
+func hashFinish(h uint64, n int) uint64 {
+	h ^= uint64(n) * 0xFF51AFD7ED558CCD
+	h ^= h >> 31
+	h *= 0xBF58476D1CE4E5B9
+	return h ^ h>>29
+}
+
+// intern returns the record of pcs, whose hashPCs is hp, creating it
+// (with its own copy of the PCs) the first time.
+func (t *Tracking) intern(pcs []uintptr, hp uint64, ls *labelSet) *stackRecord {
+	h := withLabels(hp, ls)
 	slot := &t.recent[h%uint64(len(t.recent))]
 	if r := slot.Load(); r != nil && r.hash == h && r.labels == ls && slices.Equal(r.pcs, pcs) {
 		return r
@@ -155,8 +207,11 @@ func (t *Tracking) intern(pcs []uintptr, ls *labelSet) *stackRecord {
 	return r
 }
 
-func stackHash(pcs []uintptr, ls *labelSet) uint64 {
-	h := hashPCs(pcs)
+func stackHash(pcs []uintptr, ls *labelSet) uint64 { return withLabels(hashPCs(pcs), ls) }
+
+// withLabels is the stack hash of a stack whose hashPCs is h, with label
+// set ls.
+func withLabels(h uint64, ls *labelSet) uint64 {
 	if ls != nil {
 		h ^= ls.hash * 0x9E3779B97F4A7C15
 	}
@@ -171,7 +226,7 @@ func (t *stackTable) intern(pcs []uintptr, ls *labelSet) *stackRecord {
 
 // internHash is intern of pcs and ls, whose hash is h.
 func (t *stackTable) internHash(pcs []uintptr, ls *labelSet, h uint64) *stackRecord {
-	sh := &t[h%stackShards]
+	sh := &t.shards[h%stackShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for r := sh.m[h]; r != nil; r = r.next {
@@ -182,19 +237,19 @@ func (t *stackTable) internHash(pcs []uintptr, ls *labelSet, h uint64) *stackRec
 	if sh.m == nil {
 		sh.m = make(map[uint64]*stackRecord)
 	}
-	r := &stackRecord{pcs: slices.Clone(pcs), labels: ls, hash: h, next: sh.m[h]}
+	r := &stackRecord{pcs: slices.Clone(pcs), labels: ls, hash: h, next: sh.m[h], id: int(t.n.Add(1) - 1)}
 	sh.m[h] = r
 	return r
 }
 
 // Allocate allocates from the upstream and records the caller's stack.
 func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	if zero, err := checkAlloc("tracking", t.dev, size, s); zero || err != nil {
+	if zero, err := t.known.checkAlloc("tracking", t.dev, size, s); zero || err != nil {
 		return 0, err
 	}
 	var buf [maxStackDepth]uintptr
 	// From Allocate's caller on (callers_fp.go).
-	n := callersFP(t.skip, buf[:t.depth])
+	n, hp := callersFPHash(t.skip, buf[:t.depth])
 	p, err := t.up.Allocate(size, s)
 	if err != nil {
 		return 0, fmt.Errorf("tracking: %w", err)
@@ -203,20 +258,19 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if t.labels {
 		ls = goroutineLabels()
 	}
-	st := t.intern(buf[:n], ls)
+	st := t.intern(buf[:n], hp, ls)
 	rec := trackRecord{stack: st, stream: s.ID(), seq: t.seq.Add(1)}
 	// A record replaced (memory freed around the adaptor and handed out
 	// again) is gone from the live allocations, and so from in-use.
-	t.live.insert(p, size, rec, nil)
-	st.allocBytes.Add(int64(size))
-	st.allocObjs.Add(1)
+	ac := &t.allocs[t.live.shardIndex(p)]
+	t.live.insert(p, size, rec, func() { ac.add(st.id, size) })
 	return p, nil
 }
 
 // Deallocate frees p through the upstream and forgets it. Bad frees are
 // refused with typed errors before they reach the upstream.
 func (t *Tracking) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
-	if null, err := checkFree("tracking", t.dev, p, size, s); null || err != nil {
+	if null, err := t.known.checkFree("tracking", t.dev, p, size, s); null || err != nil {
 		return err
 	}
 	_, err := t.live.take(p, size, func(trackRecord) error { return t.up.Deallocate(p, size, s) })
@@ -351,8 +405,8 @@ func trimFrames(fs []runtime.Frame) []runtime.Frame {
 // functions, files and lines, so pprof needs no binary to show them.
 func (t *Tracking) Profile() *profile.Profile {
 	var recs []*stackRecord
-	for i := range t.stacks {
-		sh := &t.stacks[i]
+	for i := range t.stacks.shards {
+		sh := &t.stacks.shards[i]
 		sh.mu.Lock()
 		for _, r := range sh.m {
 			for ; r != nil; r = r.next {
@@ -395,8 +449,22 @@ func (t *Tracking) Profile() *profile.Profile {
 		u := inuse[r.stack]
 		inuse[r.stack] = [2]int64{u[0] + int64(size), u[1] + 1}
 	})
+	allocs := make([][2]int64, t.stacks.n.Load())
+	for i := range t.allocs {
+		t.live.underShard(i, func() {
+			for id, c := range t.allocs[i].n {
+				if id < len(allocs) {
+					allocs[id][0] += c[0]
+					allocs[id][1] += c[1]
+				}
+			}
+		})
+	}
 	for _, r := range recs {
-		ab, ao := r.allocBytes.Load(), r.allocObjs.Load()
+		var ab, ao int64
+		if r.id < len(allocs) {
+			ab, ao = allocs[r.id][0], allocs[r.id][1]
+		}
 		ib, iobj := inuse[r][0], inuse[r][1]
 		if ao == 0 {
 			continue

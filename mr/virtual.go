@@ -161,6 +161,11 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 // Device is the device the memory lives on.
 func (v *Virtual) Device() gpu.Device { return v.dev }
 
+// neverBlocks reports whether Commit never fails with ErrGrowBlocked
+// (WaitForDecommits); a Pool over v places by lifetime only then
+// (pool_lifetime.go).
+func (v *Virtual) neverBlocks() bool { return v.waitDecommits }
+
 // Allocate maps size bytes, rounded up to the granularity, of new physical
 // memory at the lowest free address of the range. The memory is usable on
 // every stream. It refuses a capturing stream (mapping is not stream

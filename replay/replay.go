@@ -63,14 +63,30 @@ import (
 	"github.com/streamalloc/streamalloc/trace"
 )
 
-// block is a live allocation of the replay.
+// block is a live allocation of the replay. It is held inline in the
+// table of live blocks (idtable.go), 32 bytes with its key, two slots to a
+// cache line, so that the lookup at every event touches one line or two.
 type block struct {
-	p      gpu.DevicePtr
-	size   int64
-	stream gpu.Stream
-	sid    uint64 // the trace's id of stream
-	seq    int64  // allocation order, so that the final frees are deterministic
+	p    gpu.DevicePtr
+	size int64
+	// at holds the allocation's place in the trace's allocations (its
+	// seq: the final frees go in that order, so that they are
+	// deterministic) above the number of its stream (its index in
+	// runner.order).
+	at uint64
 }
+
+// A replay numbers up to maxStreams streams and maxSeq allocations: a
+// trace with more (16.7 million streams; a trillion allocations, tens of
+// terabytes of CSV) is refused with an error when it reaches the limit.
+const (
+	streamBits = 24
+	maxStreams = 1 << streamBits
+	maxSeq     = 1<<(64-streamBits) - 1
+)
+
+func (b block) stream() uint32 { return uint32(b.at & (maxStreams - 1)) }
+func (b block) seq() uint64    { return b.at >> streamBits }
 
 type runner struct {
 	ctx  context.Context
@@ -80,13 +96,32 @@ type runner struct {
 	rep  mr.UsageReporter // nil if res does not report usage
 	opts Options
 
-	streams    map[uint64]gpu.Stream
-	order      []gpu.Stream // creation order, for cleanup
-	lastID     uint64
-	lastStream gpu.Stream
+	// The trace's streams, numbered in the order the trace first used
+	// them: streams maps the trace's id to the number, order and sids
+	// hold each number's device stream and trace id.
+	streams  idTable[uint32]
+	order    []gpu.Stream // creation order, for cleanup
+	sids     []uint64
+	lastID   uint64
+	lastIdx  uint32
+	lastLive bool // lastID and lastIdx are set
 
-	live   map[uint64]block // trace address -> block the resource gave
+	live   idTable[block]   // trace address -> block the resource gave
 	failed map[uint64]int64 // trace address -> size, refused by the resource
+
+	// epoch: the calls are timed as offsets from it, each a read of the
+	// monotonic clock alone (time.Now reads the wall clock too).
+	epoch time.Time
+
+	// The events read ahead (next): ahead[pos:], then aheadErr, the
+	// reader's error after them (sticky, as the reader's own is); depth
+	// events at a time. touched sums what next's touches load, so that
+	// the loads stay.
+	depth    int
+	ahead    []trace.Event
+	aheadPos int
+	aheadErr error
+	touched  uint64
 
 	traceLive uint64 // bytes live by the trace's account
 	heldLive  uint64 // bytes the replay holds from the resource
@@ -124,9 +159,8 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	start := time.Now()
 	r := &runner{
 		ctx: ctx, tr: tr, dev: dev, res: res, opts: opts,
-		streams: make(map[uint64]gpu.Stream),
-		live:    make(map[uint64]block),
-		failed:  make(map[uint64]int64),
+		failed: make(map[uint64]int64),
+		epoch:  start,
 	}
 	r.r.Trace = tr.Name()
 	r.r.Resource = opts.Resource
@@ -154,8 +188,12 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 	if opts.SeriesPoints > 0 {
 		r.series = newSeries(opts.SeriesPoints)
 	}
+	r.depth = readAhead
 	if opts.Timeline {
 		r.tl = newTimeline(opts, tr, res)
+		// The timeline asks a StackReader for the stack of the event
+		// it returned last: read one event at a time.
+		r.depth = 1
 	}
 	if opts.Timed {
 		scale := opts.TimeScale
@@ -180,7 +218,7 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 		r.progress(true)
 	}
 	// Free what the trace left live, then take the streams down.
-	r.r.FreedAtEnd = int64(len(r.live))
+	r.r.FreedAtEnd = int64(r.live.len())
 	err = errors.Join(err, r.cleanup())
 	if err != nil {
 		return nil, err
@@ -228,7 +266,7 @@ func (r *runner) loop() error {
 				return fmt.Errorf("replay: %s: stopped after %d events: %w", r.r.Trace, i, err)
 			}
 		}
-		ev, err := r.tr.Next()
+		ev, err := r.next()
 		if err == io.EOF {
 			return nil
 		}
@@ -264,22 +302,64 @@ func (r *runner) loop() error {
 	}
 }
 
+// readAhead is how many events next reads at once.
+const readAhead = 16
+
+// next returns the trace's next event, or its error once the events
+// before it are done. It reads readAhead events at a time (one with a
+// timeline, which reads each event's stack from the reader) and touches the
+// slot of the table of live blocks where each one's address will be
+// looked up: the trace's addresses are random across a table of many
+// megabytes, so each lookup would wait for memory alone, while these
+// loads, independent of each other, wait together. Only the replay's own
+// table is touched, never the resource's memory, so the resource's time
+// per call is what it would be without the touches.
+func (r *runner) next() (trace.Event, error) {
+	if r.aheadPos == len(r.ahead) {
+		if r.aheadErr != nil {
+			return trace.Event{}, r.aheadErr
+		}
+		r.ahead, r.aheadPos = r.ahead[:0], 0
+		for len(r.ahead) < r.depth {
+			ev, err := r.tr.Next()
+			if err != nil {
+				r.aheadErr = err
+				break
+			}
+			r.ahead = append(r.ahead, ev)
+		}
+		if len(r.ahead) == 0 {
+			return trace.Event{}, r.aheadErr
+		}
+		for i := range r.ahead {
+			r.touched += r.live.touch(r.ahead[i].Ptr)
+		}
+	}
+	ev := r.ahead[r.aheadPos]
+	r.aheadPos++
+	return ev, nil
+}
+
 func (r *runner) alloc(ev trace.Event) error {
 	r.r.Allocations++
 	if ev.Size > math.MaxInt {
 		return fmt.Errorf("allocation of %d bytes does not fit an int", ev.Size)
 	}
-	s, err := r.stream(ev.Stream)
+	if r.r.Allocations > maxSeq {
+		return fmt.Errorf("a replay numbers at most %d allocations", int64(maxSeq))
+	}
+	si, err := r.stream(ev.Stream)
 	if err != nil {
 		return err
 	}
+	s := r.order[si]
 	if r.tl != nil {
 		r.tl.end(ev.Ptr, ev.Stream) // a block the trace did not free ends here
 	}
 	// An address still live: its free is missing from the trace.
-	if old, ok := r.live[ev.Ptr]; ok {
+	if old, ok := r.live.get(ev.Ptr); ok {
 		r.r.DuplicateAllocations++
-		if err := r.release(ev.Ptr, old, old.stream); err != nil {
+		if err := r.release(ev.Ptr, old, r.order[old.stream()]); err != nil {
 			return err
 		}
 	} else if size, ok := r.failed[ev.Ptr]; ok {
@@ -290,9 +370,9 @@ func (r *runner) alloc(ev trace.Event) error {
 	r.traceLive += uint64(ev.Size)
 	r.r.PeakLiveBytes = max(r.r.PeakLiveBytes, r.traceLive)
 
-	t0 := time.Now()
+	t0 := time.Since(r.epoch)
 	p, err := r.res.Allocate(int(ev.Size), s)
-	r.resTime += time.Since(t0)
+	r.resTime += time.Since(r.epoch) - t0
 	r.calls++
 	if err != nil {
 		if errors.Is(err, mr.ErrOutOfMemory) {
@@ -306,7 +386,7 @@ func (r *runner) alloc(ev trace.Event) error {
 		r.traceLive -= uint64(ev.Size)
 		return fmt.Errorf("allocate %d bytes on trace stream %#x: %w", ev.Size, ev.Stream, err)
 	}
-	r.live[ev.Ptr] = block{p: p, size: ev.Size, stream: s, sid: ev.Stream, seq: r.r.Allocations}
+	r.live.put(ev.Ptr, block{p: p, size: ev.Size, at: uint64(r.r.Allocations)<<streamBits | uint64(si)})
 	r.heldLive += uint64(ev.Size)
 	if r.tl != nil {
 		r.tl.alloc(ev, uint64(p), false)
@@ -319,7 +399,7 @@ func (r *runner) free(ev trace.Event) error {
 	if r.tl != nil {
 		r.tl.end(ev.Ptr, ev.Stream)
 	}
-	b, ok := r.live[ev.Ptr]
+	b, ok := r.live.get(ev.Ptr)
 	if !ok {
 		if size, ok := r.failed[ev.Ptr]; ok {
 			// The resource refused this block; the trace's free of
@@ -332,26 +412,26 @@ func (r *runner) free(ev trace.Event) error {
 		return nil
 	}
 	// Most frees are on the allocation's stream: no lookup then.
-	s := b.stream
-	if b.sid != ev.Stream {
+	si := b.stream()
+	if r.sids[si] != ev.Stream {
 		var err error
-		if s, err = r.stream(ev.Stream); err != nil {
+		if si, err = r.stream(ev.Stream); err != nil {
 			return err
 		}
 	}
-	return r.release(ev.Ptr, b, s)
+	return r.release(ev.Ptr, b, r.order[si])
 }
 
 // release frees b (live under trace address addr) on s.
 func (r *runner) release(addr uint64, b block, s gpu.Stream) error {
-	t0 := time.Now()
+	t0 := time.Since(r.epoch)
 	err := r.res.Deallocate(b.p, int(b.size), s)
-	r.resTime += time.Since(t0)
+	r.resTime += time.Since(r.epoch) - t0
 	r.calls++
 	if err != nil {
 		return fmt.Errorf("free %#x (%d bytes): %w", addr, b.size, err)
 	}
-	delete(r.live, addr)
+	r.live.delete(addr)
 	r.traceLive -= uint64(b.size)
 	r.heldLive -= uint64(b.size)
 	return nil
@@ -360,33 +440,38 @@ func (r *runner) release(addr uint64, b block, s gpu.Stream) error {
 // timed keeps a timed replay to the trace's schedule before ev
 // (timed.go).
 func (r *runner) timed(ev trace.Event) error {
-	s, err := r.stream(ev.Stream)
+	si, err := r.stream(ev.Stream)
 	if err != nil {
 		return err
 	}
-	return r.clock.before(r, ev.Time, s)
+	return r.clock.before(r, ev.Time, r.order[si])
 }
 
-// stream returns the device stream standing for trace stream id,
-// creating it on first use.
-func (r *runner) stream(id uint64) (gpu.Stream, error) {
-	if r.lastStream != nil && r.lastID == id {
-		return r.lastStream, nil
+// stream returns the number of the device stream standing for trace
+// stream id (its index in r.order), creating the stream on first use.
+func (r *runner) stream(id uint64) (uint32, error) {
+	if r.lastLive && r.lastID == id {
+		return r.lastIdx, nil
 	}
-	s, ok := r.streams[id]
+	si, ok := r.streams.get(id)
 	if !ok {
-		var err error
-		if s, err = r.dev.NewStream(); err != nil {
-			return nil, fmt.Errorf("create a stream for trace stream %#x: %w", id, err)
+		if len(r.order) == maxStreams {
+			return 0, fmt.Errorf("create a stream for trace stream %#x: a replay numbers at most %d streams", id, maxStreams)
 		}
-		r.streams[id] = s
+		s, err := r.dev.NewStream()
+		if err != nil {
+			return 0, fmt.Errorf("create a stream for trace stream %#x: %w", id, err)
+		}
+		si = uint32(len(r.order))
+		r.streams.put(id, si)
 		r.order = append(r.order, s)
+		r.sids = append(r.sids, id)
 		if r.tl != nil {
 			r.tl.deviceStream(s.ID(), id)
 		}
 	}
-	r.lastID, r.lastStream = id, s
-	return s, nil
+	r.lastID, r.lastIdx, r.lastLive = id, si, true
+	return si, nil
 }
 
 // sample records the state after event i and returns the reserved bytes.
@@ -432,13 +517,11 @@ func (r *runner) cleanup() error {
 		addr uint64
 		b    block
 	}
-	left := make([]held, 0, len(r.live))
-	for addr, b := range r.live {
-		left = append(left, held{addr, b})
-	}
-	slices.SortFunc(left, func(x, y held) int { return cmp.Compare(x.b.seq, y.b.seq) })
+	left := make([]held, 0, r.live.len())
+	r.live.each(func(addr uint64, b block) { left = append(left, held{addr, b}) })
+	slices.SortFunc(left, func(x, y held) int { return cmp.Compare(x.b.seq(), y.b.seq()) })
 	for _, h := range left {
-		if err := r.release(h.addr, h.b, h.b.stream); err != nil {
+		if err := r.release(h.addr, h.b, r.order[h.b.stream()]); err != nil {
 			errs = append(errs, fmt.Errorf("replay: %s: at the end: %w", r.r.Trace, err))
 		}
 	}

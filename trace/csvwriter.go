@@ -6,9 +6,13 @@
 // size in decimal. Each line is formatted into one reused byte slice and
 // copied into a bufio.Writer, so writing an event allocates nothing. What
 // repeats from line to line is formatted once and kept: the thread (one
-// logger writes one value) and the line's second, HH:MM:SS. (a second
-// holds thousands of lines); the hex fields are written a digit per four
-// bits, without division.
+// logger writes one value), the line's second, HH:MM:SS. (a second holds
+// thousands of lines), and the last value of the microseconds, the
+// pointer, the size and the stream, each with its text (a free names the
+// pointer and size of an allocation a few lines before, often the line
+// before; a program's lines name a few streams). The hex fields are
+// written a digit per four bits, without division, and the decimal ones
+// two digits per division.
 //
 // The writer is safe for concurrent use: the logging adaptor calls it from
 // every goroutine that allocates, and a mutex keeps lines whole and in one
@@ -37,10 +41,38 @@ type CSVWriter struct {
 	err    error
 	// Kept from the last line (see the file comment): the thread and its
 	// decimal text, the second of the day and its HH:MM:SS. text.
-	thread    uint64
-	threadDec []byte
-	sec       int64
-	secText   [9]byte
+	thread            uint64
+	threadDec         []byte
+	sec               int64
+	secText           [9]byte
+	us                int64 // the microseconds of the second, and their text
+	usText            [6]byte
+	ptr, size, stream fieldText
+}
+
+// fieldText is the last value of a field and its text.
+type fieldText struct {
+	v    uint64
+	ok   bool
+	n    uint8
+	text [20]byte
+}
+
+// hex appends v in hex, formatting it only if it is not the last value.
+func (f *fieldText) hex(b []byte, v uint64) []byte {
+	if !f.ok || f.v != v {
+		f.v, f.ok, f.n = v, true, uint8(len(appendHex(f.text[:0], v)))
+	}
+	return append(b, f.text[:f.n]...)
+}
+
+// dec appends v (at least 0) in decimal, formatting it only if it is not
+// the last value.
+func (f *fieldText) dec(b []byte, v int64) []byte {
+	if !f.ok || f.v != uint64(v) {
+		f.v, f.ok, f.n = uint64(v), true, uint8(len(strconv.AppendInt(f.text[:0], v, 10)))
+	}
+	return append(b, f.text[:f.n]...)
 }
 
 // NewCSVWriter returns a writer of an RMM CSV log to w. The header is
@@ -48,7 +80,7 @@ type CSVWriter struct {
 // when done; the writer buffers.
 func NewCSVWriter(w io.Writer) *CSVWriter {
 	return &CSVWriter{w: bufio.NewWriterSize(w, 64<<10), line: make([]byte, 0, 128),
-		threadDec: []byte("0"), sec: -1}
+		threadDec: []byte("0"), sec: -1, us: -1}
 }
 
 // Write appends one event. The time is written as the time of day:
@@ -108,11 +140,11 @@ func (cw *CSVWriter) writeLocked(e Event) error {
 	b = append(b, ',')
 	b = append(b, e.Op.String()...)
 	b = append(b, ",0x"...)
-	b = appendHex(b, e.Ptr)
+	b = cw.ptr.hex(b, e.Ptr)
 	b = append(b, ',')
-	b = strconv.AppendInt(b, e.Size, 10)
+	b = cw.size.dec(b, e.Size)
 	b = append(b, ",0x"...)
-	b = appendHex(b, e.Stream)
+	b = cw.stream.hex(b, e.Stream)
 	b = append(b, '\n')
 	cw.line = b
 	if _, err := cw.w.Write(b); err != nil {
@@ -167,14 +199,18 @@ func (cw *CSVWriter) appendClock(b []byte, d time.Duration) []byte {
 		cw.sec, cw.secText = sec, [9]byte(t[:9])
 	}
 	b = append(b, cw.secText[:]...)
-	frac := us % 1_000_000
-	var f [6]byte
-	for i := 5; i >= 0; i-- {
-		f[i] = byte('0' + frac%10)
-		frac /= 10
+	if frac := us % 1_000_000; frac != cw.us {
+		cw.us = frac
+		hi, mid, lo := frac/10_000, frac/100%100, frac%100
+		cw.usText = [6]byte{digits2[2*hi], digits2[2*hi+1], digits2[2*mid], digits2[2*mid+1], digits2[2*lo], digits2[2*lo+1]}
 	}
-	return append(b, f[:]...)
+	return append(b, cw.usText[:]...)
 }
+
+// digits2 holds "00" to "99".
+const digits2 = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" +
+	"40414243444546474849" + "50515253545556575859" + "60616263646566676869" + "70717273747576777879" +
+	"80818283848586878889" + "90919293949596979899"
 
 // appendHex appends v in lower-case hex without leading zeros ("0" for 0).
 func appendHex(b []byte, v uint64) []byte {
