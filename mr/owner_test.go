@@ -35,9 +35,37 @@ func newOwnedPool(t *testing.T) (*mr.Pool, gpu.Stream) {
 // TestPoolOwners checks the pool's side of the owner contract (owner.go):
 // a free naming another owner, or a plain Deallocate of owned memory, is
 // refused as an unknown pointer and changes nothing, on the fast slot's
-// path (a repeated pair) and on the locked one.
+// path (a repeated pair) and on the locked one, on the pool's first stream
+// (which its entry points find without a call) and on a later one.
 func TestPoolOwners(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		name := "first stream"
+		if later {
+			name = "later stream"
+		}
+		t.Run(name, func(t *testing.T) { testPoolOwners(t, later) })
+	}
+}
+
+func testPoolOwners(t *testing.T, later bool) {
 	pool, s := newOwnedPool(t)
+	if later {
+		// The pool's first stream is s; the test runs on another.
+		p, err := pool.Allocate(4096, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.Deallocate(p, 4096, s); err != nil {
+			t.Fatal(err)
+		}
+		if s, err = pool.Device().NewStream(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			s.Synchronize()
+			s.Destroy()
+		})
+	}
 	o1, o2 := mr.NewOwner(), mr.NewOwner()
 	if !pool.OwnersChecked() {
 		t.Fatal("pool does not check owners")

@@ -291,7 +291,25 @@ func (p *Pool) Options() PoolOptions { return p.opts }
 // only s's lock and makes no driver call; otherwise it absorbs blocks
 // other streams freed, steals an idle chunk, or grows (pool.go).
 func (p *Pool) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
-	return p.allocate(size, s, 0)
+	// The hot path (see hot) is written out here and in AllocateOwned,
+	// Deallocate and DeallocateOwned, so that a request the fast slot
+	// serves makes one call into the pool: a shared body cost a pair a
+	// tenth of its instructions. uint(size-1) < poolMaxRequest is 0 <
+	// size <= poolMaxRequest.
+	if s != nil && uint(size-1) < poolMaxRequest {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() && !p.closed.Load() {
+			if ptr := st.fastAllocate(size, 0); ptr != 0 {
+				return ptr, nil // pool_fast.go
+			}
+			return p.allocateLocked(st, size, 0)
+		}
+	}
+	return p.allocateChecked(size, s, 0)
 }
 
 // OwnersChecked reports true: the pool checks every free exactly and
@@ -301,22 +319,42 @@ func (p *Pool) OwnersChecked() bool { return true }
 // AllocateOwned is Allocate, recording o as the memory's owner: only
 // DeallocateOwned with o frees it (owner.go).
 func (p *Pool) AllocateOwned(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error) {
-	return p.allocate(size, s, o.id)
+	if s != nil && uint(size-1) < poolMaxRequest {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() && !p.closed.Load() {
+			if ptr := st.fastAllocate(size, o.id); ptr != 0 {
+				return ptr, nil
+			}
+			return p.allocateLocked(st, size, o.id)
+		}
+	}
+	return p.allocateChecked(size, s, o.id)
 }
 
-// allocate is Allocate for owner.
-func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
-	// A stream the pool knows was checked when it was added (IDs are
-	// never reused), so the hot path skips the device comparison (args.go).
+// hot reports whether a request on st, the pool's state of the stream
+// the request names, may skip the checks of the checked paths: the
+// capture gate covers the stream and no capture is in progress, so the
+// stream is not capturing (gpu/capturegate.go; a stream ID names one
+// stream, so st.gated holds for it). A stream the pool knows was checked
+// when it was added (IDs are never reused), so the hot path skips the
+// device comparison too (args.go).
+func (st *poolStream) hot() bool { return st.gated && !gpu.CapturesActive() }
+
+// allocateChecked is Allocate for a request the hot path does not take:
+// a stream the pool does not know yet (or nil, or of another device), a
+// capturing stream, a size out of range, or a closed pool.
+func (p *Pool) allocateChecked(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, error) {
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
 	}
 	if st == nil || !st.gated || gpu.CapturesActive() {
 		// A request on a capturing stream becomes part of the graph
-		// (capture.go). The capture gate lets a stream it covers skip the
-		// question while no capture is in progress (gpu/capturegate.go);
-		// a stream ID names one stream, so st.gated holds for s.
+		// (capture.go).
 		if id := gpu.CaptureID(s); id != 0 {
 			return captureAllocate(p.ownerClient(owner), id, size, s)
 		}
@@ -341,11 +379,16 @@ func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, er
 		if ptr := st.fastAllocate(size, owner); ptr != 0 {
 			return ptr, nil // pool_fast.go
 		}
-	}
-	rounded := alignUp(size)
-	if st == nil {
+	} else {
 		st = p.streamOf(s)
 	}
+	return p.allocateLocked(st, size, owner)
+}
+
+// allocateLocked serves a request on st that the fast slot did not: from
+// st's own memory under its mutex, else through allocateSlow.
+func (p *Pool) allocateLocked(st *poolStream, size int, owner uint32) (gpu.DevicePtr, error) {
+	rounded := alignUp(size)
 	st.lock()
 	// An error from absorb leaves blocks pending; the slow path reports
 	// it if it cannot serve the request some other way.
@@ -364,18 +407,47 @@ func (p *Pool) allocate(size int, s gpu.Stream, owner uint32) (gpu.DevicePtr, er
 // reusable at once; freed on another stream, it is reusable by the owner
 // after an event wait, which the owner enqueues when it needs the memory.
 func (p *Pool) Deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream) error {
-	return p.deallocate(ptr, size, s, 0)
+	// Written out as in Allocate.
+	if s != nil && ptr != 0 && size >= 0 {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() {
+			if st.fastFree(ptr, size, 0) {
+				return nil // pool_fast.go
+			}
+			return p.deallocateLocked(st, ptr, size, s, 0)
+		}
+	}
+	return p.deallocateChecked(ptr, size, s, 0)
 }
 
 // DeallocateOwned is Deallocate of memory that AllocateOwned gave o. A
 // live pointer of another owner (Allocate's included) is refused with an
 // error matching ErrUnknownPointer, and nothing changes.
 func (p *Pool) DeallocateOwned(ptr gpu.DevicePtr, size int, s gpu.Stream, o Owner) error {
-	return p.deallocate(ptr, size, s, o.id)
+	if s != nil && ptr != 0 && size >= 0 {
+		id := s.ID()
+		st := p.streams.first(id)
+		if st == nil {
+			st = p.streams.lookup(id)
+		}
+		if st != nil && st.hot() {
+			if st.fastFree(ptr, size, o.id) {
+				return nil
+			}
+			return p.deallocateLocked(st, ptr, size, s, o.id)
+		}
+	}
+	return p.deallocateChecked(ptr, size, s, o.id)
 }
 
-// deallocate is Deallocate for owner.
-func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
+// deallocateChecked is Deallocate for a free the hot path does not take:
+// a stream the pool does not know (or nil, or of another device), a
+// capturing stream, the null pointer or a negative size.
+func (p *Pool) deallocateChecked(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
 	var st *poolStream
 	if s != nil {
 		st = p.streams.lookup(s.ID())
@@ -396,43 +468,51 @@ func (p *Pool) deallocate(ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint3
 		_, err := checkFreeArgs("pool", ptr, size)
 		return err
 	}
-	if st != nil {
-		if st.fastFree(ptr, size, owner) {
-			return nil // pool_fast.go
-		}
-		st.lock()
-		if b, at := st.live.find(ptr); b != nil {
-			if b.owner != owner {
-				st.mu.Unlock()
-				return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
-			}
-			if b.req != size {
-				req := b.req
-				st.mu.Unlock()
-				return poolSizeMismatch(ptr, req, size)
-			}
-			c := b.c
-			st.unliveAt(b, at)
-			if p.opts.ReleaseThreshold == 0 || c.live > 0 {
-				if !st.arm(b, size) {
-					st.quickPut(b)
-				}
-				st.mu.Unlock()
-				return nil
-			}
-			// The chunk's last live block: it may be idle now, and the
-			// threshold decides whether it stays.
-			st.quickFlush()
-			st.putFree(b)
-			idle := c.idle()
+	if st == nil {
+		return p.deallocateSlow(ptr, size, s, owner)
+	}
+	if st.fastFree(ptr, size, owner) {
+		return nil // pool_fast.go
+	}
+	return p.deallocateLocked(st, ptr, size, s, owner)
+}
+
+// deallocateLocked frees ptr on st, a stream the pool knows, when the fast
+// slot did not take it: a block live in st's own map is freed under its
+// mutex; any other pointer goes to deallocateSlow.
+func (p *Pool) deallocateLocked(st *poolStream, ptr gpu.DevicePtr, size int, s gpu.Stream, owner uint32) error {
+	st.lock()
+	if b, at := st.live.find(ptr); b != nil {
+		if b.owner != owner {
 			st.mu.Unlock()
-			if idle && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
-				return p.trim(st)
+			return fmt.Errorf("pool: deallocate: %w", pointerError(ptr, ErrUnknownPointer))
+		}
+		if b.req != size {
+			req := b.req
+			st.mu.Unlock()
+			return poolSizeMismatch(ptr, req, size)
+		}
+		c := b.c
+		st.unliveAt(b, at)
+		if p.opts.ReleaseThreshold == 0 || c.live > 0 {
+			if !st.arm(b, size) {
+				st.quickPut(b)
 			}
+			st.mu.Unlock()
 			return nil
 		}
+		// The chunk's last live block: it may be idle now, and the
+		// threshold decides whether it stays.
+		st.quickFlush()
+		st.putFree(b)
+		idle := c.idle()
 		st.mu.Unlock()
+		if idle && p.usage.reserved.Load() > uint64(p.opts.ReleaseThreshold) {
+			return p.trim(st)
+		}
+		return nil
 	}
+	st.mu.Unlock()
 	return p.deallocateSlow(ptr, size, s, owner)
 }
 

@@ -27,6 +27,15 @@ func TestStreamTable(t *testing.T) {
 		if tab.lookup(1000) != nil {
 			t.Fatalf("%s: lookup of an unknown stream found a state", when)
 		}
+		// first finds the first stream in order of use, and no other.
+		for i, s := range want {
+			if got := tab.first(s.id); (i == 0 && got != s) || (i > 0 && got != nil) {
+				t.Fatalf("%s: first(%d) = %v, want it only for the first stream", when, s.id, got)
+			}
+		}
+		if tab.first(1000) != nil || tab.first(0) != nil {
+			t.Fatalf("%s: first of an unknown stream found a state", when)
+		}
 	}
 	check("empty")
 	for id := uint64(1); id <= 2*streamScan; id++ {
@@ -119,6 +128,12 @@ func TestStreamTableHashedKeys(t *testing.T) {
 		if s := tab.lookup(id); s == nil || s.id != id {
 			t.Errorf("lookup(%#x) = %v", id, s)
 		}
+	}
+	if s := tab.first(0); s == nil || s.id != 0 {
+		t.Errorf("first(0) = %v, want the state of the first stream, ID 0", s)
+	}
+	if s := tab.first(ids[1]); s != nil {
+		t.Errorf("first(%#x) = %v, want nil: not the first stream", ids[1], s)
 	}
 	if s := tab.lookup(12345); s != nil {
 		t.Errorf("lookup of an absent ID = %v", s)
