@@ -317,6 +317,7 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 		if err != nil {
 			return err
 		}
+		popts.MappedSlack = VMMMappedSlack
 		p, err := mr.NewPool(v, popts)
 		if err != nil {
 			return errors.Join(err, v.Close())
