@@ -49,8 +49,10 @@ type Config struct {
 	// device's mapping granularity, 2 MiB on current GPUs; the pool grows
 	// each stream's range in place and maps only what its blocks need, so
 	// that its reserved bytes, the memory mapped, follow the live bytes
-	// closely). Where the driver has no virtual memory management, "vmm"
-	// builds the pool over "direct" and Stats.VMMFallback says so.
+	// closely; above its peak of used bytes it keeps at most
+	// VMMMappedSlack mapped, for memory its steps move). Where the driver
+	// has no virtual memory management, "vmm" builds the pool over
+	// "direct" and Stats.VMMFallback says so.
 	Upstream string
 	// ChunkSize, InitialSize, MaxSize and ReleaseThreshold are the pool's
 	// options (mr.PoolOptions; 0: the defaults). For "async",

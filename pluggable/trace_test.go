@@ -24,7 +24,7 @@ type torchEvent struct {
 }
 
 // readTorch reads a history into events.
-func readTorch(t *testing.T, file string) []torchEvent {
+func readTorch(t testing.TB, file string) []torchEvent {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
@@ -68,7 +68,7 @@ func readTorch(t *testing.T, file string) []torchEvent {
 // where they began: an allocation that outlives them (carried out) must
 // match, by size, one made before them that they free (carried in); copy
 // k+1 frees the allocations that copy k carried out.
-func repeatSteps(t *testing.T, evs []torchEvent, first, last, copies int) []torchEvent {
+func repeatSteps(t testing.TB, evs []torchEvent, first, last, copies int) []torchEvent {
 	t.Helper()
 	var start, end, n int
 	for i, e := range evs {
