@@ -45,14 +45,14 @@ func BenchmarkAllocFree(b *testing.B) {
 // (testdata) is replayed through the allocator with its eight steady
 // steps repeated, the first four copies outside the timing (the pool
 // settles), then b.N copies timed; ns/call is the mean over their
-// allocations and frees. Over Virtual with its margin (VMMMappedSlack) a
-// settled step commits nothing, so this compares the pool's path over
-// its growable chunk with the default pool's over chunks. On the
+// allocations and frees. Over Virtual with its margin (mapped_slack) a
+// settled step commits nothing, so that line compares the pool's path
+// over its growable chunk with the default pool's over chunks. On the
 // simulator.
 func BenchmarkSteadyResNet50(b *testing.B) {
 	evs := readTorch(b, "testdata/torch-train-resnet50-h100.csv.gz")
 	const first, last = 3587, 9786 // the recorded steady steps, by allocation
-	for _, conf := range []string{"pool", "pool,upstream=vmm"} {
+	for _, conf := range []string{"pool", "pool,upstream=vmm", "pool,upstream=vmm,mapped_slack"} {
 		b.Run(conf, func(b *testing.B) {
 			a := New()
 			if err := a.Configure(conf + ",backend=sim"); err != nil {
