@@ -156,6 +156,17 @@ type PoolOptions struct {
 	// varied lengths) can reserve much more with it (pool_grow.go gives
 	// the figures). False: off.
 	SplitBig bool
+	// MappedSlack applies over an upstream that grows in place (Grower,
+	// such as Virtual): free granules that the pool would decommit
+	// before a commit, under the high-water rule, stay mapped while it
+	// maps at most its peak of used bytes and a margin, and the margin
+	// grows, up to MappedSlack times that peak, by each commit that
+	// moves memory within the peak rather than adds to it
+	// (pool_vslack.go). A training loop whose steps place their tensors
+	// differently then stops committing and decommitting in every step.
+	// Zero: no margin (the high-water mark of reserved bytes alone);
+	// negative, NaN or above 1: ErrInvalidValue.
+	MappedSlack float64
 }
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It
@@ -175,6 +186,9 @@ type Pool struct {
 	// stream's mutex.
 	mu    sync.Mutex
 	grown bool // the first growth (InitialSize) happened
+	// margin is the mapped bytes above the peak of used bytes that a
+	// commit keeps (PoolOptions.MappedSlack, pool_vslack.go).
+	margin int
 	// slowOwner is the Owner of the request allocateSlow serves.
 	slowOwner uint32
 	closed    atomic.Bool
@@ -250,6 +264,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	if opts.InitialSize < 0 || opts.MaxSize < 0 || opts.ChunkSize < 0 || opts.ReleaseThreshold < 0 {
 		return nil, fmt.Errorf("pool: negative option in %+v: %w", opts, ErrInvalidSize)
+	}
+	if !(opts.MappedSlack >= 0 && opts.MappedSlack <= 1) {
+		return nil, fmt.Errorf("pool: MappedSlack %v outside [0, 1]: %w", opts.MappedSlack, gpu.ErrInvalidValue)
 	}
 	if opts.InitialSize > poolMaxRequest || opts.ChunkSize > poolMaxRequest {
 		return nil, fmt.Errorf("pool: InitialSize %d or ChunkSize %d above %d: %w", opts.InitialSize, opts.ChunkSize, poolMaxRequest, ErrInvalidSize)

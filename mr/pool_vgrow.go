@@ -224,7 +224,7 @@ func (p *Pool) growInPlace(st *poolStream, size, rounded int) (gpu.DevicePtr, er
 // p.mu. It leaves alone the chunk of place and the free blocks the
 // placed request overlaps (place.u nil: none).
 func (p *Pool) makeRoom(st *poolStream, n int, place poolPlace) error {
-	target := max(int(p.usage.peakReserved.Load())-n, p.opts.InitialSize)
+	target := max(p.mappedHighWater(n)-n, p.opts.InitialSize)
 	if p.opts.ReleaseThreshold > 0 {
 		target = min(target, p.opts.ReleaseThreshold-n)
 	}

@@ -317,6 +317,9 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 		if err != nil {
 			return err
 		}
+		if c.MappedSlack {
+			popts.MappedSlack = VMMMappedSlack
+		}
 		p, err := mr.NewPool(v, popts)
 		if err != nil {
 			return errors.Join(err, v.Close())

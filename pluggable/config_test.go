@@ -41,6 +41,8 @@ func TestParseConfig(t *testing.T) {
 		{"pool,upstream=vmm,wait_decommits", with(func(c *Config) { c.Upstream, c.WaitDecommits = "vmm", true })},
 		{"wait_decommits=true,upstream=vmm", with(func(c *Config) { c.Upstream, c.WaitDecommits = "vmm", true })},
 		{"pool,upstream=vmm,wait_decommits=false", with(func(c *Config) { c.Upstream = "vmm" })},
+		{"pool,upstream=vmm,mapped_slack", with(func(c *Config) { c.Upstream, c.MappedSlack = "vmm", true })},
+		{"mapped_slack=false,upstream=vmm", with(func(c *Config) { c.Upstream = "vmm" })},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -79,6 +81,9 @@ func TestParseConfigErrors(t *testing.T) {
 		"pool,wait_decommits",                  // vmm option without upstream=vmm
 		"pool,upstream=async,wait_decommits=1", // the same
 		"upstream=vmm,wait_decommits=soon",     // not a boolean
+		"pool,mapped_slack",                    // vmm option without upstream=vmm
+		"async,mapped_slack",                   // the same
+		"upstream=vmm,mapped_slack=much",       // not a boolean
 	} {
 		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
@@ -95,6 +100,7 @@ func TestParseConfigErrorText(t *testing.T) {
 		"pool,upstream":        `pluggable: bad configuration: "upstream": want key=value`,
 		"pool,upstream=vmm,, ": `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
 		"pool,wait_decommits":  `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
+		"pool,mapped_slack":    `pluggable: bad configuration: mapped_slack is an option of upstream=vmm`,
 	} {
 		_, err := ParseConfig(in)
 		if !errors.Is(err, ErrConfig) || err.Error() != want {
@@ -128,7 +134,7 @@ func TestParseSize(t *testing.T) {
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0", "pool,upstream=vmm,max_size=1G",
-		"pool,upstream=vmm,wait_decommits", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
+		"pool,upstream=vmm,wait_decommits", "pool,upstream=vmm,mapped_slack", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/mr"
@@ -24,7 +25,7 @@ type torchEvent struct {
 }
 
 // readTorch reads a history into events.
-func readTorch(t *testing.T, file string) []torchEvent {
+func readTorch(t testing.TB, file string) []torchEvent {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
@@ -68,7 +69,7 @@ func readTorch(t *testing.T, file string) []torchEvent {
 // where they began: an allocation that outlives them (carried out) must
 // match, by size, one made before them that they free (carried in); copy
 // k+1 frees the allocations that copy k carried out.
-func repeatSteps(t *testing.T, evs []torchEvent, first, last, copies int) []torchEvent {
+func repeatSteps(t testing.TB, evs []torchEvent, first, last, copies int) []torchEvent {
 	t.Helper()
 	var start, end, n int
 	for i, e := range evs {
@@ -248,7 +249,12 @@ func replayTorch(t *testing.T, evs []torchEvent, conf string, steady, end int) t
 // figures vary from run to run (which decommits have completed when a
 // commit comes depends on timing): GPT-2 1.002-1.003 in most runs and
 // 1.12-1.13 in some, ResNet-50 1.02-1.07. The bounds are what it may
-// reach, not what it usually does (BENCHMARKS.md).
+// reach, not what it usually does (BENCHMARKS.md). ResNet-50's steps move
+// memory within the peak, which the pool over Virtual pays for with 5-7
+// commits a steady step; with mapped_slack it keeps a margin for it
+// (VMMMappedSlack): 1.009-1.010 and no commit in the repeated steady
+// steps (1.75-2 a step in the recorded ones, still settling), in every
+// run.
 func TestTorchTraces(t *testing.T) {
 	files, _ := filepath.Glob("testdata/torch-*.csv.gz")
 	if len(files) != 2 {
@@ -266,18 +272,19 @@ func TestTorchTraces(t *testing.T) {
 		steady, end, steps int // the steady steps: first and last allocation, and how many
 		peakLive           uint64
 		pool, split, vmm   want
+		slack              want // pool,upstream=vmm,mapped_slack
 	}{
-		{"gpt2", gpt2, 9025, 14742, 4, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}, want{1.15, 0, 2}},
-		{"gpt2-34-steps", repeatSteps(t, gpt2, 6166, 14742, 5), 14743, 49050, 24, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}, want{1.15, 0, 2}},
-		{"resnet50", resnet, 3587, 9786, 8, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 2}, want{1.09, 0, 10}},
-		{"resnet50-36-steps", repeatSteps(t, resnet, 3587, 9786, 4), 9787, 28386, 24, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 1}, want{1.09, 0, 10}},
+		{"gpt2", gpt2, 9025, 14742, 4, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}, want{1.15, 0, 2}, want{1.15, 0, 2}},
+		{"gpt2-34-steps", repeatSteps(t, gpt2, 6166, 14742, 5), 14743, 49050, 24, 13594206920, want{1.02, 50, 100}, want{1.03, 0, 3}, want{1.15, 0, 2}, want{1.15, 0, 2}},
+		{"resnet50", resnet, 3587, 9786, 8, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 2}, want{1.09, 0, 10}, want{1.02, 0, 3}},
+		{"resnet50-36-steps", repeatSteps(t, resnet, 3587, 9786, 4), 9787, 28386, 24, 3192592924, want{1.065, 40, 80}, want{1.055, 0, 1}, want{1.09, 0, 10}, want{1.02, 0, 0.25}},
 	} {
 		for _, c := range []struct {
 			conf string
 			want want
-		}{{"pool,split_big=false", tc.pool}, {"pool", tc.split}, {"pool,upstream=vmm", tc.vmm}} {
+		}{{"pool,split_big=false", tc.pool}, {"pool", tc.split}, {"pool,upstream=vmm", tc.vmm}, {"pool,upstream=vmm,mapped_slack", tc.slack}} {
 			t.Run(tc.name+"/"+c.conf, func(t *testing.T) {
-				if raceEnabled && c.conf == "pool,upstream=vmm" {
+				if raceEnabled && strings.HasPrefix(c.conf, "pool,upstream=vmm") {
 					// Seconds under the race detector; TestPoolOverVirtual
 					// and the tests of package mr run it there.
 					t.Skip("a measurement")
