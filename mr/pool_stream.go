@@ -1,16 +1,19 @@
 // The per-stream state of a Pool: everything the hot path touches.
 //
 // A poolStream owns the chunks whose home it is, and with them their
-// blocks: two tlsf indexes of free blocks (one for small chunks, one for
-// large ones), a map of live blocks by address, and, per other stream, a
-// list of pending blocks that the other stream freed. Its mutex guards all
-// of that; a goroutine on another stream takes it only on a slow path (a
-// free of memory allocated here, a steal, a release), never to serve its
-// own requests. So goroutines that each have a stream never contend.
+// blocks: tlsf indexes of free blocks (one for small chunks, one for
+// large ones, and over a Grower one for the growable chunks of predicted
+// short-lived blocks, pool_lifetime.go), a map of live blocks by address,
+// and, per other stream, a list of pending blocks that the other stream
+// freed. Its mutex guards all of that; a goroutine on another stream takes
+// it only on a slow path (a free of memory allocated here, a steal, a
+// release), never to serve its own requests. So goroutines that each have
+// a stream never contend.
 //
 // Invariants, under mu:
-//   - a block of a chunk homed here is in exactly one of: small or large
-//     (free), live (live), quick[:nquick] (cached), pendingLists[i] with
+//   - a block of a chunk homed here is in exactly one of: small, large or
+//     largeShort, the index binsOf names for its chunk (free), live
+//     (live), quick[:nquick] (cached), pendingLists[i] with
 //     from == freedBy (pending);
 //   - no two neighbouring blocks of a chunk are both free (free blocks
 //     coalesce as soon as they become free; a cached block is not free);
