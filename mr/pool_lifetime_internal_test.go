@@ -8,6 +8,30 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
 
+// poolOverVirtual returns a Pool over a Virtual (with WaitForDecommits if
+// wait) on a simulated device of 1 GiB, and a stream of it; the caller
+// closes and destroys them.
+func poolOverVirtual(t *testing.T, wait bool) (*Virtual, *Pool, gpu.Stream) {
+	t.Helper()
+	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewVirtual(d, VirtualOptions{WaitForDecommits: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPool(v, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, p, s
+}
+
 // lifetimeSteps replays a training-like loop on a Pool over Virtual and
 // returns its peak reserved bytes over its peak live bytes: each step
 // allocates activations, kept until the step's end and freed in reverse
@@ -17,24 +41,9 @@ import (
 func lifetimeSteps(t *testing.T) float64 {
 	t.Helper()
 	const MiB = 1 << 20
-	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := NewVirtual(d, VirtualOptions{WaitForDecommits: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, p, s := poolOverVirtual(t, true)
 	defer v.Close()
-	p, err := NewPool(v, PoolOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer p.Close()
-	s, err := d.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s.Destroy()
 	type block struct {
 		p    gpu.DevicePtr
@@ -180,22 +189,7 @@ func TestPoolLifePredicts(t *testing.T) {
 func TestPoolShortRange(t *testing.T) {
 	const MiB = 1 << 20
 	for _, wait := range []bool{true, false} {
-		d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := NewVirtual(d, VirtualOptions{WaitForDecommits: wait})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPool(v, PoolOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := d.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
+		v, p, s := poolOverVirtual(t, wait)
 		chunkOf := func(ptr gpu.DevicePtr) *poolChunk {
 			c, _, ok := p.chunks.find(ptr)
 			if !ok {
