@@ -1,6 +1,7 @@
 package mr
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -243,5 +244,66 @@ func TestPoolShortRange(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Destroy()
+	}
+}
+
+// TestPoolShortTakesAbsorbed: a request predicted short-lived, which finds
+// no free block of its own size on its stream until the blocks other
+// streams freed are absorbed, takes an absorbed block of a long-lived
+// chunk in serve itself, as it takes one that was free before: a free
+// block is not passed over (for the slow path and a commit).
+func TestPoolShortTakesAbsorbed(t *testing.T) {
+	v, p, s := poolOverVirtual(t, true)
+	defer v.Close()
+	defer p.Close()
+	defer s.Destroy()
+	s2, err := p.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Destroy()
+	// A whole granule, so that the long-lived chunk keeps no free rest.
+	size := v.GrowGranularity()
+	x, err := p.Allocate(size, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Deallocate(x, size, s2); err != nil { // pending on s
+		t.Fatal(err)
+	}
+	st := p.streams.lookup(s.ID())
+	// serve of the request, predicted short-lived, under the stream's
+	// mutex; the block it gives is marked live.
+	b, err := func() (*poolBlock, error) {
+		st.lock()
+		defer st.mu.Unlock()
+		if st.life == nil || st.life.shortSig == nil {
+			return nil, fmt.Errorf("no predictor over a Virtual that waits for decommits")
+		}
+		// The request's signature: short-lived, as if its last block had
+		// died at once.
+		h := st.life.sig(size)
+		st.life.shortSig[h/64] |= 1 << (h % 64)
+		if !st.life.short(size) || st.pendingBytes != size || st.large.find(size) != nil || st.largeShort.find(size) != nil {
+			return nil, fmt.Errorf("setup: short %v, pending %d, free long %v, free short %v; want true, %d, none, none",
+				st.life.short(size), st.pendingBytes, st.large.find(size) != nil, st.largeShort.find(size) != nil, size)
+		}
+		b, err := st.serve(size)
+		if b != nil {
+			st.markLive(b, size, 0)
+		}
+		return b, err
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b == nil || b.ptr != x {
+		t.Fatalf("serve after absorbing gave %v, want the absorbed block %#x", b, x)
+	}
+	if err := p.Deallocate(x, size, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -180,21 +180,24 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 		t = &st.largeShort
 	}
 	st.quickFlush()
-	if b := st.take(t, rounded); b != nil {
+	if b := st.takeFrom(t, rounded); b != nil {
 		return b, nil
-	}
-	if t == &st.largeShort {
-		// Predicted short-lived: a free block of the long-lived
-		// chunks rather than a commit (pool_lifetime.go).
-		if b := st.take(&st.large, rounded); b != nil {
-			return b, nil
-		}
 	}
 	if st.pendingBytes == 0 {
 		return nil, nil
 	}
 	err := st.absorb()
-	return st.take(t, rounded), err
+	return st.takeFrom(t, rounded), err
+}
+
+// takeFrom is take from t and, if t is the index of the short-lived
+// chunks, then from the long-lived ones': a request predicted short-lived
+// takes a free block of either rather than a commit (pool_lifetime.go).
+func (st *poolStream) takeFrom(t *tlsf, rounded int) *poolBlock {
+	if b := st.take(t, rounded); b != nil || t != &st.largeShort {
+		return b
+	}
+	return st.take(&st.large, rounded)
 }
 
 // take removes from bins a free block of at least rounded bytes, splits off
