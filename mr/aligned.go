@@ -166,7 +166,11 @@ func (a *Aligned) allocate(size, alignment int, s gpu.Stream) (gpu.DevicePtr, er
 
 // Deallocate frees p, which Allocate or AllocateAligned returned with the
 // same size, by freeing its upstream block. Bad frees are refused with
-// typed errors before they reach the upstream.
+// typed errors and change nothing. A free of an allocation kept in the
+// slots (over an upstream that checks owners) reaches the upstream with
+// its block's address and the size the free implies, and the upstream
+// refuses a wrong one; any other free is checked before it reaches the
+// upstream.
 func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if a.slots != nil && p != 0 && size >= 0 {
 		// A live allocation of the slots: the upstream checks the stream

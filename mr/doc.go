@@ -81,7 +81,7 @@
 //	virtual_grow.go        Virtual's growable ranges: granules committed and decommitted in place, in pieces
 //	virtual_trace_*.go     a build tag's timing trace of those commits and unmaps (measurement only)
 //	grower.go              Grower: the upstream interface of growth in place
-//	pool_vgrow.go          the Pool over a Grower: one growable chunk per stream
+//	pool_vgrow.go          the Pool over a Grower: growable chunks per stream, a long and a short one
 //	pool_lifetime.go       lifetime-aware placement over a Grower: predicted short-lived blocks apart
 //	pool_walk.go           which streams the slow paths visit: the cost of many streams
 //	pool_largest.go        the largest free block for out-of-memory errors, without visiting every stream
@@ -93,7 +93,8 @@
 // its stacks read by following frame pointers on amd64), logging.go
 // (Logging, RMM CSV), limit.go (Limit and Budget), retry.go (Retry;
 // oom_report.go, what its out-of-memory observer gets), aligned.go
-// (Aligned), history.go (History: a bounded ring of allocation events with
+// (Aligned; aligned_slots.go, its records without a lock over an upstream
+// that checks owners), history.go (History: a bounded ring of allocation events with
 // their stacks; history_snapshot.go writes it as PyTorch's memory
 // snapshot, with internal/pickle, a writer of a dozen pickle opcodes).
 //

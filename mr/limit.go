@@ -225,7 +225,9 @@ func (l *Limit) allocate(size int, s gpu.Stream, o Owner) (gpu.DevicePtr, error)
 }
 
 // Deallocate frees p through the upstream and gives its charge back. Bad
-// frees are refused with typed errors before they reach the upstream.
+// frees are refused with typed errors and give nothing back: over an
+// upstream that checks owners (owner.go) the upstream refuses them, over
+// any other the adaptor does before they reach the upstream.
 func (l *Limit) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	return l.deallocate(p, size, s, l.owner)
 }

@@ -259,3 +259,75 @@ func TestLimitBudgetSharedWhileBusy(t *testing.T) {
 		t.Errorf("budget used %d after freeing everything", b.Used())
 	}
 }
+
+// gatedResource is an upstream whose Allocate, once armed, tells entered
+// and waits for proceed before it answers: a call held in flight.
+type gatedResource struct {
+	*recordingResource
+	entered, proceed chan struct{}
+}
+
+func (g *gatedResource) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	g.entered <- struct{}{}
+	<-g.proceed
+	return g.recordingResource.Allocate(size, s)
+}
+
+// TestLimitBudgetSharedInFlight: a second Limit made over the budget while
+// the first one's allocation is charged but not yet answered by the
+// upstream counts that allocation as the first Limit's; if the upstream
+// then refuses it, the refund after the switch takes it back, and if it
+// grants it, its free does.
+func TestLimitBudgetSharedInFlight(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upstream fails %v", fail), func(t *testing.T) {
+			b := mr.NewBudget(1 << 20)
+			up := &gatedResource{newRecording(), make(chan struct{}), make(chan struct{})}
+			if fail {
+				up.failAllocs(errFake)
+			}
+			s := up.stream()
+			l1 := mr.NewLimit(up, b)
+			type result struct {
+				p   gpu.DevicePtr
+				err error
+			}
+			done := make(chan result)
+			go func() {
+				p, err := l1.Allocate(1000, s) // charged 1024
+				done <- result{p, err}
+			}()
+			<-up.entered
+			if l1.Used() != 1024 || b.Used() != 1024 {
+				t.Errorf("in flight, alone: l1 %d, budget %d; want 1024, 1024", l1.Used(), b.Used())
+			}
+			l2 := mr.NewLimit(newRecording(), b)
+			if l1.Used() != 1024 || l2.Used() != 0 || b.Used() != 1024 {
+				t.Errorf("in flight, shared: l1 %d, l2 %d, budget %d; want 1024, 0, 1024", l1.Used(), l2.Used(), b.Used())
+			}
+			close(up.proceed)
+			r := <-done
+			if fail {
+				if !errors.Is(r.err, errFake) {
+					t.Fatalf("Allocate: %v, want the upstream's error", r.err)
+				}
+				if l1.Used() != 0 || b.Used() != 0 {
+					t.Errorf("refused: l1 %d, budget %d; want 0, 0", l1.Used(), b.Used())
+				}
+				return
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if l1.Used() != 1024 || b.Used() != 1024 {
+				t.Errorf("granted: l1 %d, budget %d; want 1024, 1024", l1.Used(), b.Used())
+			}
+			if err := l1.Deallocate(r.p, 1000, s); err != nil {
+				t.Fatal(err)
+			}
+			if l1.Used() != 0 || l2.Used() != 0 || b.Used() != 0 {
+				t.Errorf("freed: l1 %d, l2 %d, budget %d; want 0", l1.Used(), l2.Used(), b.Used())
+			}
+		})
+	}
+}

@@ -1,12 +1,37 @@
 package mr
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
+
+// poolOverVirtual returns a Pool over a Virtual (with WaitForDecommits if
+// wait) on a simulated device of 1 GiB, and a stream of it; the caller
+// closes and destroys them.
+func poolOverVirtual(t *testing.T, wait bool) (*Virtual, *Pool, gpu.Stream) {
+	t.Helper()
+	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewVirtual(d, VirtualOptions{WaitForDecommits: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPool(v, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, p, s
+}
 
 // lifetimeSteps replays a training-like loop on a Pool over Virtual and
 // returns its peak reserved bytes over its peak live bytes: each step
@@ -17,24 +42,9 @@ import (
 func lifetimeSteps(t *testing.T) float64 {
 	t.Helper()
 	const MiB = 1 << 20
-	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := NewVirtual(d, VirtualOptions{WaitForDecommits: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, p, s := poolOverVirtual(t, true)
 	defer v.Close()
-	p, err := NewPool(v, PoolOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer p.Close()
-	s, err := d.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s.Destroy()
 	type block struct {
 		p    gpu.DevicePtr
@@ -180,22 +190,7 @@ func TestPoolLifePredicts(t *testing.T) {
 func TestPoolShortRange(t *testing.T) {
 	const MiB = 1 << 20
 	for _, wait := range []bool{true, false} {
-		d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := NewVirtual(d, VirtualOptions{WaitForDecommits: wait})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPool(v, PoolOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := d.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
+		v, p, s := poolOverVirtual(t, wait)
 		chunkOf := func(ptr gpu.DevicePtr) *poolChunk {
 			c, _, ok := p.chunks.find(ptr)
 			if !ok {
@@ -249,5 +244,66 @@ func TestPoolShortRange(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Destroy()
+	}
+}
+
+// TestPoolShortTakesAbsorbed: a request predicted short-lived, which finds
+// no free block of its own size on its stream until the blocks other
+// streams freed are absorbed, takes an absorbed block of a long-lived
+// chunk in serve itself, as it takes one that was free before: a free
+// block is not passed over (for the slow path and a commit).
+func TestPoolShortTakesAbsorbed(t *testing.T) {
+	v, p, s := poolOverVirtual(t, true)
+	defer v.Close()
+	defer p.Close()
+	defer s.Destroy()
+	s2, err := p.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Destroy()
+	// A whole granule, so that the long-lived chunk keeps no free rest.
+	size := v.GrowGranularity()
+	x, err := p.Allocate(size, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Deallocate(x, size, s2); err != nil { // pending on s
+		t.Fatal(err)
+	}
+	st := p.streams.lookup(s.ID())
+	// serve of the request, predicted short-lived, under the stream's
+	// mutex; the block it gives is marked live.
+	b, err := func() (*poolBlock, error) {
+		st.lock()
+		defer st.mu.Unlock()
+		if st.life == nil || st.life.shortSig == nil {
+			return nil, fmt.Errorf("no predictor over a Virtual that waits for decommits")
+		}
+		// The request's signature: short-lived, as if its last block had
+		// died at once.
+		h := st.life.sig(size)
+		st.life.shortSig[h/64] |= 1 << (h % 64)
+		if !st.life.short(size) || st.pendingBytes != size || st.large.find(size) != nil || st.largeShort.find(size) != nil {
+			return nil, fmt.Errorf("setup: short %v, pending %d, free long %v, free short %v; want true, %d, none, none",
+				st.life.short(size), st.pendingBytes, st.large.find(size) != nil, st.largeShort.find(size) != nil, size)
+		}
+		b, err := st.serve(size)
+		if b != nil {
+			st.markLive(b, size, 0)
+		}
+		return b, err
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b == nil || b.ptr != x {
+		t.Fatalf("serve after absorbing gave %v, want the absorbed block %#x", b, x)
+	}
+	if err := p.Deallocate(x, size, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }

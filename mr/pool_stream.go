@@ -1,16 +1,19 @@
 // The per-stream state of a Pool: everything the hot path touches.
 //
 // A poolStream owns the chunks whose home it is, and with them their
-// blocks: two tlsf indexes of free blocks (one for small chunks, one for
-// large ones), a map of live blocks by address, and, per other stream, a
-// list of pending blocks that the other stream freed. Its mutex guards all
-// of that; a goroutine on another stream takes it only on a slow path (a
-// free of memory allocated here, a steal, a release), never to serve its
-// own requests. So goroutines that each have a stream never contend.
+// blocks: tlsf indexes of free blocks (one for small chunks, one for
+// large ones, and over a Grower one for the growable chunks of predicted
+// short-lived blocks, pool_lifetime.go), a map of live blocks by address,
+// and, per other stream, a list of pending blocks that the other stream
+// freed. Its mutex guards all of that; a goroutine on another stream takes
+// it only on a slow path (a free of memory allocated here, a steal, a
+// release), never to serve its own requests. So goroutines that each have
+// a stream never contend.
 //
 // Invariants, under mu:
-//   - a block of a chunk homed here is in exactly one of: small or large
-//     (free), live (live), quick[:nquick] (cached), pendingLists[i] with
+//   - a block of a chunk homed here is in exactly one of: small, large or
+//     largeShort, the index binsOf names for its chunk (free), live
+//     (live), quick[:nquick] (cached), pendingLists[i] with
 //     from == freedBy (pending);
 //   - no two neighbouring blocks of a chunk are both free (free blocks
 //     coalesce as soon as they become free; a cached block is not free);
@@ -177,21 +180,24 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 		t = &st.largeShort
 	}
 	st.quickFlush()
-	if b := st.take(t, rounded); b != nil {
+	if b := st.takeFrom(t, rounded); b != nil {
 		return b, nil
-	}
-	if t == &st.largeShort {
-		// Predicted short-lived: a free block of the long-lived
-		// chunks rather than a commit (pool_lifetime.go).
-		if b := st.take(&st.large, rounded); b != nil {
-			return b, nil
-		}
 	}
 	if st.pendingBytes == 0 {
 		return nil, nil
 	}
 	err := st.absorb()
-	return st.take(t, rounded), err
+	return st.takeFrom(t, rounded), err
+}
+
+// takeFrom is take from t and, if t is the index of the short-lived
+// chunks, then from the long-lived ones': a request predicted short-lived
+// takes a free block of either rather than a commit (pool_lifetime.go).
+func (st *poolStream) takeFrom(t *tlsf, rounded int) *poolBlock {
+	if b := st.take(t, rounded); b != nil || t != &st.largeShort {
+		return b
+	}
+	return st.take(&st.large, rounded)
 }
 
 // take removes from bins a free block of at least rounded bytes, splits off

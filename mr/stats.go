@@ -8,10 +8,10 @@
 // stream's current value).
 //
 // Over an upstream that checks owners (owner.go) and without PerStream,
-// the adaptor keeps no pointer table and counts per stream, as
-// stats_owned.go describes; what follows is the adaptor over any other
-// upstream, or with PerStream (which must know the allocating stream of
-// every free).
+// the adaptor keeps no pointer table and counts per shard of streams (a
+// hash of the stream's ID), as stats_owned.go describes; what follows is
+// the adaptor over any other upstream, or with PerStream (which must know
+// the allocating stream of every free).
 //
 // Cost. A pair takes the pointer table's shard lock twice (ptrtable.go),
 // which every adaptor needs to refuse bad frees. Counters that every

@@ -78,12 +78,25 @@ type block struct {
 
 // A replay numbers up to maxStreams streams and maxSeq allocations: a
 // trace with more (16.7 million streams; a trillion allocations, tens of
-// terabytes of CSV) is refused with an error when it reaches the limit.
+// terabytes of CSV) is refused with an error matching ErrTraceTooLarge
+// when it reaches the limit.
 const (
 	streamBits = 24
 	maxStreams = 1 << streamBits
 	maxSeq     = 1<<(64-streamBits) - 1
 )
+
+// streamLimit and seqLimit are the limits Run enforces: maxStreams and
+// maxSeq, which a block's at word packs. Tests lower them to reach the
+// errors without a trace of that size.
+var (
+	streamLimit = maxStreams
+	seqLimit    = int64(maxSeq)
+)
+
+// ErrTraceTooLarge is matched by the error of a trace with more streams
+// or allocations than a replay numbers.
+var ErrTraceTooLarge = errors.New("replay: trace beyond the replay's limits")
 
 func (b block) stream() uint32 { return uint32(b.at & (maxStreams - 1)) }
 func (b block) seq() uint64    { return b.at >> streamBits }
@@ -145,7 +158,8 @@ type runner struct {
 
 // Run replays tr against res on dev and reports what it measured. It
 // returns an error for a trace that cannot be read (a *trace.ParseError),
-// for a resource or device that fails other than by running out of
+// for one with more streams or allocations than a replay numbers
+// (ErrTraceTooLarge), for a resource or device that fails other than by running out of
 // memory, and for ctx's cancellation; in every case it first frees what
 // it allocated and destroys the streams it created (see the package
 // comment).
@@ -345,8 +359,8 @@ func (r *runner) alloc(ev trace.Event) error {
 	if ev.Size > math.MaxInt {
 		return fmt.Errorf("allocation of %d bytes does not fit an int", ev.Size)
 	}
-	if r.r.Allocations > maxSeq {
-		return fmt.Errorf("a replay numbers at most %d allocations", int64(maxSeq))
+	if r.r.Allocations > seqLimit {
+		return fmt.Errorf("a replay numbers at most %d allocations: %w", seqLimit, ErrTraceTooLarge)
 	}
 	si, err := r.stream(ev.Stream)
 	if err != nil {
@@ -455,8 +469,9 @@ func (r *runner) stream(id uint64) (uint32, error) {
 	}
 	si, ok := r.streams.get(id)
 	if !ok {
-		if len(r.order) == maxStreams {
-			return 0, fmt.Errorf("create a stream for trace stream %#x: a replay numbers at most %d streams", id, maxStreams)
+		if len(r.order) >= streamLimit {
+			return 0, fmt.Errorf("create a stream for trace stream %#x: a replay numbers at most %d streams: %w",
+				id, streamLimit, ErrTraceTooLarge)
 		}
 		s, err := r.dev.NewStream()
 		if err != nil {

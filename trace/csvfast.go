@@ -50,9 +50,9 @@ type fastLine struct {
 	i int
 }
 
-// dec reads 1 to max decimal digits ending at a comma or the end of the
-// line (which it does not consume) and returns their value.
-func (l *fastLine) dec(max int) (uint64, bool) {
+// digits reads the decimal digits at l.i and returns their value (which
+// wraps past 19 digits: the callers refuse so many) and how many there were.
+func (l *fastLine) digits() (uint64, int) {
 	start := l.i
 	var v uint64
 	for l.i < len(l.b) {
@@ -63,7 +63,13 @@ func (l *fastLine) dec(max int) (uint64, bool) {
 		v = v*10 + uint64(c)
 		l.i++
 	}
-	n := l.i - start
+	return v, l.i - start
+}
+
+// dec reads 1 to max decimal digits ending at a comma or the end of the
+// line (which it does not consume) and returns their value.
+func (l *fastLine) dec(max int) (uint64, bool) {
+	v, n := l.digits()
 	return v, n > 0 && n <= max
 }
 
@@ -104,20 +110,11 @@ func (l *fastLine) frac() (int64, bool) {
 		return 0, true
 	}
 	l.i++
-	start := l.i
-	var ns int64
-	for l.i < len(l.b) {
-		c := l.b[l.i] - '0'
-		if c > 9 {
-			break
-		}
-		ns = ns*10 + int64(c)
-		l.i++
-	}
-	n := l.i - start
+	v, n := l.digits()
 	if n == 0 || n > fastMaxFrac {
 		return 0, false
 	}
+	ns := int64(v)
 	for ; n < 9; n++ {
 		ns *= 10
 	}
