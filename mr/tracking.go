@@ -19,14 +19,19 @@
 // objects are counted per shard of the pointer table, under the shard
 // lock the allocation's insert holds anyway (allocCounts), in an array
 // indexed by the stack record's number: no atomic add on a record that
-// every goroutine allocating from that call site would share.
+// every goroutine allocating from that call site would share. Each shard
+// sees every call site, so those arrays cost 16 bytes per record per
+// shard; they cover the first allocCountsMax records only (at most 1 MiB
+// per Tracking), and the records numbered past them (a program with more
+// call sites, or many label sets) count in atomics of their own.
 //
 // Invariants:
 //   - Every live allocation is in the pointer table with its stack record;
 //     a stack record's in-use bytes and objects are the sums over the live
 //     allocations that point to it (computed when a profile is made), and
 //     its alloc bytes and objects the sums over every allocation ever made
-//     from it (over the shards' allocCounts at its number). Both change
+//     from it (over the shards' allocCounts at its number, or its own
+//     spill counts past allocCountsMax). Both change
 //     only for allocations the upstream granted and frees it accepted.
 //   - Stack records are never removed: a profile keeps reporting the
 //     allocations a call site made after they are freed (alloc_space), and
@@ -93,6 +98,9 @@ type stackRecord struct {
 	hash   uint64
 	next   *stackRecord // same shard, same hash bucket
 	id     int          // numbers a table's records 0, 1, 2... (allocCounts)
+	// spill counts alloc bytes and objects for a record numbered past
+	// allocCountsMax, which the shards' arrays do not cover.
+	spill [2]atomic.Int64
 }
 
 type stackShard struct {
@@ -110,17 +118,27 @@ type stackTable struct {
 // allocCounts are the alloc bytes and objects of the allocations recorded
 // in one shard of Tracking's pointer table, by stack record id, guarded by
 // that shard's lock. Its array is made at least allocCountsMin entries
-// long, 128 bytes, so that two shards' arrays share no cache line.
+// long, 128 bytes, so that two shards' arrays share no cache line, and at
+// most allocCountsMax: a record numbered past it counts in its spill.
 type allocCounts struct {
 	n [][2]int64
 }
 
-const allocCountsMin = 8
+const (
+	allocCountsMin = 8
+	allocCountsMax = 1024
+)
 
-// add counts an allocation of size bytes from stack record id.
-func (c *allocCounts) add(id, size int) {
+// add counts an allocation of size bytes from stack record r.
+func (c *allocCounts) add(r *stackRecord, size int) {
+	id := r.id
+	if id >= allocCountsMax {
+		r.spill[0].Add(int64(size))
+		r.spill[1].Add(1)
+		return
+	}
 	if id >= len(c.n) {
-		n := make([][2]int64, max(allocCountsMin, 2*len(c.n), id+1))
+		n := make([][2]int64, min(allocCountsMax, max(allocCountsMin, 2*len(c.n), id+1)))
 		copy(n, c.n)
 		c.n = n
 	}
@@ -263,7 +281,7 @@ func (t *Tracking) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	// A record replaced (memory freed around the adaptor and handed out
 	// again) is gone from the live allocations, and so from in-use.
 	ac := &t.allocs[t.live.shardIndex(p)]
-	t.live.insert(p, size, rec, func() { ac.add(st.id, size) })
+	t.live.insert(p, size, rec, func() { ac.add(st, size) })
 	return p, nil
 }
 
@@ -449,7 +467,7 @@ func (t *Tracking) Profile() *profile.Profile {
 		u := inuse[r.stack]
 		inuse[r.stack] = [2]int64{u[0] + int64(size), u[1] + 1}
 	})
-	allocs := make([][2]int64, t.stacks.n.Load())
+	allocs := make([][2]int64, min(t.stacks.n.Load(), allocCountsMax))
 	for i := range t.allocs {
 		t.live.underShard(i, func() {
 			for id, c := range t.allocs[i].n {
@@ -461,9 +479,9 @@ func (t *Tracking) Profile() *profile.Profile {
 		})
 	}
 	for _, r := range recs {
-		var ab, ao int64
+		ab, ao := r.spill[0].Load(), r.spill[1].Load()
 		if r.id < len(allocs) {
-			ab, ao = allocs[r.id][0], allocs[r.id][1]
+			ab, ao = ab+allocs[r.id][0], ao+allocs[r.id][1]
 		}
 		ib, iobj := inuse[r][0], inuse[r][1]
 		if ao == 0 {
