@@ -304,7 +304,7 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 	var up mr.Resource
 	switch c.Upstream {
 	case "vmm":
-		vopts := mr.VirtualOptions{WaitForDecommits: c.WaitDecommits}
+		vopts := mr.VirtualOptions{WaitForDecommits: c.WaitDecommits, PiecesPerCommit: c.Pieces}
 		if c.WaitDecommits {
 			vopts.DecommitWaitLimit = DecommitWaitLimit
 		}

@@ -41,6 +41,8 @@ func TestParseConfig(t *testing.T) {
 		{"pool,upstream=vmm,wait_decommits", with(func(c *Config) { c.Upstream, c.WaitDecommits = "vmm", true })},
 		{"wait_decommits=true,upstream=vmm", with(func(c *Config) { c.Upstream, c.WaitDecommits = "vmm", true })},
 		{"pool,upstream=vmm,wait_decommits=false", with(func(c *Config) { c.Upstream = "vmm" })},
+		{"pool,upstream=vmm,pieces=1", with(func(c *Config) { c.Upstream, c.Pieces = "vmm", 1 })},
+		{"pieces=4,upstream=vmm,mapped_slack", with(func(c *Config) { c.Upstream, c.Pieces, c.MappedSlack = "vmm", 4, true })},
 		{"pool,upstream=vmm,mapped_slack", with(func(c *Config) { c.Upstream, c.MappedSlack = "vmm", true })},
 		{"mapped_slack=false,upstream=vmm", with(func(c *Config) { c.Upstream = "vmm" })},
 	} {
@@ -84,6 +86,12 @@ func TestParseConfigErrors(t *testing.T) {
 		"pool,mapped_slack",                    // vmm option without upstream=vmm
 		"async,mapped_slack",                   // the same
 		"upstream=vmm,mapped_slack=much",       // not a boolean
+		"pool,pieces=1",                        // vmm option without upstream=vmm
+		"upstream=vmm,pieces=0",                // not positive
+		"upstream=vmm,pieces=-2",               // not positive
+		"upstream=vmm,pieces=1.5",              // not a whole number
+		"upstream=vmm,pieces=2000000",          // above maxPieces
+		"upstream=vmm,pieces",                  // no value
 	} {
 		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
@@ -95,12 +103,14 @@ func TestParseConfigErrors(t *testing.T) {
 // upstream.
 func TestParseConfigErrorText(t *testing.T) {
 	for in, want := range map[string]string{
-		"pool,upstream=vmmm":   `pluggable: bad configuration: "upstream=vmmm": want one of direct, async, vmm`,
-		"async,upstream=vmm":   `pluggable: bad configuration: upstream= is an option of pool, not async`,
-		"pool,upstream":        `pluggable: bad configuration: "upstream": want key=value`,
-		"pool,upstream=vmm,, ": `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
-		"pool,wait_decommits":  `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
-		"pool,mapped_slack":    `pluggable: bad configuration: mapped_slack is an option of upstream=vmm`,
+		"pool,upstream=vmmm":    `pluggable: bad configuration: "upstream=vmmm": want one of direct, async, vmm`,
+		"async,upstream=vmm":    `pluggable: bad configuration: upstream= is an option of pool, not async`,
+		"pool,upstream":         `pluggable: bad configuration: "upstream": want key=value`,
+		"pool,upstream=vmm,, ":  `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
+		"pool,wait_decommits":   `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
+		"pool,mapped_slack":     `pluggable: bad configuration: mapped_slack is an option of upstream=vmm`,
+		"pool,pieces=2":         `pluggable: bad configuration: pieces= is an option of upstream=vmm`,
+		"upstream=vmm,pieces=0": `pluggable: bad configuration: "pieces=0": want a whole number from 1 to 1048576`,
 	} {
 		_, err := ParseConfig(in)
 		if !errors.Is(err, ErrConfig) || err.Error() != want {
@@ -134,7 +144,7 @@ func TestParseSize(t *testing.T) {
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0", "pool,upstream=vmm,max_size=1G",
-		"pool,upstream=vmm,wait_decommits", "pool,upstream=vmm,mapped_slack", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
+		"pool,upstream=vmm,wait_decommits", "pool,upstream=vmm,mapped_slack", "pool,upstream=vmm,pieces=2", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
