@@ -217,6 +217,14 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 // Device is the device the memory lives on.
 func (v *Virtual) Device() gpu.Device { return v.dev }
 
+// Options returns the options in effect: the range's size rounded up to
+// the granularity, and PiecesPerCommit with its default filled in
+// (math.MaxInt, one granule a piece, under WaitForDecommits).
+func (v *Virtual) Options() VirtualOptions {
+	return VirtualOptions{ReserveSize: v.size, WaitForDecommits: v.waitDecommits,
+		DecommitWaitLimit: v.waitLimit, PiecesPerCommit: v.perCommit}
+}
+
 // neverBlocks reports whether Commit never fails with ErrGrowBlocked
 // (WaitForDecommits); a Pool over v places by lifetime only then
 // (pool_lifetime.go).

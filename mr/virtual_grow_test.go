@@ -3,6 +3,7 @@ package mr_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -714,4 +715,31 @@ func FuzzVirtualGrowable(f *testing.F) {
 			t.Fatalf("after Close: %d bytes in use", total-free)
 		}
 	})
+}
+
+// TestVirtualOptions: Options reports the options in effect, the range
+// rounded up to the granularity and PiecesPerCommit's default filled in
+// (one granule a piece under WaitForDecommits).
+func TestVirtualOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts       mr.VirtualOptions
+		wantPieces int
+	}{
+		{mr.VirtualOptions{}, mr.DefaultVirtualPiecesPerCommit},
+		{mr.VirtualOptions{PiecesPerCommit: 5}, 5},
+		{mr.VirtualOptions{WaitForDecommits: true}, math.MaxInt},
+		{mr.VirtualOptions{WaitForDecommits: true, PiecesPerCommit: 2, DecommitWaitLimit: time.Second}, 2},
+	} {
+		_, v, _ := newSimVirtualOpts(t, 10<<20, tc.opts)
+		got := v.Options()
+		want := tc.opts
+		want.PiecesPerCommit = tc.wantPieces
+		g := uint64(v.GrowGranularity())
+		if want.ReserveSize = got.ReserveSize; got.ReserveSize == 0 || got.ReserveSize%g != 0 {
+			t.Errorf("%+v: reserve size %d, want a positive multiple of %d", tc.opts, got.ReserveSize, g)
+		}
+		if got != want {
+			t.Errorf("Options() = %+v, want %+v", got, want)
+		}
+	}
 }

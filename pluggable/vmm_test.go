@@ -145,3 +145,34 @@ func TestVMMFallback(t *testing.T) {
 		t.Fatalf("upstream=direct: %#x, %+v, %q", q, stats(t, b, 0), errb)
 	}
 }
+
+// TestVirtualOptionsFromConfig: the vmm options of the configuration
+// string reach the Virtual under each device's pool.
+func TestVirtualOptionsFromConfig(t *testing.T) {
+	for _, tc := range []struct {
+		conf string
+		want func(mr.VirtualOptions) bool
+	}{
+		{"pool,upstream=vmm", func(o mr.VirtualOptions) bool {
+			return o.PiecesPerCommit == mr.DefaultVirtualPiecesPerCommit && !o.WaitForDecommits && o.DecommitWaitLimit == 0
+		}},
+		{"pool,upstream=vmm,pieces=3", func(o mr.VirtualOptions) bool {
+			return o.PiecesPerCommit == 3 && !o.WaitForDecommits
+		}},
+		{"pool,upstream=vmm,wait_decommits,pieces=2", func(o mr.VirtualOptions) bool {
+			return o.PiecesPerCommit == 2 && o.WaitForDecommits && o.DecommitWaitLimit == DecommitWaitLimit
+		}},
+	} {
+		a, _ := newSim(t, tc.conf)
+		if _, err := a.SimNewStream(0); err != nil {
+			t.Fatal(err)
+		}
+		d := a.devs[0].Load()
+		if d == nil || d.virtual == nil {
+			t.Fatalf("%s: no Virtual under the pool", tc.conf)
+		}
+		if o := d.virtual.Options(); !tc.want(o) {
+			t.Errorf("%s: the Virtual's options %+v", tc.conf, o)
+		}
+	}
+}
