@@ -171,6 +171,34 @@ func TestVirtualGrowableBadInput(t *testing.T) {
 	}
 }
 
+// handOffHeld grows range a to three granules and b to one, holds a's
+// stream, and hands two of a's granules to b: decommitted from a's
+// second granule on a's stream and committed at b's second on b's, so
+// the decommit's work waits behind the hold. It returns a, b and the
+// function that lets a's stream run.
+func handOffHeld(t *testing.T, dev *sim.Device, v *mr.Virtual, ss [2]gpu.Stream) (a, b gpu.DevicePtr, release func()) {
+	t.Helper()
+	g := v.GrowGranularity()
+	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = v.AllocateGrowable(g, 4*g, ss[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	release = dev.Hold(ss[0])
+	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
+		release()
+		t.Fatal(err)
+	}
+	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
+		release()
+		t.Fatalf("commit with a's decommitted memory: %v", err)
+	}
+	return a, b, release
+}
+
 // TestVirtualGrowableHandoff: memory one range decommits goes to another
 // range's commit while the decommit's work still runs, after the
 // committing stream waits for it: the device never holds both, and the
@@ -179,22 +207,8 @@ func TestVirtualGrowableBadInput(t *testing.T) {
 func TestVirtualGrowableHandoff(t *testing.T) {
 	dev, v, ss := newSimVirtual(t, 8<<20) // four granules
 	g := v.GrowGranularity()
-	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.AllocateGrowable(g, 4*g, ss[1])
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The device is full: b grows only with a's memory.
-	release := dev.Hold(ss[0])
-	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
-		t.Fatalf("commit with a's decommitted memory: %v", err)
-	}
+	a, b, release := handOffHeld(t, dev, v, ss)
 	st := v.Stats()
 	if st.Handoffs != 2 || st.Mapped != uint64(4*g) || st.Pending != 0 {
 		t.Fatalf("after the handoff: %+v", st)
@@ -243,22 +257,8 @@ func TestVirtualGrowableHandoff(t *testing.T) {
 func TestVirtualGrowableWaitForDecommits(t *testing.T) {
 	dev, v, ss := newSimVirtualOpts(t, 10<<20, mr.VirtualOptions{WaitForDecommits: true}) // five granules
 	g := v.GrowGranularity()
-	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.AllocateGrowable(g, 4*g, ss[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := dev.Hold(ss[0])
+	a, b, release := handOffHeld(t, dev, v, ss)
 	defer release()
-	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
-		t.Fatal(err)
-	}
 	if st := v.Stats(); st.Handoffs != 2 || st.Mapped != uint64(4*g) || st.HostWaits != 0 {
 		t.Fatalf("after the handoff: %+v", st)
 	}
@@ -315,24 +315,10 @@ func TestVirtualGrowableWaitForDecommits(t *testing.T) {
 func TestVirtualGrowableDecommitWaitLimit(t *testing.T) {
 	dev, v, ss := newSimVirtualOpts(t, 10<<20, mr.VirtualOptions{WaitForDecommits: true, DecommitWaitLimit: 20 * time.Millisecond})
 	g := v.GrowGranularity()
-	a, err := v.AllocateGrowable(3*g, 4*g, ss[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := v.AllocateGrowable(g, 4*g, ss[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := dev.Hold(ss[0])
+	a, b, release := handOffHeld(t, dev, v, ss)
 	defer release()
-	if err := v.Decommit(a, g, 2*g, ss[0]); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.Commit(b, g, 2*g, ss[1]); err != nil {
-		t.Fatal(err)
-	}
 	before := v.Stats()
-	err = v.Commit(a, g, g, ss[0])
+	err := v.Commit(a, g, g, ss[0])
 	if !errors.Is(err, mr.ErrGrowBlocked) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("commit past the wait limit: got %v, want ErrGrowBlocked and DeadlineExceeded", err)
 	}
