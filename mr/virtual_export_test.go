@@ -200,3 +200,40 @@ func TestVirtualExportBadInput(t *testing.T) {
 		t.Errorf("NewVirtual with a handle type the device does not offer: %v, want ErrNotSupported", err)
 	}
 }
+
+// TestVirtualExportPoolBlock: a block of a Pool growing in place over an
+// exportable Virtual is exported by its address alone, and another
+// process reads the block's bytes.
+func TestVirtualExportPoolBlock(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 1<<30, mr.VirtualOptions{HandleTypes: gpu.HandlePOSIX})
+	imp := otherProcess(t)
+	pool, err := mr.NewPool(v, mr.PoolOptions{})
+	ok(t, err)
+	defer pool.Close()
+	const size = 3 << 20
+	first, err := pool.Allocate(1<<20, ss[0]) // the block is not at the chunk's start
+	ok(t, err)
+	p, err := pool.Allocate(size, ss[0])
+	ok(t, err)
+	want := exportPattern(size, 77)
+	ok(t, dev.CopyHtoDAsync(p, want, ss[0]))
+	ok(t, ss[0].Synchronize())
+	x, err := v.Export(p, size, gpu.HandlePOSIX)
+	ok(t, err)
+	if x.Size != size || x.Start+x.Size > x.Span {
+		t.Fatalf("export of a pool block: %+v", x)
+	}
+	q, done := importInto(t, imp, x)
+	si, err := imp.NewStream()
+	ok(t, err)
+	defer si.Destroy()
+	got := make([]byte, size)
+	ok(t, imp.CopyDtoHAsync(got, q, si))
+	ok(t, si.Synchronize())
+	if !bytes.Equal(got, want) {
+		t.Fatal("the importer does not read the pool block's bytes")
+	}
+	done()
+	ok(t, pool.Deallocate(p, size, ss[0]))
+	ok(t, pool.Deallocate(first, 1<<20, ss[0]))
+}
