@@ -80,6 +80,10 @@ func TestTwoProcessesVirtual(t *testing.T) {
 	// The child's pattern over granules 1-12, the exporter's at 0 and 13.
 	childBad := mismatches(t, dev, k, s, p+gpu.DevicePtr(g), 12*g/4, seed+1)
 	edgeBad := mismatches(t, dev, k, s, p, g/4, seed) + mismatches(t, dev, k, s, p+gpu.DevicePtr(13*g), g/4, seed+13*uint32(g)/4)
+	// Both checks synchronized s, so its wait on the child's event has
+	// executed: the child may destroy the event and exit.
+	_, err = ch.conn.Write([]byte{1})
+	must(t, err)
 	importerLine := ch.line(t) // "mismatches N"
 	must(t, ch.cmd.Wait())
 	must(t, v.Deallocate(p, 64*g, s))
@@ -97,8 +101,9 @@ func TestTwoProcessesVirtual(t *testing.T) {
 
 // childVirtual is the importer of TestTwoProcessesVirtual: it reads the
 // exporter's event handle and export, imports both, checks the pattern
-// after the event, rewrites the range, sends its own event back, and
-// unmaps once its stream has run.
+// after the event, rewrites the range, sends its own event back, unmaps
+// once its stream has run, and keeps its event until the exporter says
+// its wait on it has executed.
 func childVirtual(dev gpu.Device, conn *net.UnixConn, s gpu.Stream, k *kernels.Kernels, cnt gpu.DevicePtr) error {
 	x, err := gpu.IPCOf(dev)
 	if err != nil {
@@ -165,6 +170,11 @@ func childVirtual(dev gpu.Device, conn *net.UnixConn, s gpu.Stream, k *kernels.K
 		return err
 	}
 	if err := m.Close(); err != nil {
+		return err
+	}
+	// The exporter's wait on done must have executed before done goes.
+	var bye [1]byte
+	if _, err := io.ReadFull(conn, bye[:]); err != nil {
 		return err
 	}
 	fmt.Printf("mismatches %d\n", binary.LittleEndian.Uint32(b[:]))
