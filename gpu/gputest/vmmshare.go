@@ -11,6 +11,7 @@
 package gputest
 
 import (
+	"os"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -160,4 +161,10 @@ func testShareBadInput(t *testing.T, x gpu.PhysicalSharing) {
 	wantErr(t, "ImportPhysical of a closed descriptor", second(x.ImportPhysical(sh)), gpu.ErrInvalidValue)
 	must(t, x.ReleasePhysical(h))
 	wantErr(t, "ExportPhysical of a released allocation", second(x.ExportPhysical(h, gpu.HandlePOSIX)), gpu.ErrInvalidValue)
+	// The driver's own answer (driver 580, H100) to a descriptor that is
+	// no export.
+	null, err := os.Open(os.DevNull)
+	must(t, err)
+	defer null.Close()
+	wantErr(t, "ImportPhysical of /dev/null", second(x.ImportPhysical(gpu.Shareable{Type: gpu.HandlePOSIX, File: null})), gpu.ErrUnknown)
 }

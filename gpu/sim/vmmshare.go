@@ -17,10 +17,12 @@
 // is a data race, as within one process. It counts against no capacity of
 // the importer's and is freed, like any other, when released and unmapped.
 //
-// Known differences from the card: the entry goes when the exporter's
-// allocation is freed (released and unmapped there), so a descriptor no
-// longer imports from then on (ErrInvalidValue), where the driver may
-// still honour it; and the exporter's capacity is given back then, while
+// A descriptor of no export (another file, or an export's after its
+// allocation was freed) is gpu.ErrUnknown, as driver 580 answers one of
+// /dev/null. Known differences from the card: the entry goes when the
+// exporter's allocation is freed (released and unmapped there), so its
+// descriptor no longer imports from then on, where the driver may still
+// honour it; and the exporter's capacity is given back then, while
 // on the card the memory stays allocated until the importers let go too
 // (the simulator's importers keep the bytes alive, not the capacity).
 
@@ -157,6 +159,11 @@ func (d *Device) ImportPhysical(sh gpu.Shareable) (gpu.Physical, error) {
 		return 0, driverErrf(call, gpu.ErrInvalidValue, "handle type %#x without its handle", int32(sh.Type))
 	}
 	if from.a == nil {
+		if sh.Type == gpu.HandlePOSIX {
+			// Driver 580 answers CUDA_ERROR_UNKNOWN to a descriptor of a
+			// file that is no export (/dev/null on the H100).
+			return 0, driverErrf(call, gpu.ErrUnknown, "a descriptor of no exported physical allocation")
+		}
 		return 0, driverErrf(call, gpu.ErrInvalidValue, "not the handle of an exported physical allocation")
 	}
 	d.mu.Lock()
