@@ -6,11 +6,13 @@
 //
 //   - An allocation is exportable only as the handle types it was created
 //     with (CreateExportablePhysical), and only types the device offers
-//     (PhysicalHandleTypes: CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_
-//     DESCRIPTOR_SUPPORTED and ..._FABRIC_SUPPORTED on the card). A
-//     device may offer a type and still refuse to create it: the H100
-//     offers fabric handles and refuses them (ErrNotPermitted) on a
-//     machine without an IMEX channel.
+//     (PhysicalHandleTypes: on the card the device attributes
+//     HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 103, and
+//     HANDLE_TYPE_FABRIC_SUPPORTED, 128). A device may offer a type and
+//     still refuse it: the H100 offers fabric handles and refuses a
+//     fabric pool export (ErrNotPermitted) on a machine without an IMEX
+//     channel (package ipc's doc); fabric physical allocations are not
+//     tried on the card here.
 //   - ExportPhysical exports it as one of those types: a POSIX file
 //     descriptor (Shareable.File, new at each call and the caller's to
 //     close once sent, over a Unix socket with SCM_RIGHTS) or a 64-byte
