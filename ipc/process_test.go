@@ -420,6 +420,9 @@ func runChild(mode string) error {
 	if mode == "legacy" {
 		return childLegacy(dev, conn, s, k, cnt)
 	}
+	if mode == "virtual" {
+		return childVirtual(dev, conn, s, k, cnt)
+	}
 	ctx := context.Background()
 	im, err := ipc.Accept(ctx, dev, conn)
 	if err != nil {
