@@ -127,8 +127,22 @@ func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint32) bool {
 // lock takes the stream's mutex, settles its fast slot and, if a walker
 // parked the stream, lists it for the walkers again (pool_walk.go). Every
 // holder of st.mu takes it this way.
+//
+// The checks are written so that lock inlines: on a busy stream none of
+// them holds, and the call to lockSettle is not made.
 func (st *poolStream) lock() {
 	st.mu.Lock()
+	if st.fstate.Load() != fastEmpty || st.parked || !st.lfStale {
+		st.lockSettle()
+	}
+}
+
+// lockSettle is what lock does when the fast slot is armed, the stream is
+// parked or its largest free block is not listed as stale. Called with
+// st.mu.
+//
+//go:noinline
+func (st *poolStream) lockSettle() {
 	if st.fstate.Load() != fastEmpty {
 		st.settle()
 	}

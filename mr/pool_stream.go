@@ -180,8 +180,13 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 		t = &st.largeShort
 	}
 	st.quickFlush()
-	if b := st.takeFrom(t, rounded); b != nil {
+	if b := st.take(t, rounded); b != nil {
 		return b, nil
+	}
+	if t == &st.largeShort { // as takeFrom, without its call
+		if b := st.take(&st.large, rounded); b != nil {
+			return b, nil
+		}
 	}
 	if st.pendingBytes == 0 {
 		return nil, nil
@@ -239,10 +244,14 @@ func (st *poolStream) markLive(b *poolBlock, req int, owner uint32) {
 	b.req = req
 	st.last = b
 	st.stats.allocs++
-	st.working[b.c.class()] = b.c
+	if c := b.c; st.working[c.class()] != c {
+		st.working[c.class()] = c
+	}
 	st.live.put(b.ptr, b)
 	b.c.live++
-	st.addUsed(req)
+	if st.addUsed(req) {
+		st.usedFlush(req)
+	}
 	if st.life != nil {
 		st.life.handed(b, req, b.c.limit > 0)
 	}
@@ -282,12 +291,6 @@ func (st *poolStream) unlive(b *poolBlock) {
 	st.unlisted(b)
 }
 
-// unliveAt is unlive for a block that live.find found at position at.
-func (st *poolStream) unliveAt(b *poolBlock, at int) {
-	st.live.delAt(at)
-	st.unlisted(b)
-}
-
 // unlisted counts live block b, out of the live map now, out of the
 // stream's counters.
 func (st *poolStream) unlisted(b *poolBlock) {
@@ -300,7 +303,9 @@ func (st *poolStream) unlisted(b *poolBlock) {
 	if b.c.live == 0 && !st.cand {
 		st.markCand()
 	}
-	st.addUsed(-b.req)
+	if st.addUsed(-b.req) {
+		st.usedFlush(-b.req)
+	}
 	b.req = 0
 }
 
@@ -438,8 +443,9 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	return err
 }
 
-// addUsed adds d to the stream's used bytes, and to the pool-wide total
-// once the change since the last flush reaches the pool's quantum. With a
+// addUsed adds d to the stream's used bytes, and reports whether the
+// stream must then call usedFlush: when the change since the last flush
+// reaches the pool's quantum, or the stream is not listed dirty. With a
 // quantum of 0 (one stream), an allocation flushes whenever the total
 // could reach a new peak, and a free never does: the total is exact
 // whenever it matters for the peak. An allocation that leaves unflushed at
@@ -447,9 +453,23 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 // the total already counts, and every value the total took was raised
 // into the peak (ResetPeaks flushes first), so no new peak is possible.
 // A pair of the same size so costs no atomic add at all.
-func (st *poolStream) addUsed(d int) {
+//
+// It makes no call, so that it inlines into markLive and unlisted; the
+// callers call usedFlush when it reports true.
+func (st *poolStream) addUsed(d int) bool {
 	st.used += int64(d)
-	st.unflushed += int64(d)
+	u := st.unflushed + int64(d)
+	st.unflushed = u
+	q := st.pool.usedQuantum.Load()
+	return (d > 0 && u > 0 && u >= q) || (q > 0 && u <= -q) || (u != 0 && !st.dirty)
+}
+
+// usedFlush adds the stream's unflushed change to the pool-wide total
+// when addUsed(d) said it reaches the quantum, and lists the stream dirty
+// if a change is left unflushed.
+//
+//go:noinline
+func (st *poolStream) usedFlush(d int) {
 	q := st.pool.usedQuantum.Load()
 	if (d > 0 && st.unflushed > 0 && st.unflushed >= q) || (q > 0 && st.unflushed <= -q) {
 		st.pool.flushUsed(st.unflushed)
