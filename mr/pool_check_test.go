@@ -135,6 +135,11 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 			if b.state != blockUnmapped {
 				mapped += b.size
 			}
+			if b.state != blockPending && b.freedBy != nil {
+				// Only pending blocks name the stream that freed them
+				// (putFree relies on it).
+				return fmt.Errorf("chunk %#x: block %#x in state %d freed by %p", c.base, b.ptr, b.state, b.freedBy)
+			}
 			switch b.state {
 			case blockLive:
 				live++

@@ -257,11 +257,10 @@ func (st *poolStream) markLive(b *poolBlock, req int, owner uint32) {
 	}
 }
 
-// putFree marks b (in no list) free, coalesces it with its free
-// neighbours and files the result.
+// putFree marks b (in no list, freedBy nil) free, coalesces it with its
+// free neighbours and files the result.
 func (st *poolStream) putFree(b *poolBlock) {
 	b.state = blockFree
-	b.freedBy = nil
 	t := st.binsOf(b.c)
 	if n := b.next; n != nil && n.state == blockFree {
 		t.remove(n)
@@ -390,6 +389,7 @@ func (st *poolStream) absorb() error {
 		for b := pl.head; b != nil; {
 			next := b.lnext
 			b.lprev, b.lnext = nil, nil
+			b.freedBy = nil
 			b.c.pending--
 			st.pendingBytes -= b.size
 			st.putFree(b)
@@ -549,6 +549,7 @@ func (st *poolStream) refile(c *poolChunk) {
 		if b.state == blockUnmapped {
 			// No memory, in no list.
 		} else if from == st {
+			b.freedBy = nil
 			st.putFree(b)
 		} else {
 			b.lprev, b.lnext = nil, nil

@@ -82,10 +82,11 @@ func (t *tlsf) insert(b *poolBlock) {
 	b.lprev, b.lnext = nil, h
 	if h != nil {
 		h.lprev = b
+	} else { // the class was empty: its bits were clear
+		t.flMap |= 1 << fl
+		t.slMap[fl] |= 1 << sl
 	}
 	row[sl] = b
-	t.flMap |= 1 << fl
-	t.slMap[fl] |= 1 << sl
 	t.n++
 	t.bytes += b.size
 }
