@@ -513,7 +513,7 @@ func (p *Pool) deallocateLocked(st *poolStream, ptr gpu.DevicePtr, size int, s g
 		st.live.delAt(at)
 		st.unlisted(b)
 		if p.opts.ReleaseThreshold == 0 || c.live > 0 {
-			if !st.arm(b, size) {
+			if b != st.last || !st.arm(b, size) {
 				st.quickPut(b)
 			}
 			st.mu.Unlock()

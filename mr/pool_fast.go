@@ -187,11 +187,13 @@ func (st *poolStream) settle() {
 	st.quickPut(b)
 }
 
-// arm puts b, which was live for req bytes and is in no list now (unlive
-// has run), in the empty fast slot, if the slot may hold it, and reports
-// whether it did. Called with st.mu.
+// arm puts b, the block the stream handed out last (st.last), which was
+// live for req bytes and is in no list now (unlive has run), in the empty
+// fast slot, if the slot may hold it, and reports whether it did. The
+// caller checks b == st.last, so that the free of any other block (random
+// churn) makes no call. Called with st.mu.
 func (st *poolStream) arm(b *poolBlock, req int) bool {
-	if b != st.last || req > fastMaxReq || st.pool.opts.ReleaseThreshold != 0 || st.unflushed+int64(req) > usedQuantum {
+	if req > fastMaxReq || st.pool.opts.ReleaseThreshold != 0 || st.unflushed+int64(req) > usedQuantum {
 		return false
 	}
 	b.state = blockCached

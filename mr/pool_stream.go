@@ -169,9 +169,12 @@ func (st *poolStream) putSpare(b *poolBlock) {
 // none serves, and absorb's error, which leaves the blocks of the streams
 // it could not wait on pending.
 func (st *poolStream) serve(rounded int) (*poolBlock, error) {
-	if b := st.quickTake(rounded); b != nil {
-		st.stats.quickHits++
-		return b, nil
+	if st.nquick > 0 { // an empty cache (an allocation after one) costs no call
+		if b := st.quickTake(rounded); b != nil {
+			st.stats.quickHits++
+			return b, nil
+		}
+		st.quickFlush()
 	}
 	t := &st.large
 	if rounded <= st.pool.tune.smallMax {
@@ -179,7 +182,6 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	} else if st.life != nil && st.life.short(rounded) {
 		t = &st.largeShort
 	}
-	st.quickFlush()
 	if b := st.take(t, rounded); b != nil {
 		return b, nil
 	}
