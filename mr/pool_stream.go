@@ -182,8 +182,9 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	} else if st.life != nil && st.life.short(rounded) {
 		t = &st.largeShort
 	}
-	if b := st.take(t, rounded); b != nil {
-		return b, nil
+	// take, written out: the common case costs no call of its own.
+	if b := t.find(rounded); b != nil && b.size-rounded <= st.pool.slack(rounded) {
+		return st.split(t, b, rounded), nil
 	}
 	if t == &st.largeShort { // as takeFrom, without its call
 		if b := st.take(&st.large, rounded); b != nil {
