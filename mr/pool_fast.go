@@ -128,8 +128,8 @@ func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint32) bool {
 // parked the stream, lists it for the walkers again (pool_walk.go). Every
 // holder of st.mu takes it this way.
 //
-// The checks are written so that lock inlines: on a busy stream none of
-// them holds, and the call to lockSettle is not made.
+// The three checks are one test: on a busy stream none of them holds, and
+// lockSettle, which does the work, is not called.
 func (st *poolStream) lock() {
 	st.mu.Lock()
 	if st.fstate.Load() != fastEmpty || st.parked || !st.lfStale {
