@@ -7,11 +7,13 @@
 // small requests keeps at least one 2 MiB small chunk. A stream whose
 // small requests are few pins a whole granule for them while another
 // stream's small chunk has room: replaying cuda-graph-h100, the graph's
-// side stream held a small chunk for two blocks of 8 bytes at the peak;
-// three-stream-h100 one for a block of 4 bytes; the pipeline's second
-// stage one for 72 KiB. With each stream's small requests in chunks of
-// its own, 1.01 was out of reach on cuda-graph whatever the placement
-// (BENCHMARKS.md, "Lifetime-aware placement").
+// side stream held a small chunk for two blocks of 8 bytes at the peak,
+// and torch-pipeline-2stream-b's second stage one for 72 KiB. With each
+// stream's small requests in chunks of its own, 1.01 was out of reach on
+// cuda-graph whatever the placement (BENCHMARKS.md, "Lifetime-aware
+// placement"). Borrowing took cuda-graph from 1.0365 to 1.0309 and the
+// pipeline from 1.0058 to 1.0014 (BENCHMARKS.md, "Small blocks borrowed
+// across streams").
 //
 // So when a small request finds nothing in its stream's lists and no idle
 // chunk to steal, and the pool would grow a small chunk (after releasing
