@@ -44,8 +44,8 @@ type PoolStats struct {
 	InPlaceGrowths, Decommits uint64
 	AddressSpace              uint64
 	// BorrowedSmall counts the small requests served, over a Grower,
-	// from a free block of another stream's small chunk where a small
-	// chunk of their own would have set a new peak (pool_vborrow.go).
+	// from a free block of another stream's small chunk where their
+	// stream would have grown a small chunk of its own (pool_vborrow.go).
 	BorrowedSmall uint64
 }
 
