@@ -255,6 +255,12 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 		}
 		reserved = int(p.usage.reserved.Load())
 	}
+	if small && p.grower != nil && st.borrows < poolBorrowMax {
+		// Another stream's small chunk may have room (pool_vborrow.go).
+		if ptr, ok := p.borrowSmall(st, size, rounded); ok {
+			return ptr, nil
+		}
+	}
 	if p.opts.MaxSize > 0 && g > p.opts.MaxSize-reserved {
 		room := (p.opts.MaxSize - reserved) &^ (Alignment - 1)
 		if room < rounded {

@@ -43,6 +43,10 @@ type PoolStats struct {
 	// now, of which the mapped part is in Usage's Reserved.
 	InPlaceGrowths, Decommits uint64
 	AddressSpace              uint64
+	// BorrowedSmall counts the small requests served, over a Grower,
+	// from a free block of another stream's small chunk where their
+	// stream would have grown a small chunk of its own (pool_vborrow.go).
+	BorrowedSmall uint64
 }
 
 // poolStreamStats are the counters of one stream, guarded by its mutex.
@@ -56,7 +60,7 @@ type poolStreamStats struct {
 // poolWideStats are the counters of the slow paths, guarded by Pool.mu.
 type poolWideStats struct {
 	steals, growths, releases, bigSplits uint64
-	inPlace, decommits                   uint64
+	inPlace, decommits, borrows          uint64
 }
 
 // Stats returns the pool's counters. It takes the pool's lock and each
@@ -72,6 +76,7 @@ func (p *Pool) Stats() PoolStats {
 		BigSplits:        p.wide.bigSplits,
 		InPlaceGrowths:   p.wide.inPlace,
 		Decommits:        p.wide.decommits,
+		BorrowedSmall:    p.wide.borrows,
 		AddressSpace:     p.addressSpace(),
 		Chunks:           p.chunks.len(),
 		Allocations:      f.allocs,

@@ -118,6 +118,9 @@ type poolStream struct {
 	// block filed and the place in Pool.lfHeap, plus one (under Pool.mu).
 	lfStale  bool
 	lf, lfAt int
+	// pool_vborrow.go: the small blocks this stream took from other
+	// streams' small chunks (under Pool.mu).
+	borrows int
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }

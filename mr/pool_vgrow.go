@@ -13,7 +13,9 @@
 // is mapped as the stream grows, or in a hole. With no chunk to pin, a big
 // request takes the best-fitting free block of any size (the slack of
 // pool.go's size classes is off). Small requests keep their 2 MiB small
-// chunks, which the upstream maps like any allocation.
+// chunks, which the upstream maps like any allocation; a stream's first
+// small requests that would grow one take free blocks of other streams'
+// small chunks instead (pool_vborrow.go).
 //
 // The high-water rule of pool.go ("Growth and release") holds for mapped
 // memory: before a commit that would raise the peak of reserved (mapped)
