@@ -75,6 +75,8 @@ func (a *Allocator) Stats(ordinal int) (st Stats, err error) {
 	case d.virtual != nil:
 		ps := d.pool.Stats()
 		st.DeviceAllocs, st.DeviceFrees = ps.Growths+ps.InPlaceGrowths, ps.Releases+ps.Decommits
+	}
+	if d.virtual != nil {
 		st.AddressSpace = d.virtual.Stats().Reserved
 	}
 	st.VMMFallback = d.vmmFallback != ""
