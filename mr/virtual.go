@@ -97,8 +97,8 @@ type VirtualOptions struct {
 	PiecesPerCommit int
 	// WaitForFrees makes an Allocate that maps new memory (rather than
 	// take back a pending free of its size) first wait on the host
-	// (cuEventSynchronize) for the work before every free still pending
-	// and unmap them: the physical memory mapped is then at most the
+	// (cuEventSynchronize) for the work before every free of a plain
+	// allocation still pending and unmap them: the physical memory mapped is then at most the
 	// live allocations' plus the new one, as with cuMemAlloc and
 	// cuMemFree, whose free waits for the whole device. The wait holds
 	// the resource's mutex. False: new memory is mapped beside frees
