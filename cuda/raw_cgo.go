@@ -360,8 +360,27 @@ func rawMemAddressFree(c Context, p DevicePtr, size uint64) Result {
 	return Result(C.sa_mem_address_free(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(size)))
 }
 
-func rawMemCreate(c Context, d Device, size uint64) (Result, uint64) {
-	r := C.sa_mem_create(C.uintptr_t(c), C.int(d), C.uint64_t(size))
+func rawMemCreate(c Context, d Device, size uint64, handles HandleType) (Result, uint64) {
+	r := C.sa_mem_create(C.uintptr_t(c), C.int(d), C.uint64_t(size), C.int(handles))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemExportFD(c Context, h MemHandle) (Result, uint64) {
+	r := C.sa_mem_export_fd(C.uintptr_t(c), C.uint64_t(h))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemExportFabric(c Context, h MemHandle, out *[64]byte) Result {
+	return Result(C.sa_mem_export_fabric(C.uintptr_t(c), C.uint64_t(h), unsafe.Pointer(out)))
+}
+
+func rawMemImportFD(c Context, fd int) (Result, uint64) {
+	r := C.sa_mem_import_fd(C.uintptr_t(c), C.int(fd))
+	return Result(r.r), uint64(r.v)
+}
+
+func rawMemImportFabric(c Context, in *[64]byte) (Result, uint64) {
+	r := C.sa_mem_import_fabric(C.uintptr_t(c), unsafe.Pointer(in))
 	return Result(r.r), uint64(r.v)
 }
 

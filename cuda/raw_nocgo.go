@@ -120,8 +120,14 @@ func rawCtxGetDevice(Context) (Result, uint64)         { return ErrNotInitialize
 // The virtual-memory wing.
 func rawMemAddressReserve(Context, uint64, uint64) (Result, uint64) { return ErrNotInitialized, 0 }
 func rawMemAddressFree(Context, DevicePtr, uint64) Result           { return ErrNotInitialized }
-func rawMemCreate(Context, Device, uint64) (Result, uint64)         { return ErrNotInitialized, 0 }
-func rawMemRelease(Context, MemHandle) Result                       { return ErrNotInitialized }
+func rawMemCreate(Context, Device, uint64, HandleType) (Result, uint64) {
+	return ErrNotInitialized, 0
+}
+func rawMemExportFD(Context, MemHandle) (Result, uint64)      { return ErrNotInitialized, 0 }
+func rawMemExportFabric(Context, MemHandle, *[64]byte) Result { return ErrNotInitialized }
+func rawMemImportFD(Context, int) (Result, uint64)            { return ErrNotInitialized, 0 }
+func rawMemImportFabric(Context, *[64]byte) (Result, uint64)  { return ErrNotInitialized, 0 }
+func rawMemRelease(Context, MemHandle) Result                 { return ErrNotInitialized }
 func rawMemMap(Context, DevicePtr, uint64, uint64, MemHandle) Result {
 	return ErrNotInitialized
 }

@@ -162,6 +162,11 @@ static CUresult (*p_cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocatio
 static CUresult (*p_cuMemUnmap)(CUdeviceptr, size_t);
 static CUresult (*p_cuMemSetAccess)(CUdeviceptr, size_t, const sa_access_desc *, size_t);
 static CUresult (*p_cuMemGetAllocationGranularity)(size_t *, const sa_alloc_prop *, int);
+// Sharing a physical allocation: a POSIX descriptor is written to an int
+// (export) or passed as the int itself in a void * (import); a fabric
+// handle is a 64-byte CUmemFabricHandle written to or read from memory.
+static CUresult (*p_cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+static CUresult (*p_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
 
 // The managed-memory wing. CUmemLocation is {CUmemLocationType type; int
 // id}, 8 bytes, passed by value. cuMemPrefetchAsync_v2 and cuMemAdvise_v2
@@ -298,6 +303,8 @@ static const sa_entry entries[] = {
 	E(cuMemUnmap, "cuMemUnmap", NULL, 0),
 	E(cuMemSetAccess, "cuMemSetAccess", NULL, 0),
 	E(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL, 0),
+	E(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", NULL, 0),
+	E(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", NULL, 0),
 	// The managed-memory wing.
 	E(cuMemPrefetchAsync, "cuMemPrefetchAsync_v2", NULL, 0),
 	E(cuMemAdvise, "cuMemAdvise_v2", NULL, 0),
@@ -996,13 +1003,13 @@ sa_ret sa_ctx_get_device(uintptr_t ctx) {
 
 // --- The virtual-memory wing ---------------------------------------------
 
-// sa_device_prop is the property of pinned device memory on dev, exported
-// as no handle type.
-static sa_alloc_prop sa_device_prop(int dev) {
+// sa_device_prop is the property of pinned device memory on dev,
+// exportable as the handle types given (SA_MEM_HANDLE_TYPE_NONE: none).
+static sa_alloc_prop sa_device_prop(int dev, int handle_types) {
 	sa_alloc_prop p;
 	memset(&p, 0, sizeof p);
 	p.type = SA_MEM_ALLOCATION_TYPE_PINNED;
-	p.requestedHandleTypes = SA_MEM_HANDLE_TYPE_NONE;
+	p.requestedHandleTypes = handle_types;
 	p.locationType = SA_MEM_LOCATION_TYPE_DEVICE;
 	p.locationId = dev;
 	return p;
@@ -1023,10 +1030,10 @@ int sa_mem_address_free(uintptr_t ctx, uint64_t p, uint64_t size) {
 	return p_cuMemAddressFree(p, size);
 }
 
-sa_ret sa_mem_create(uintptr_t ctx, int dev, uint64_t size) {
+sa_ret sa_mem_create(uintptr_t ctx, int dev, uint64_t size, int handle_types) {
 	NEEDR(sa_ret, cuMemCreate);
 	BINDR(sa_ret, ctx);
-	sa_alloc_prop prop = sa_device_prop(dev);
+	sa_alloc_prop prop = sa_device_prop(dev, handle_types);
 	CUmemGenericAllocationHandle h = 0;
 	sa_ret out = {p_cuMemCreate(&h, size, &prop, 0), 0};
 	out.v = h;
@@ -1061,10 +1068,49 @@ int sa_mem_set_access(uintptr_t ctx, uint64_t p, uint64_t size, int dev) {
 sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option) {
 	NEEDR(sa_ret, cuMemGetAllocationGranularity);
 	BINDR(sa_ret, ctx);
-	sa_alloc_prop prop = sa_device_prop(dev);
+	sa_alloc_prop prop = sa_device_prop(dev, SA_MEM_HANDLE_TYPE_NONE);
 	size_t g = 0;
 	sa_ret out = {p_cuMemGetAllocationGranularity(&g, &prop, option), 0};
 	out.v = g;
+	return out;
+}
+
+sa_ret sa_mem_export_fd(uintptr_t ctx, uint64_t h) {
+	NEEDR(sa_ret, cuMemExportToShareableHandle);
+	BINDR(sa_ret, ctx);
+	int fd = -1;
+	sa_ret out = {p_cuMemExportToShareableHandle(&fd, h, SA_MEM_HANDLE_TYPE_POSIX_FD, 0), 0};
+	out.v = (uint64_t)(int64_t)fd;
+	return out;
+}
+
+int sa_mem_export_fabric(uintptr_t ctx, uint64_t h, void *out64) {
+	NEED(cuMemExportToShareableHandle);
+	BIND(ctx);
+	sa_opaque64 f;
+	memset(&f, 0, sizeof f);
+	CUresult r = p_cuMemExportToShareableHandle(&f, h, SA_MEM_HANDLE_TYPE_FABRIC, 0);
+	memcpy(out64, &f, sizeof f);
+	return r;
+}
+
+sa_ret sa_mem_import_fd(uintptr_t ctx, int fd) {
+	NEEDR(sa_ret, cuMemImportFromShareableHandle);
+	BINDR(sa_ret, ctx);
+	CUmemGenericAllocationHandle h = 0;
+	sa_ret out = {p_cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, SA_MEM_HANDLE_TYPE_POSIX_FD), 0};
+	out.v = h;
+	return out;
+}
+
+sa_ret sa_mem_import_fabric(uintptr_t ctx, const void *in64) {
+	NEEDR(sa_ret, cuMemImportFromShareableHandle);
+	BINDR(sa_ret, ctx);
+	sa_opaque64 f;
+	memcpy(&f, in64, sizeof f);
+	CUmemGenericAllocationHandle h = 0;
+	sa_ret out = {p_cuMemImportFromShareableHandle(&h, &f, SA_MEM_HANDLE_TYPE_FABRIC), 0};
+	out.v = h;
 	return out;
 }
 

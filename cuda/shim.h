@@ -168,12 +168,20 @@ sa_ret sa_stream_get_ctx(uintptr_t ctx, uintptr_t s);
 sa_ret sa_ctx_get_device(uintptr_t ctx);
 
 // The virtual-memory wing: cuMemAddressReserve/Free, cuMemCreate/Release
-// of pinned device memory on dev (no exportable handle type), cuMemMap/
-// Unmap, cuMemSetAccess (read-write for dev), cuMemGetAllocationGranularity
-// (option 0 minimum, 1 recommended). Physical handles cross as uint64_t.
+// of pinned device memory on dev (exportable as handle_types, a
+// CUmemAllocationHandleType set; 0 for none), cuMemMap/Unmap,
+// cuMemSetAccess (read-write for dev), cuMemGetAllocationGranularity
+// (option 0 minimum, 1 recommended), and a physical allocation's export
+// to and import from a POSIX descriptor (returned in v, the caller's to
+// close; an import leaves fd open) or a 64-byte fabric handle (copied from
+// or to the caller's buffer). Physical handles cross as uint64_t.
 sa_ret sa_mem_address_reserve(uintptr_t ctx, uint64_t size, uint64_t alignment);
 int sa_mem_address_free(uintptr_t ctx, uint64_t p, uint64_t size);
-sa_ret sa_mem_create(uintptr_t ctx, int dev, uint64_t size);
+sa_ret sa_mem_create(uintptr_t ctx, int dev, uint64_t size, int handle_types);
+sa_ret sa_mem_export_fd(uintptr_t ctx, uint64_t h);
+int sa_mem_export_fabric(uintptr_t ctx, uint64_t h, void *out64);
+sa_ret sa_mem_import_fd(uintptr_t ctx, int fd);
+sa_ret sa_mem_import_fabric(uintptr_t ctx, const void *in64);
 int sa_mem_release(uintptr_t ctx, uint64_t h);
 int sa_mem_map(uintptr_t ctx, uint64_t p, uint64_t size, uint64_t offset, uint64_t h);
 int sa_mem_unmap(uintptr_t ctx, uint64_t p, uint64_t size);

@@ -15,6 +15,16 @@
 // range faults, so callers unmap after that work is known complete.
 // MemRelease may be called while the allocation is mapped; its memory is
 // freed when the last mapping goes.
+//
+// Sharing (cuMemExportToShareableHandle, cuMemImportFromShareableHandle):
+// an allocation made with MemCreateExportable is exported as one of the
+// handle types it was created with, a POSIX file descriptor (a new one,
+// the caller's to close once sent) or a 64-byte fabric handle; another
+// process imports it as a MemHandle of its own (an fd import leaves the
+// descriptor open), maps it, sets access and releases it like any other.
+// Which types a device offers: AttrHandleTypePOSIXSupported and
+// AttrHandleTypeFabricSupported. The memory lives until every process has
+// released its handle and unmapped it.
 
 package cuda
 
@@ -56,13 +66,31 @@ func (c Context) MemAddressFree(p DevicePtr, size uint64) error {
 	return check("cuMemAddressFree", rawMemAddressFree(c, p, size))
 }
 
+// Device attributes that say which handle types a physical allocation of
+// the device can be exported as (cuda.h's values).
+const (
+	// AttrHandleTypePOSIXSupported is
+	// CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED.
+	AttrHandleTypePOSIXSupported DeviceAttribute = 103
+	// AttrHandleTypeFabricSupported is
+	// CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED (CUDA 12.3 on).
+	AttrHandleTypeFabricSupported DeviceAttribute = 128
+)
+
 // MemCreate makes a physical allocation of size bytes of pinned memory on
 // d.
 func (c Context) MemCreate(d Device, size uint64) (MemHandle, error) {
+	return c.MemCreateExportable(d, size, HandleNone)
+}
+
+// MemCreateExportable makes a physical allocation of size bytes of pinned
+// memory on d that can be exported as the handle types given
+// (requestedHandleTypes; HandleNone: none).
+func (c Context) MemCreateExportable(d Device, size uint64, handles HandleType) (MemHandle, error) {
 	if err := c.ok(); err != nil {
 		return 0, err
 	}
-	r, h := rawMemCreate(c, d, size)
+	r, h := rawMemCreate(c, d, size, handles)
 	if r != Success {
 		return 0, &Error{Op: "cuMemCreate", Code: r}
 	}
@@ -115,4 +143,52 @@ func (c Context) MemAllocationGranularity(d Device, opt GranularityOption) (uint
 		return 0, &Error{Op: "cuMemGetAllocationGranularity", Code: r}
 	}
 	return g, nil
+}
+
+// MemExportFD is cuMemExportToShareableHandle of h as a POSIX file
+// descriptor, which the caller owns.
+func (c Context) MemExportFD(h MemHandle) (int, error) {
+	if err := c.ok(); err != nil {
+		return -1, err
+	}
+	r, v := rawMemExportFD(c, h)
+	if r != Success {
+		return -1, &Error{Op: "cuMemExportToShareableHandle", Code: r}
+	}
+	return int(int64(v)), nil
+}
+
+// MemExportFabric is cuMemExportToShareableHandle of h as a fabric handle.
+func (c Context) MemExportFabric(h MemHandle) (IPCHandle, error) {
+	var f IPCHandle
+	if err := c.ok(); err != nil {
+		return f, err
+	}
+	err := check("cuMemExportToShareableHandle", rawMemExportFabric(c, h, (*[64]byte)(&f)))
+	return f, err
+}
+
+// MemImportFD is cuMemImportFromShareableHandle of a POSIX file
+// descriptor; fd stays open. Release the handle with MemRelease.
+func (c Context) MemImportFD(fd int) (MemHandle, error) {
+	if err := c.ok(); err != nil {
+		return 0, err
+	}
+	r, v := rawMemImportFD(c, fd)
+	if r != Success {
+		return 0, &Error{Op: "cuMemImportFromShareableHandle", Code: r}
+	}
+	return MemHandle(v), nil
+}
+
+// MemImportFabric is cuMemImportFromShareableHandle of a fabric handle.
+func (c Context) MemImportFabric(f IPCHandle) (MemHandle, error) {
+	if err := c.ok(); err != nil {
+		return 0, err
+	}
+	r, v := rawMemImportFabric(c, (*[64]byte)(&f))
+	if r != Success {
+		return 0, &Error{Op: "cuMemImportFromShareableHandle", Code: r}
+	}
+	return MemHandle(v), nil
 }

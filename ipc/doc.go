@@ -78,6 +78,21 @@
 // a fabric export (CUDA_ERROR_NOT_PERMITTED) on a machine without an IMEX
 // channel; ExporterOptions.Handle picks the type, POSIX by default.
 //
+// # Virtual memory
+//
+// Memory of an mr.Virtual made with VirtualOptions.HandleTypes (growable
+// ranges and a Pool growing in place over it included) is shared by
+// physical allocation instead (gpu.PhysicalSharing): Virtual.Export
+// gives the pieces under a range, SendVirtual and RecvVirtual carry them
+// over the socket with their descriptors, and ImportVirtual maps them in
+// the importer (virtual.go). The two rules above are the caller's there:
+// an interprocess event recorded after the exporter's writes, waited on
+// by the importer, and one recorded after the importer's last use, waited
+// on by the exporter's stream before it frees or decommits the range.
+// The lend-and-return protocol of Link and Importer does not carry
+// Virtual memory yet. On the H100 a child process reads and rewrites a
+// range of three pieces with zero mismatches (TestTwoProcessesVirtual).
+//
 // # Costs
 //
 // A loan costs an export of 64 bytes, an event record and wait on each

@@ -158,37 +158,16 @@ func TestTwoProcessesFill(t *testing.T) {
 // back as lost, the exporter frees them, the pool trims to nothing, and
 // the device's free memory returns to what it was before the child ran.
 func TestKilledImporter(t *testing.T) {
-	dev := cardDevice(t)
-	s, _ := dev.NewStream()
-	defer s.Destroy()
-	must(t, dev.Synchronize())
-	baseline, total, err := dev.MemGetInfo()
-	must(t, err)
-	ch := startChild(t, "hold")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	e, err := ipc.NewExporter(dev, ipc.ExporterOptions{})
-	must(t, err)
-	defer e.Close()
-	l, err := e.Serve(ctx, ch.conn)
-	must(t, err)
-	const n, size = 8, 64 << 20
-	loans := make([]*ipc.Loan, n)
-	for i := range loans {
-		p, err := e.Allocate(size, s)
-		must(t, err)
-		must(t, dev.MemsetD8Async(p, byte(i), size, s))
-		loans[i], err = l.Lend(context.Background(), p, size, s)
-		must(t, err)
-	}
-	if got := ch.line(t); got != "holding "+strconv.Itoa(n) {
+	lt := lendToChild(t, "hold", true)
+	e, ch, s := lt.exporter, lt.child, lt.stream
+	if got := ch.line(t); got != "holding "+strconv.Itoa(len(lt.loans)) {
 		t.Fatalf("child said %q", got)
 	}
 	reservedHeld := e.Async().Usage().Reserved
 	must(t, ch.cmd.Process.Signal(syscall.SIGKILL))
 	ch.cmd.Wait()
-	for _, ln := range loans {
-		if err := ln.Wait(ctx); !isLost(err) {
+	for _, ln := range lt.loans {
+		if err := ln.Wait(lt.ctx); !isLost(err) {
 			t.Fatalf("a loan of a killed importer: %v, want ipc.ErrPeerLost", err)
 		}
 		must(t, e.Deallocate(ln.Ptr(), ln.Size(), s))
@@ -196,23 +175,15 @@ func TestKilledImporter(t *testing.T) {
 	must(t, s.Synchronize())
 	must(t, e.Async().Trim(0))
 	u := e.Async().Usage()
-	// The dead process's context goes as the driver tears it down: give
-	// it a moment before reading the device's free memory.
-	var free uint64
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		free, _, err = dev.MemGetInfo()
-		must(t, err)
-		if free >= baseline || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	diff := int64(baseline) - int64(free)
+	// The dead process's context goes as the driver tears it down:
+	// waitFree gives it a moment before the device's free memory is read.
+	free := waitFree(t, lt.dev, lt.baseline)
+	diff := int64(lt.baseline) - int64(free)
 	must(t, e.Close())
-	freeClosed := waitFree(t, dev, baseline)
-	diffClosed := int64(baseline) - int64(freeClosed)
+	freeClosed := waitFree(t, lt.dev, lt.baseline)
+	diffClosed := int64(lt.baseline) - int64(freeClosed)
 	t.Logf("killed importer holding %d x %d MiB: pool reserved %d MiB while lent, %d bytes used and %d reserved after the frees and Trim(0); device free %d MiB before the child, %d MiB after the frees and Trim(0) (%+d bytes), %d MiB after the exporter's Close (%+d bytes), of %d MiB",
-		n, size>>20, reservedHeld>>20, u.Used, u.Reserved, baseline>>20, free>>20, -diff, freeClosed>>20, -diffClosed, total>>20)
+		len(lt.loans), lt.size>>20, reservedHeld>>20, u.Used, u.Reserved, lt.baseline>>20, free>>20, -diff, freeClosed>>20, -diffClosed, lt.total>>20)
 	if u.Used != 0 || u.Reserved != 0 {
 		t.Errorf("the exporter's pool holds %d bytes used, %d reserved", u.Used, u.Reserved)
 	}
@@ -220,6 +191,54 @@ func TestKilledImporter(t *testing.T) {
 	if diffClosed > 2<<20 {
 		t.Errorf("the device has %d bytes less free than before the child, the exporter closed", diffClosed)
 	}
+}
+
+// childLending is the state shared by the tests that lend a child
+// process 8 loans of 64 MiB: the device and its free memory before the
+// child ran, the exporter serving the child, and the loans.
+type childLending struct {
+	dev             gpu.Device
+	stream          gpu.Stream
+	baseline, total uint64
+	child           *child
+	ctx             context.Context
+	exporter        *ipc.Exporter
+	link            *ipc.Link
+	loans           []*ipc.Loan
+	size            int
+}
+
+// lendToChild starts a child in mode, serves it from a new exporter and
+// lends it 8 allocations of 64 MiB, each filled with its index first when
+// fill is set. Everything it makes is released when the test ends.
+func lendToChild(t *testing.T, mode string, fill bool) *childLending {
+	t.Helper()
+	dev := cardDevice(t)
+	s, _ := dev.NewStream()
+	t.Cleanup(func() { s.Destroy() })
+	must(t, dev.Synchronize())
+	baseline, total, err := dev.MemGetInfo()
+	must(t, err)
+	ch := startChild(t, mode)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	e, err := ipc.NewExporter(dev, ipc.ExporterOptions{})
+	must(t, err)
+	t.Cleanup(func() { e.Close() })
+	l, err := e.Serve(ctx, ch.conn)
+	must(t, err)
+	const n, size = 8, 64 << 20
+	lt := &childLending{dev: dev, stream: s, baseline: baseline, total: total, child: ch, ctx: ctx, exporter: e, link: l, loans: make([]*ipc.Loan, n), size: size}
+	for i := range lt.loans {
+		p, err := e.Allocate(size, s)
+		must(t, err)
+		if fill {
+			must(t, dev.MemsetD8Async(p, byte(i), size, s))
+		}
+		lt.loans[i], err = l.Lend(context.Background(), p, size, s)
+		must(t, err)
+	}
+	return lt
 }
 
 // waitFree polls the device's free memory for up to 5 s until it reaches
@@ -243,44 +262,24 @@ func waitFree(t *testing.T, dev gpu.Device, want uint64) uint64 {
 // free memory does after the frees and Trim(0), and after the exporter's
 // Close, for comparison with the killed importer.
 func TestReleasedImporterTrim(t *testing.T) {
-	dev := cardDevice(t)
-	s, _ := dev.NewStream()
-	defer s.Destroy()
-	must(t, dev.Synchronize())
-	baseline, _, err := dev.MemGetInfo()
-	must(t, err)
-	ch := startChild(t, "release")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	e, err := ipc.NewExporter(dev, ipc.ExporterOptions{})
-	must(t, err)
-	defer e.Close()
-	l, err := e.Serve(ctx, ch.conn)
-	must(t, err)
-	const n, size = 8, 64 << 20
-	loans := make([]*ipc.Loan, n)
-	for i := range loans {
-		p, err := e.Allocate(size, s)
-		must(t, err)
-		loans[i], err = l.Lend(context.Background(), p, size, s)
-		must(t, err)
-	}
-	for _, ln := range loans {
-		must(t, ln.Wait(ctx))
+	lt := lendToChild(t, "release", false)
+	e, s := lt.exporter, lt.stream
+	for _, ln := range lt.loans {
+		must(t, ln.Wait(lt.ctx))
 		must(t, e.Deallocate(ln.Ptr(), ln.Size(), s))
 	}
-	must(t, ch.cmd.Wait())
-	<-l.Done()
+	must(t, lt.child.cmd.Wait())
+	<-lt.link.Done()
 	must(t, s.Synchronize())
 	must(t, e.Async().Trim(0))
 	u := e.Async().Usage()
-	free := waitFree(t, dev, baseline)
+	free := waitFree(t, lt.dev, lt.baseline)
 	must(t, e.Close())
-	freeClosed := waitFree(t, dev, baseline)
+	freeClosed := waitFree(t, lt.dev, lt.baseline)
 	t.Logf("importer that gave back %d x %d MiB: %d bytes used and %d reserved after the frees and Trim(0); device free %d MiB before, %d MiB after Trim(0) (%+d bytes), %d MiB after the exporter's Close (%+d bytes)",
-		n, size>>20, u.Used, u.Reserved, baseline>>20, free>>20, int64(free)-int64(baseline), freeClosed>>20, int64(freeClosed)-int64(baseline))
-	if int64(baseline)-int64(freeClosed) > 2<<20 {
-		t.Errorf("the device has %d bytes less free than before, the exporter closed", int64(baseline)-int64(freeClosed))
+		len(lt.loans), lt.size>>20, u.Used, u.Reserved, lt.baseline>>20, free>>20, int64(free)-int64(lt.baseline), freeClosed>>20, int64(freeClosed)-int64(lt.baseline))
+	if int64(lt.baseline)-int64(freeClosed) > 2<<20 {
+		t.Errorf("the device has %d bytes less free than before, the exporter closed", int64(lt.baseline)-int64(freeClosed))
 	}
 }
 
@@ -420,6 +419,9 @@ func runChild(mode string) error {
 	}
 	if mode == "legacy" {
 		return childLegacy(dev, conn, s, k, cnt)
+	}
+	if mode == "virtual" {
+		return childVirtual(dev, conn, s, k, cnt)
 	}
 	ctx := context.Background()
 	im, err := ipc.Accept(ctx, dev, conn)

@@ -79,6 +79,7 @@
 //	pool_layout.go         Pool.Layout: chunks and blocks with their states, the largest free block
 //	virtual.go             Virtual: physical memory mapped on demand into one reserved range
 //	virtual_grow.go        Virtual's growable ranges: granules committed and decommitted in place, in pieces
+//	virtual_export.go      Virtual's memory shared with another process: the pieces under a range, exported
 //	virtual_trace_*.go     a build tag's timing trace of those commits and unmaps (measurement only)
 //	grower.go              Grower: the upstream interface of growth in place
 //	pool_vgrow.go          the Pool over a Grower: growable chunks per stream, a long and a short one
@@ -155,6 +156,13 @@
 // Virtual, which tells the Pool which part of a free block gives its
 // memory back (DecommitSpan). An adaptor between the two hides Grower, and the Pool then cuts
 // chunks: growth in place is for a Pool directly over Virtual.
+//
+// Sharing with another process belongs to Virtual too: with
+// VirtualOptions.HandleTypes its physical memory is created exportable,
+// and Export hands out the pieces under any live range, a Pool block
+// growing in place included (the Pool's address is all it needs), as OS
+// handles. The cross-process protocol (sockets, the importer's mappings)
+// is package ipc's, which mr does not import (ipc.ImportVirtual).
 //
 // # Writing an adaptor
 //

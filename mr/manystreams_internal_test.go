@@ -170,6 +170,50 @@ func poolOverAsync(t *testing.T, capacity uint64) (gpu.Device, *Async, *Pool) {
 	return dev, a, p
 }
 
+// allocFreeOnNewStreams makes n streams on dev and allocates and frees
+// 4 KiB from p once on each, in that order; the streams stay alive.
+func allocFreeOnNewStreams(t *testing.T, dev gpu.Device, p *Pool, n int) []gpu.Stream {
+	t.Helper()
+	ss := make([]gpu.Stream, n)
+	for i := range ss {
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss[i] = s
+		q, err := p.Allocate(4096, s)
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if err := p.Deallocate(q, 4096, s); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	return ss
+}
+
+// releaseEmpty releases p, which holds no live block, and checks that
+// neither p nor its upstream a holds anything after.
+func releaseEmpty(t *testing.T, p *Pool, a *Async) {
+	t.Helper()
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	checkReleased(t, p, a)
+}
+
+// checkReleased checks that p reserves nothing and its upstream a has
+// nothing in use.
+func checkReleased(t *testing.T, p *Pool, a *Async) {
+	t.Helper()
+	if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
+		t.Errorf("after release: %+v", u)
+	}
+	if u := a.Usage(); u.Used != 0 {
+		t.Errorf("the upstream after release: %+v", u)
+	}
+}
+
 // Streams that each allocate and free once cost a Pool O(1) amortized:
 // every one keeps its working chunk, idle, and the slow path of each new
 // stream used to visit and sort all of them (steal and releaseIdle, which
@@ -190,21 +234,7 @@ func TestPoolChurnManyStreams(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	ss := make([]gpu.Stream, n)
-	for i := range ss {
-		s, err := dev.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ss[i] = s
-		q, err := p.Allocate(4096, s)
-		if err != nil {
-			t.Fatalf("stream %d: %v", i, err)
-		}
-		if err := p.Deallocate(q, 4096, s); err != nil {
-			t.Fatalf("stream %d: %v", i, err)
-		}
-	}
+	ss := allocFreeOnNewStreams(t, dev, p, n)
 	d := time.Since(start)
 	if d > bound {
 		t.Errorf("%d streams took %v, bound %v", n, d, bound)
@@ -224,15 +254,7 @@ func TestPoolChurnManyStreams(t *testing.T) {
 	if st := p.Stats(); st.Allocations != uint64(n) || st.Frees != uint64(n) {
 		t.Errorf("stats: %+v", st)
 	}
-	if err := p.Release(); err != nil {
-		t.Fatal(err)
-	}
-	if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
-		t.Errorf("after release: %+v", u)
-	}
-	if u := a.Usage(); u.Used != 0 {
-		t.Errorf("the upstream after release: %+v", u)
-	}
+	releaseEmpty(t, p, a)
 	for _, s := range ss {
 		s.Destroy()
 	}
@@ -256,21 +278,7 @@ func TestPoolManyStreamsFullDevice(t *testing.T) {
 	}
 	dev, a, p := poolOverAsync(t, 2<<30)
 	start := time.Now()
-	ss := make([]gpu.Stream, n)
-	for i := range ss {
-		s, err := dev.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ss[i] = s
-		q, err := p.Allocate(4096, s)
-		if err != nil {
-			t.Fatalf("stream %d: %v", i, err)
-		}
-		if err := p.Deallocate(q, 4096, s); err != nil {
-			t.Fatalf("stream %d: %v", i, err)
-		}
-	}
+	ss := allocFreeOnNewStreams(t, dev, p, n)
 	if u := p.Usage(); u.Used != 0 || u.PeakUsed != 4096 || u.PeakReserved > 2<<30 {
 		t.Errorf("usage after every free: %+v", u)
 	}
@@ -288,12 +296,7 @@ func TestPoolManyStreamsFullDevice(t *testing.T) {
 	if d := time.Since(start); d > bound {
 		t.Errorf("%d streams took %v, bound %v", n, d, bound)
 	}
-	if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
-		t.Errorf("after release: %+v", u)
-	}
-	if u := a.Usage(); u.Used != 0 {
-		t.Errorf("the upstream after release: %+v", u)
-	}
+	checkReleased(t, p, a)
 	pool, err := dev.DefaultMemPool()
 	if err != nil {
 		t.Fatal(err)

@@ -510,9 +510,10 @@ func (p *Pool) deallocateLocked(st *poolStream, ptr gpu.DevicePtr, size int, s g
 			return poolSizeMismatch(ptr, req, size)
 		}
 		c := b.c
-		st.unliveAt(b, at)
+		st.live.delAt(at)
+		st.unlisted(b)
 		if p.opts.ReleaseThreshold == 0 || c.live > 0 {
-			if !st.arm(b, size) {
+			if b != st.last || !st.arm(b, size) {
 				st.quickPut(b)
 			}
 			st.mu.Unlock()

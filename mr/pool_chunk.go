@@ -60,10 +60,14 @@ type poolBlock struct {
 	prev, next   *poolBlock // neighbours in c, by address
 	lprev, lnext *poolBlock // links in a tlsf class, a pending list or the spare list
 
-	ptr     gpu.DevicePtr
-	req     int // the size asked for, while live
-	c       *poolChunk
-	freedBy *poolStream // pending: the stream the free was enqueued on
+	ptr gpu.DevicePtr
+	req int // the size asked for, while live
+	c   *poolChunk
+	// freedBy is, for a pending block, the stream the free was enqueued
+	// on (and, for a block of a chunk between detach and refile, the
+	// stream it waits for); nil in every other state, so that a free
+	// need not write it.
+	freedBy *poolStream
 }
 
 func (b *poolBlock) end() gpu.DevicePtr { return b.ptr + gpu.DevicePtr(b.size) }

@@ -127,8 +127,22 @@ func (st *poolStream) fastFree(ptr gpu.DevicePtr, size int, owner uint32) bool {
 // lock takes the stream's mutex, settles its fast slot and, if a walker
 // parked the stream, lists it for the walkers again (pool_walk.go). Every
 // holder of st.mu takes it this way.
+//
+// The three checks are one test: on a busy stream none of them holds, and
+// lockSettle, which does the work, is not called.
 func (st *poolStream) lock() {
 	st.mu.Lock()
+	if st.fstate.Load() != fastEmpty || st.parked || !st.lfStale {
+		st.lockSettle()
+	}
+}
+
+// lockSettle is what lock does when the fast slot is armed, the stream is
+// parked or its largest free block is not listed as stale. Called with
+// st.mu.
+//
+//go:noinline
+func (st *poolStream) lockSettle() {
 	if st.fstate.Load() != fastEmpty {
 		st.settle()
 	}
@@ -173,11 +187,13 @@ func (st *poolStream) settle() {
 	st.quickPut(b)
 }
 
-// arm puts b, which was live for req bytes and is in no list now (unlive
-// has run), in the empty fast slot, if the slot may hold it, and reports
-// whether it did. Called with st.mu.
+// arm puts b, the block the stream handed out last (st.last), which was
+// live for req bytes and is in no list now (unlive has run), in the empty
+// fast slot, if the slot may hold it, and reports whether it did. The
+// caller checks b == st.last, so that the free of any other block (random
+// churn) makes no call. Called with st.mu.
 func (st *poolStream) arm(b *poolBlock, req int) bool {
-	if b != st.last || req > fastMaxReq || st.pool.opts.ReleaseThreshold != 0 || st.unflushed+int64(req) > usedQuantum {
+	if req > fastMaxReq || st.pool.opts.ReleaseThreshold != 0 || st.unflushed+int64(req) > usedQuantum {
 		return false
 	}
 	b.state = blockCached

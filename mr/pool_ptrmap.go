@@ -47,8 +47,11 @@ func (m *ptrMap) len() int {
 
 const ptrMapMinSlots = 64
 
+// ptrMapMul is the Fibonacci multiplier, 2^64 over the golden ratio.
+const ptrMapMul = 0x9E3779B97F4A7C15
+
 func (m *ptrMap) home(k gpu.DevicePtr) int {
-	return int((uint64(k) * 0x9E3779B97F4A7C15) >> m.shift)
+	return int((uint64(k) * ptrMapMul) >> m.shift)
 }
 
 func (m *ptrMap) get(k gpu.DevicePtr) *poolBlock {
@@ -71,9 +74,10 @@ func (m *ptrMap) find(k gpu.DevicePtr) (*poolBlock, int) {
 	if m.n == 0 {
 		return nil, 0
 	}
-	mask := len(m.slots) - 1
+	slots := m.slots
+	mask := len(slots) - 1
 	for i := m.home(k); ; i = (i + 1) & mask {
-		s := &m.slots[i]
+		s := &slots[i&mask]
 		if s.key == k {
 			return s.val, i
 		}
@@ -97,12 +101,13 @@ func (m *ptrMap) putTable(k gpu.DevicePtr, v *poolBlock) {
 	if (m.n+1)*2 > len(m.slots) {
 		m.grow()
 	}
-	mask := len(m.slots) - 1
-	i := m.home(k)
-	for m.slots[i].key != 0 {
+	slots := m.slots
+	mask := len(slots) - 1
+	i := m.home(k) & mask
+	for slots[i].key != 0 {
 		i = (i + 1) & mask
 	}
-	m.slots[i] = ptrMapSlot{k, v}
+	slots[i] = ptrMapSlot{k, v}
 	m.n++
 }
 
@@ -127,23 +132,25 @@ func (m *ptrMap) delAt(at int) {
 		m.front = ptrMapSlot{}
 		return
 	}
-	mask := len(m.slots) - 1
-	i := at
+	slots, shift := m.slots, m.shift
+	mask := len(slots) - 1
+	i := at & mask
 	// Backward shift: move later entries of the probe run into the hole
-	// unless that would put them before their home slot.
+	// unless that would put them before their home slot. (The locals keep
+	// the loop from reloading the map's fields at every step.)
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		s := m.slots[j]
+		s := &slots[j]
 		if s.key == 0 {
 			break
 		}
-		h := m.home(s.key)
+		h := int((uint64(s.key) * ptrMapMul) >> shift)
 		// s may move to i iff i lies cyclically in [h, j).
 		if (j-h)&mask >= (j-i)&mask {
-			m.slots[i] = s
+			slots[i] = *s
 			i = j
 		}
 	}
-	m.slots[i] = ptrMapSlot{}
+	slots[i] = ptrMapSlot{}
 	m.n--
 }
 

@@ -69,16 +69,16 @@ func TestPoolQuickReuse(t *testing.T) {
 			if st.nquick != 1 {
 				t.Fatalf("after a free on the home, %d blocks cached, want 1", st.nquick)
 			}
-			n, bytes := st.small.n+st.large.n, st.small.bytes+st.large.bytes
+			n, bytes := freeCount(st)
 			r := mustAlloc(t, p, tc.req, s)
 			if st.nquick != 0 {
 				t.Errorf("%d blocks cached after the request, want 0", st.nquick)
 			}
-			freeBytes := st.small.bytes + st.large.bytes
+			freeN, freeBytes := freeCount(st)
 			if tc.hit {
-				if r != q || st.small.n+st.large.n != n || freeBytes != bytes {
+				if r != q || freeN != n || freeBytes != bytes {
 					t.Errorf("request of %d after freeing %d: got %#x (want %#x), free blocks %d of %d bytes (want %d of %d): not served by the cache",
-						tc.req, tc.size, r, q, st.small.n+st.large.n, freeBytes, n, bytes)
+						tc.req, tc.size, r, q, freeN, freeBytes, n, bytes)
 				}
 			} else if want := int(p.Usage().Reserved) - alignUp(tc.req); freeBytes != want {
 				t.Errorf("request of %d after freeing %d: the tlsf holds %d free bytes, want %d: the cache was not flushed",
@@ -109,8 +109,8 @@ func TestPoolQuickEviction(t *testing.T) {
 		t.Fatalf("%d cached, want %d", st.nquick, poolQuick)
 	}
 	// The three oldest frees coalesced with the rest of the chunk.
-	if st.small.n != 2 {
-		t.Errorf("%d free small blocks, want 2 (before and after the cached run)", st.small.n)
+	if n, _ := st.small.count(); n != 2 {
+		t.Errorf("%d free small blocks, want 2 (before and after the cached run)", n)
 	}
 	if q := mustAlloc(t, p, n, s); q != ps[len(ps)-1] {
 		t.Errorf("reuse gave %#x, want the last freed %#x", q, ps[len(ps)-1])
@@ -223,4 +223,28 @@ func TestPoolQuickDoubleFree(t *testing.T) {
 func settleFast(st *poolStream) {
 	st.lock()
 	st.mu.Unlock()
+}
+
+// count returns the number of blocks filed in t and their total size,
+// walking its lists.
+func (t *tlsf) count() (n, bytes int) {
+	for _, row := range t.heads {
+		if row == nil {
+			continue
+		}
+		for _, b := range row {
+			for ; b != nil; b = b.lnext {
+				n++
+				bytes += b.size
+			}
+		}
+	}
+	return n, bytes
+}
+
+// freeCount is count over the stream's small and large free blocks.
+func freeCount(st *poolStream) (n, bytes int) {
+	n, bytes = st.small.count()
+	ln, lb := st.large.count()
+	return n + ln, bytes + lb
 }

@@ -169,9 +169,12 @@ func (st *poolStream) putSpare(b *poolBlock) {
 // none serves, and absorb's error, which leaves the blocks of the streams
 // it could not wait on pending.
 func (st *poolStream) serve(rounded int) (*poolBlock, error) {
-	if b := st.quickTake(rounded); b != nil {
-		st.stats.quickHits++
-		return b, nil
+	if st.nquick > 0 { // an empty cache (an allocation after one) costs no call
+		if b := st.quickTake(rounded); b != nil {
+			st.stats.quickHits++
+			return b, nil
+		}
+		st.quickFlush()
 	}
 	t := &st.large
 	if rounded <= st.pool.tune.smallMax {
@@ -179,9 +182,14 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	} else if st.life != nil && st.life.short(rounded) {
 		t = &st.largeShort
 	}
-	st.quickFlush()
-	if b := st.takeFrom(t, rounded); b != nil {
-		return b, nil
+	// take, written out: the common case costs no call of its own.
+	if b := t.find(rounded); b != nil && b.size-rounded <= st.pool.slack(rounded) {
+		return st.split(t, b, rounded), nil
+	}
+	if t == &st.largeShort { // as takeFrom, without its call
+		if b := st.take(&st.large, rounded); b != nil {
+			return b, nil
+		}
 	}
 	if st.pendingBytes == 0 {
 		return nil, nil
@@ -239,20 +247,23 @@ func (st *poolStream) markLive(b *poolBlock, req int, owner uint32) {
 	b.req = req
 	st.last = b
 	st.stats.allocs++
-	st.working[b.c.class()] = b.c
+	if c := b.c; st.working[c.class()] != c {
+		st.working[c.class()] = c
+	}
 	st.live.put(b.ptr, b)
 	b.c.live++
-	st.addUsed(req)
+	if st.addUsed(req) {
+		st.usedFlush(req)
+	}
 	if st.life != nil {
 		st.life.handed(b, req, b.c.limit > 0)
 	}
 }
 
-// putFree marks b (in no list) free, coalesces it with its free
-// neighbours and files the result.
+// putFree marks b (in no list, freedBy nil) free, coalesces it with its
+// free neighbours and files the result.
 func (st *poolStream) putFree(b *poolBlock) {
 	b.state = blockFree
-	b.freedBy = nil
 	t := st.binsOf(b.c)
 	if n := b.next; n != nil && n.state == blockFree {
 		t.remove(n)
@@ -282,12 +293,6 @@ func (st *poolStream) unlive(b *poolBlock) {
 	st.unlisted(b)
 }
 
-// unliveAt is unlive for a block that live.find found at position at.
-func (st *poolStream) unliveAt(b *poolBlock, at int) {
-	st.live.delAt(at)
-	st.unlisted(b)
-}
-
 // unlisted counts live block b, out of the live map now, out of the
 // stream's counters.
 func (st *poolStream) unlisted(b *poolBlock) {
@@ -300,7 +305,9 @@ func (st *poolStream) unlisted(b *poolBlock) {
 	if b.c.live == 0 && !st.cand {
 		st.markCand()
 	}
-	st.addUsed(-b.req)
+	if st.addUsed(-b.req) {
+		st.usedFlush(-b.req)
+	}
 	b.req = 0
 }
 
@@ -385,6 +392,7 @@ func (st *poolStream) absorb() error {
 		for b := pl.head; b != nil; {
 			next := b.lnext
 			b.lprev, b.lnext = nil, nil
+			b.freedBy = nil
 			b.c.pending--
 			st.pendingBytes -= b.size
 			st.putFree(b)
@@ -438,8 +446,9 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 	return err
 }
 
-// addUsed adds d to the stream's used bytes, and to the pool-wide total
-// once the change since the last flush reaches the pool's quantum. With a
+// addUsed adds d to the stream's used bytes, and reports whether the
+// stream must then call usedFlush: when the change since the last flush
+// reaches the pool's quantum, or the stream is not listed dirty. With a
 // quantum of 0 (one stream), an allocation flushes whenever the total
 // could reach a new peak, and a free never does: the total is exact
 // whenever it matters for the peak. An allocation that leaves unflushed at
@@ -447,9 +456,23 @@ func (st *poolStream) orderAfter(from *poolStream) error {
 // the total already counts, and every value the total took was raised
 // into the peak (ResetPeaks flushes first), so no new peak is possible.
 // A pair of the same size so costs no atomic add at all.
-func (st *poolStream) addUsed(d int) {
+//
+// It makes no call, so that it inlines into markLive and unlisted; the
+// callers call usedFlush when it reports true.
+func (st *poolStream) addUsed(d int) bool {
 	st.used += int64(d)
-	st.unflushed += int64(d)
+	u := st.unflushed + int64(d)
+	st.unflushed = u
+	q := st.pool.usedQuantum.Load()
+	return (d > 0 && u > 0 && u >= q) || (q > 0 && u <= -q) || (u != 0 && !st.dirty)
+}
+
+// usedFlush adds the stream's unflushed change to the pool-wide total
+// when addUsed(d) said it reaches the quantum, and lists the stream dirty
+// if a change is left unflushed.
+//
+//go:noinline
+func (st *poolStream) usedFlush(d int) {
 	q := st.pool.usedQuantum.Load()
 	if (d > 0 && st.unflushed > 0 && st.unflushed >= q) || (q > 0 && st.unflushed <= -q) {
 		st.pool.flushUsed(st.unflushed)
@@ -529,6 +552,7 @@ func (st *poolStream) refile(c *poolChunk) {
 		if b.state == blockUnmapped {
 			// No memory, in no list.
 		} else if from == st {
+			b.freedBy = nil
 			st.putFree(b)
 		} else {
 			b.lprev, b.lnext = nil, nil

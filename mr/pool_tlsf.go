@@ -24,7 +24,8 @@
 // Invariants: a block is in a tlsf iff its state is blockFree; it is in the
 // list of class mapping(b.size), which insert records in b.fl, b.sl so that
 // remove need not compute it again; bit (fl, sl) of the bitmaps is set iff
-// heads[fl][sl] != nil; bytes and n are the sums over the listed blocks.
+// heads[fl][sl] != nil. (It keeps no count of its blocks or bytes: the
+// pool reads none, and two counters cost every insert and remove.)
 // A first level's row of list heads is allocated when a block is first
 // filed in it, so an idle stream costs hundreds of bytes, not the 10 KiB
 // that every row would take.
@@ -50,8 +51,6 @@ type tlsf struct {
 	flMap uint64
 	slMap [tlsfFL]uint32
 	heads [tlsfFL]*[tlsfSL]*poolBlock // nil until a block is filed in the row
-	n     int                         // blocks listed
-	bytes int                         // their total size
 }
 
 // tlsfClass returns the class of a block of size bytes (a positive multiple
@@ -82,12 +81,11 @@ func (t *tlsf) insert(b *poolBlock) {
 	b.lprev, b.lnext = nil, h
 	if h != nil {
 		h.lprev = b
+	} else { // the class was empty: its bits were clear
+		t.flMap |= 1 << fl
+		t.slMap[fl] |= 1 << sl
 	}
 	row[sl] = b
-	t.flMap |= 1 << fl
-	t.slMap[fl] |= 1 << sl
-	t.n++
-	t.bytes += b.size
 }
 
 // remove takes b, which must be filed in t, out of its list.
@@ -108,8 +106,6 @@ func (t *tlsf) remove(b *poolBlock) {
 		b.lnext.lprev = b.lprev
 	}
 	b.lprev, b.lnext = nil, nil
-	t.n--
-	t.bytes -= b.size
 }
 
 // find returns a filed block of at least size bytes, or nil. It does not

@@ -95,14 +95,21 @@ type VirtualOptions struct {
 	// decommitted memory, so on the device's progress); negative is
 	// ErrInvalidValue.
 	PiecesPerCommit int
+	// HandleTypes are the handle types every physical allocation of the
+	// resource is created exportable as (gpu.PhysicalSharing), so that a
+	// live range can be shared with another process (Export,
+	// virtual_export.go). Zero: none, and Export refuses. The device must
+	// offer them (NewVirtual: ErrNotSupported otherwise).
+	HandleTypes gpu.HandleType
 	// WaitForFrees makes an Allocate that maps new memory (rather than
 	// take back a pending free of its size) first wait on the host
 	// (cuEventSynchronize) for the work before every free of a plain
-	// allocation still pending and unmap them: the physical memory mapped is then at most the
-	// live allocations' plus the new one, as with cuMemAlloc and
-	// cuMemFree, whose free waits for the whole device. The wait holds
-	// the resource's mutex. False: new memory is mapped beside frees
-	// whose work has not completed, without a host wait.
+	// allocation still pending and unmap them: the physical memory
+	// mapped is then at most the live allocations' plus the new one, as
+	// with cuMemAlloc and cuMemFree, whose free waits for the whole
+	// device. The wait holds the resource's mutex. False: new memory is
+	// mapped beside frees whose work has not completed, without a host
+	// wait.
 	WaitForFrees bool
 }
 
@@ -164,6 +171,10 @@ type Virtual struct {
 	// VirtualOptions.DecommitWaitLimit.
 	perCommit int
 	waitLimit time.Duration
+	// share creates the physical allocations when handleTypes is not
+	// HandleNone (VirtualOptions.HandleTypes); nil otherwise.
+	share       gpu.PhysicalSharing
+	handleTypes gpu.HandleType
 
 	live  ptrTable[gpu.DevicePtr, gpu.Stream]
 	usage usageMeter
@@ -174,6 +185,11 @@ type Virtual struct {
 	holes   []vspan // unmapped pieces below end
 	pending []vfree // freed pieces waiting for their event
 	stats   VirtualStats
+	// handles are the physical allocations of the live and pending
+	// pieces, by offset, kept while mapped so that they can be exported:
+	// only when handleTypes is not HandleNone (otherwise a handle is
+	// released as soon as it is mapped).
+	handles map[uint64]gpu.Physical
 
 	// Growable allocations (virtual_grow.go), by address, and their
 	// pieces with every granule decommitted, waiting for the decommits'
@@ -207,6 +223,19 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", virtualName, err)
 	}
+	var share gpu.PhysicalSharing
+	if opts.HandleTypes != gpu.HandleNone {
+		if share, err = gpu.PhysicalSharingOf(dev); err != nil {
+			return nil, fmt.Errorf("%s: handle types %#x: %w", virtualName, int32(opts.HandleTypes), err)
+		}
+		offered, err := share.PhysicalHandleTypes()
+		if err != nil {
+			return nil, fmt.Errorf("%s: handle types: %w", virtualName, err)
+		}
+		if opts.HandleTypes&^offered != 0 {
+			return nil, fmt.Errorf("%s: handle types %#x, the device offers %#x: %w", virtualName, int32(opts.HandleTypes), int32(offered), gpu.ErrNotSupported)
+		}
+	}
 	g, err := vm.Granularity(false)
 	if err != nil {
 		return nil, fmt.Errorf("%s: granularity: %w", virtualName, err)
@@ -221,8 +250,8 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
 	}
 	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits,
-		waitFrees: opts.WaitForFrees,
-		perCommit: opts.PiecesPerCommit, waitLimit: opts.DecommitWaitLimit}
+		perCommit: opts.PiecesPerCommit, waitLimit: opts.DecommitWaitLimit, share: share, handleTypes: opts.HandleTypes,
+		waitFrees: opts.WaitForFrees}
 	if v.perCommit == 0 {
 		v.perCommit = DefaultVirtualPiecesPerCommit
 		if opts.WaitForDecommits {
@@ -246,7 +275,8 @@ func (v *Virtual) Device() gpu.Device { return v.dev }
 // (math.MaxInt, one granule a piece, under WaitForDecommits).
 func (v *Virtual) Options() VirtualOptions {
 	return VirtualOptions{ReserveSize: v.size, WaitForDecommits: v.waitDecommits,
-		DecommitWaitLimit: v.waitLimit, PiecesPerCommit: v.perCommit, WaitForFrees: v.waitFrees}
+		DecommitWaitLimit: v.waitLimit, PiecesPerCommit: v.perCommit, HandleTypes: v.handleTypes,
+		WaitForFrees: v.waitFrees}
 }
 
 // neverBlocks reports whether Commit never fails with ErrGrowBlocked
@@ -329,10 +359,19 @@ func (v *Virtual) reuseLocked(n uint64, s gpu.Stream) (gpu.DevicePtr, bool, erro
 	return 0, false, nil
 }
 
+// createPhysical makes a physical allocation of n bytes, exportable as
+// the resource's handle types.
+func (v *Virtual) createPhysical(n uint64) (gpu.Physical, error) {
+	if v.share != nil {
+		return v.share.CreateExportablePhysical(n, v.handleTypes)
+	}
+	return v.vm.CreatePhysical(n)
+}
+
 // mapLocked creates n bytes of physical memory and maps them, accessible,
 // at p; on error nothing is left created or mapped.
 func (v *Virtual) mapLocked(p gpu.DevicePtr, n uint64) error {
-	h, err := v.vm.CreatePhysical(n)
+	h, err := v.createPhysical(n)
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
@@ -341,6 +380,14 @@ func (v *Virtual) mapLocked(p gpu.DevicePtr, n uint64) error {
 	}
 	if err := v.vm.SetAccess(p, n); err != nil {
 		return errors.Join(fmt.Errorf("set access: %w", err), v.vm.Unmap(p, n), v.vm.ReleasePhysical(h))
+	}
+	if v.share != nil {
+		// Kept for Export; released after the unmap.
+		if v.handles == nil {
+			v.handles = make(map[uint64]gpu.Physical)
+		}
+		v.handles[uint64(p-v.base)] = h
+		return nil
 	}
 	// Released now, the memory goes with the mapping.
 	if err := v.vm.ReleasePhysical(h); err != nil {
@@ -456,6 +503,12 @@ func (v *Virtual) reapFreesLocked(wait bool) error {
 		if err == nil {
 			err = v.vm.Unmap(v.base+gpu.DevicePtr(f.off), f.n)
 			if err == nil {
+				if h, ok := v.handles[f.off]; ok {
+					delete(v.handles, f.off)
+					if rerr := v.vm.ReleasePhysical(h); rerr != nil {
+						errs = append(errs, fmt.Errorf("%s: release the memory of [%#x, +%d): %w", virtualName, uint64(v.base)+f.off, f.n, rerr))
+					}
+				}
 				v.events.Put(f.ev)
 				v.unplaceLocked(f.off, f.n)
 				v.stats.Pending -= f.n

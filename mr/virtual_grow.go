@@ -354,7 +354,7 @@ func (v *Virtual) commitLocked(gr *vgrow, first, k int, s gpu.Stream) error {
 			pc := &vpiece{gr: gr, first: at, n: min(end-at, piece)}
 			if from != nil {
 				pc.n, pc.h = from.n, from.h
-			} else if pc.h, err = v.vm.CreatePhysical(uint64(pc.n) * v.g); err != nil {
+			} else if pc.h, err = v.createPhysical(uint64(pc.n) * v.g); err != nil {
 				return errors.Join(fmt.Errorf("create: %w", err), undo())
 			}
 			if err := v.vm.Map(v.at(gr, at), uint64(pc.n)*v.g, pc.h, 0); err != nil {

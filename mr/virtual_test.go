@@ -42,6 +42,11 @@ func TestVirtualConformance(t *testing.T) {
 		{"vmm", func(tb testing.TB, dev gpu.Device) mr.Resource {
 			return newVirtual(tb, dev, mr.VirtualOptions{})
 		}, mrtest.Options{RefusesCapture: true}},
+		// Exportable: every handle is kept while mapped and released
+		// with the unmap, which the suite's accounting checks.
+		{"vmm-exportable", func(tb testing.TB, dev gpu.Device) mr.Resource {
+			return newVirtual(tb, dev, mr.VirtualOptions{HandleTypes: gpu.HandlePOSIX})
+		}, mrtest.Options{RefusesCapture: true}},
 		{"pool-over-vmm", func(tb testing.TB, dev gpu.Device) mr.Resource {
 			up := newVirtual(tb, dev, mr.VirtualOptions{})
 			p, err := mr.NewPool(up, mr.PoolOptions{})

@@ -48,6 +48,7 @@ func TestIPCThroughSanitizer(t *testing.T) {
 	zi := sanitize.New(sanitize.Options{OnReport: onReport}).Device(imp)
 	gputest.RunIPC(t, ze, zi)
 	gputest.RunIPCBadInput(t, ze)
+	gputest.RunPhysicalSharing(t, ze, zi)
 	if reports != 0 {
 		t.Errorf("%d sanitizer reports on correctly ordered work", reports)
 	}

@@ -34,6 +34,10 @@ type Device struct {
 
 	captures atomic.Int32 // captures begun and not ended (capture.go)
 	foreign  handleTable  // raw handle -> wrapper (foreign.go)
+	// exportable holds the live physical allocations made by
+	// CreateExportablePhysical: gpu.Physical -> the gpu.HandleType set
+	// they were made with (vmmshare.go).
+	exportable sync.Map
 }
 
 // Context is the device's primary context, for code that calls package

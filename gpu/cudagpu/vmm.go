@@ -46,7 +46,12 @@ func (d *Device) ReleasePhysical(h gpu.Physical) error {
 	if h == 0 {
 		return fmt.Errorf("cudagpu: ReleasePhysical: null handle: %w", gpu.ErrInvalidValue)
 	}
-	return d.ctx.MemRelease(cuda.MemHandle(h))
+	if err := d.ctx.MemRelease(cuda.MemHandle(h)); err != nil {
+		return err
+	}
+	// The driver may hand the same number out again from now on.
+	d.exportable.Delete(h)
+	return nil
 }
 
 // Map is cuMemMap. The null handle is refused here.

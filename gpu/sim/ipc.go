@@ -70,6 +70,8 @@ var exports struct {
 	pools  map[uint64]*memPool
 	events map[uint64]*event
 	mems   map[uint64]legacyExport
+	// phys are the exported physical allocations (vmmshare.go).
+	phys map[uint64]physExport
 	// destroyed holds the IDs of destroyed events still in events, oldest
 	// first, at most maxDestroyedEvents.
 	destroyed []uint64

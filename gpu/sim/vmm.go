@@ -53,6 +53,14 @@ type physAlloc struct {
 	pages    []atomic.Pointer[page] // one per granule, committed on touch
 	mapped   int                    // granules mapped, over all reservations
 	released bool
+	// Sharing (vmmshare.go): the handle types it was created exportable
+	// as, its entry in exports (0: never exported) and the file its POSIX
+	// descriptors open; imported: the pages are another allocation's,
+	// charged to the exporter's capacity, not this device's.
+	handles  gpu.HandleType
+	exportID uint64
+	file     string
+	imported bool
 }
 
 // reservation is a reserved range and what is mapped in it.
@@ -138,6 +146,11 @@ func (d *Device) FreeAddress(p gpu.DevicePtr, size uint64) error {
 
 // CreatePhysical makes a physical allocation, charged to the capacity.
 func (d *Device) CreatePhysical(size uint64) (gpu.Physical, error) {
+	return d.createPhysical(size, gpu.HandleNone)
+}
+
+// createPhysical makes a physical allocation exportable as handles.
+func (d *Device) createPhysical(size uint64, handles gpu.HandleType) (gpu.Physical, error) {
 	const call = "cuMemCreate"
 	if size == 0 || !vmAligned(size) {
 		return 0, driverErrf(call, gpu.ErrInvalidValue, "size %d is not a positive multiple of the granularity %d", size, vmGranule)
@@ -150,7 +163,7 @@ func (d *Device) CreatePhysical(size uint64) (gpu.Physical, error) {
 	}
 	vm := d.vmLocked()
 	vm.next++
-	a := &physAlloc{h: vm.next, size: size, pages: make([]atomic.Pointer[page], size/vmGranule)}
+	a := &physAlloc{h: vm.next, size: size, pages: make([]atomic.Pointer[page], size/vmGranule), handles: handles}
 	vm.phys[a.h] = a
 	d.committed += size
 	return a.h, nil
@@ -173,7 +186,10 @@ func (d *Device) ReleasePhysical(h gpu.Physical) error {
 func (d *Device) dropPhysLocked(a *physAlloc) {
 	if a.released && a.mapped == 0 {
 		delete(d.vm.phys, a.h)
-		d.committed -= a.size
+		if !a.imported {
+			d.committed -= a.size
+		}
+		a.unexport()
 	}
 }
 
