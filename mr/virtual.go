@@ -14,6 +14,16 @@
 // When the freed range is the tail of the range, the end moves back, so
 // the range shrinks as it grew.
 //
+// A freed allocation stays mapped until its work has completed, so memory
+// freed and memory mapped anew can be held at once: a caller that gives
+// memory back in order to take more (a Pool's release before growth)
+// holds both for as long as the freeing stream's queue runs, where
+// cuMemFree would have waited for the device first. WaitForFrees closes
+// that window: an Allocate that must map new memory first waits on the
+// host for the work before every pending free, and unmaps them, so the
+// memory mapped never exceeds what the caller holds. The wait is for the
+// freeing streams' work up to their frees, never for the whole device.
+//
 // Virtual is meant as the upstream of a suballocator: a Pool over it
 // holds exactly the physical memory of its chunks, rounded to the
 // granularity (2 MiB on current GPUs), and gives it back to the device the
@@ -91,6 +101,16 @@ type VirtualOptions struct {
 	// virtual_export.go). Zero: none, and Export refuses. The device must
 	// offer them (NewVirtual: ErrNotSupported otherwise).
 	HandleTypes gpu.HandleType
+	// WaitForFrees makes an Allocate that maps new memory (rather than
+	// take back a pending free of its size) first wait on the host
+	// (cuEventSynchronize) for the work before every free of a plain
+	// allocation still pending and unmap them: the physical memory
+	// mapped is then at most the live allocations' plus the new one, as
+	// with cuMemAlloc and cuMemFree, whose free waits for the whole
+	// device. The wait holds the resource's mutex. False: new memory is
+	// mapped beside frees whose work has not completed, without a host
+	// wait.
+	WaitForFrees bool
 }
 
 // VirtualStats are a Virtual resource's counters.
@@ -130,6 +150,9 @@ type VirtualStats struct {
 	// WaitsRefused counts the commits refused because such a wait
 	// reached VirtualOptions.DecommitWaitLimit.
 	WaitsRefused uint64
+	// FreeWaits counts the Allocates that waited on the host for
+	// pending frees before mapping (VirtualOptions.WaitForFrees).
+	FreeWaits uint64
 }
 
 // Virtual is a resource of physical memory mapped into one reserved range.
@@ -141,8 +164,9 @@ type Virtual struct {
 	base   gpu.DevicePtr
 	size   uint64
 	events eventCache
-	// waitDecommits is VirtualOptions.WaitForDecommits.
-	waitDecommits bool
+	// waitDecommits is VirtualOptions.WaitForDecommits, waitFrees
+	// VirtualOptions.WaitForFrees.
+	waitDecommits, waitFrees bool
 	// perCommit is VirtualOptions.PiecesPerCommit, waitLimit
 	// VirtualOptions.DecommitWaitLimit.
 	perCommit int
@@ -226,7 +250,8 @@ func NewVirtual(dev gpu.Device, opts VirtualOptions) (*Virtual, error) {
 		return nil, fmt.Errorf("%s: reserve %d bytes: %w", virtualName, size, err)
 	}
 	v := &Virtual{dev: dev, vm: vm, g: g, base: base, size: size, events: newEventCache(dev), waitDecommits: opts.WaitForDecommits,
-		perCommit: opts.PiecesPerCommit, waitLimit: opts.DecommitWaitLimit, share: share, handleTypes: opts.HandleTypes}
+		perCommit: opts.PiecesPerCommit, waitLimit: opts.DecommitWaitLimit, share: share, handleTypes: opts.HandleTypes,
+		waitFrees: opts.WaitForFrees}
 	if v.perCommit == 0 {
 		v.perCommit = DefaultVirtualPiecesPerCommit
 		if opts.WaitForDecommits {
@@ -250,7 +275,8 @@ func (v *Virtual) Device() gpu.Device { return v.dev }
 // (math.MaxInt, one granule a piece, under WaitForDecommits).
 func (v *Virtual) Options() VirtualOptions {
 	return VirtualOptions{ReserveSize: v.size, WaitForDecommits: v.waitDecommits,
-		DecommitWaitLimit: v.waitLimit, PiecesPerCommit: v.perCommit, HandleTypes: v.handleTypes}
+		DecommitWaitLimit: v.waitLimit, PiecesPerCommit: v.perCommit, HandleTypes: v.handleTypes,
+		WaitForFrees: v.waitFrees}
 }
 
 // neverBlocks reports whether Commit never fails with ErrGrowBlocked
@@ -259,9 +285,11 @@ func (v *Virtual) Options() VirtualOptions {
 func (v *Virtual) neverBlocks() bool { return v.waitDecommits }
 
 // Allocate maps size bytes, rounded up to the granularity, of new physical
-// memory at the lowest free address of the range. The memory is usable on
-// every stream. It refuses a capturing stream (mapping is not stream
-// work), like Direct.
+// memory at the lowest free address of the range, or takes back a pending
+// free of the same rounded size, ordering s after its work. The memory is
+// usable on every stream. With WaitForFrees, a mapping first waits for
+// the pending frees (VirtualOptions). It refuses a capturing stream
+// (mapping is not stream work), like Direct.
 func (v *Virtual) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if zero, err := checkAlloc(virtualName, v.dev, size, s); zero || err != nil {
 		return 0, err
@@ -285,6 +313,11 @@ func (v *Virtual) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 		v.stats.Live += uint64(size)
 		v.stats.PeakLive = max(v.stats.PeakLive, v.stats.Live)
 		return p, nil
+	}
+	if v.waitFrees && len(v.pending) > 0 {
+		// What the non-blocking reap left is still running.
+		v.stats.FreeWaits++
+		reapErr = errors.Join(reapErr, v.reapFreesLocked(true))
 	}
 	off, ok := v.placeLocked(n)
 	if !ok {
@@ -452,7 +485,13 @@ func (v *Virtual) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 func (v *Virtual) reapLocked() error { return v.reapWaitLocked(false) }
 
 func (v *Virtual) reapWaitLocked(wait bool) error {
-	errs := []error{v.reapGrowablesLocked(wait)}
+	return errors.Join(v.reapGrowablesLocked(wait), v.reapFreesLocked(wait))
+}
+
+// reapFreesLocked unmaps the pending frees (of plain allocations) whose
+// event has completed; with wait, it waits for each event first.
+func (v *Virtual) reapFreesLocked(wait bool) error {
+	var errs []error
 	kept := v.pending[:0]
 	for _, f := range v.pending {
 		var err error

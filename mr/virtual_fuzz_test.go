@@ -15,7 +15,10 @@ import (
 // the sum of the live requests; mapped bytes are at least the live ones
 // rounded to granules and, after ReleaseContext, exactly those; the
 // device's memory in use equals the mapped bytes; out of memory only when
-// the device has not the granules.
+// the device has not the granules. Inputs of odd length run with
+// WaitForFrees: an allocation that maps new memory leaves no free
+// pending, and is out of memory only when the live granules and its own
+// exceed the device.
 func FuzzVirtual(f *testing.F) {
 	f.Add([]byte{0, 10, 0, 200, 1, 0, 2, 0, 33, 3})
 	f.Add([]byte{0, 255, 0, 1, 1, 1, 0, 17, 2, 0, 9, 1, 0, 3, 0, 40})
@@ -28,7 +31,8 @@ func FuzzVirtual(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := mr.NewVirtual(d, mr.VirtualOptions{ReserveSize: 256 << 20})
+		wait := len(ops)%2 == 1
+		v, err := mr.NewVirtual(d, mr.VirtualOptions{ReserveSize: 256 << 20, WaitForFrees: wait})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,8 +64,15 @@ func FuzzVirtual(f *testing.F) {
 				size := (next()<<16 | next()<<8 | next()) % (16 << 20)
 				size++
 				s := streams[next()%2]
+				before := v.Stats()
 				p, err := v.Allocate(size, s)
 				n := (uint64(size) + g - 1) / g
+				if err != nil && wait && (liveGranules+n)*g <= capacity {
+					t.Fatalf("allocate %d with %d granules live, waiting for the frees: %v", size, liveGranules, err)
+				}
+				if st := v.Stats(); err == nil && wait && st.Pending != 0 && st.Pending != before.Pending-n*g {
+					t.Fatalf("allocate %d waiting for the frees: pending %d after, %d before", size, st.Pending, before.Pending)
+				}
 				if err != nil {
 					// Only when the granules do not fit beside what is
 					// mapped (pending frees included).

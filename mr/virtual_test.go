@@ -3,7 +3,10 @@ package mr_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -177,4 +180,91 @@ func TestVirtualNeedsVirtualMemory(t *testing.T) {
 	if !errors.Is(err, gpu.ErrNotSupported) {
 		t.Fatalf("got %v, want ErrNotSupported", err)
 	}
+}
+
+// TestVirtualWaitForFrees: a free behind work still queued stays mapped,
+// and an allocation that maps new memory meanwhile holds both; with
+// WaitForFrees that allocation first waits for the free's work and unmaps
+// it, so the memory mapped never holds both. A pending free of the same
+// size is taken back without a wait either way.
+func TestVirtualWaitForFrees(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			dev, err := sim.New(sim.Config{Capacity: 64 << 20}).Device(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := newVirtual(t, dev, mr.VirtualOptions{ReserveSize: 1 << 30, WaitForFrees: wait})
+			if got := v.Options().WaitForFrees; got != wait {
+				t.Fatalf("Options().WaitForFrees = %v, want %v", got, wait)
+			}
+			g := int(v.Stats().Granularity)
+			s1, s2 := newSimStream(t, dev), newSimStream(t, dev)
+			a, err := v.Allocate(4*g, s1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := v.Allocate(2*g, s1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			release := dev.(*sim.Device).Hold(s1)
+			defer release()
+			if err := v.Deallocate(b, 2*g, s1); err != nil {
+				t.Fatal(err)
+			}
+			// The same size: b's memory comes back, s2 ordered after s1's
+			// work, with no host wait (the stream is still held).
+			b2, err := v.Allocate(2*g, s2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := v.Stats(); b2 != b || st.Mapped != uint64(6*g) || st.FreeWaits != 0 {
+				t.Fatalf("reuse of a pending free: %#x (freed %#x), %+v", uint64(b2), uint64(b), st)
+			}
+			if err := v.Deallocate(a, 4*g, s1); err != nil {
+				t.Fatal(err)
+			}
+			var released atomic.Bool
+			if wait {
+				go func() {
+					time.Sleep(20 * time.Millisecond)
+					released.Store(true)
+					release()
+				}()
+			}
+			c, err := v.Allocate(g, s2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := v.Stats()
+			if wait {
+				if !released.Load() || st.Mapped != uint64(3*g) || st.Pending != 0 || st.FreeWaits != 1 || st.PeakMapped != uint64(6*g) {
+					t.Fatalf("allocation with a free pending, waiting: released %v, %+v; want mapped %d, 1 wait, peak %d",
+						released.Load(), st, 3*g, 6*g)
+				}
+			} else if st.Mapped != uint64(7*g) || st.Pending != uint64(4*g) || st.FreeWaits != 0 || st.PeakMapped != uint64(7*g) {
+				t.Fatalf("allocation with a free pending, not waiting: %+v; want mapped %d, pending %d, peak %d", st, 7*g, 4*g, 7*g)
+			}
+			release()
+			for _, x := range []struct {
+				p gpu.DevicePtr
+				n int
+			}{{b2, 2 * g}, {c, g}} {
+				if err := v.Deallocate(x.p, x.n, s2); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func newSimStream(t *testing.T, dev gpu.Device) gpu.Stream {
+	t.Helper()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return s
 }

@@ -109,8 +109,9 @@ type device struct {
 	res  mr.Resource // the top of the stack the host calls
 	base mr.Resource // the pool or async resource under the adaptors
 	// device is the resource that holds device memory (Direct or Async at
-	// the bottom, seen through counted for a pool): its Usage is what
-	// Stats reports as reserved.
+	// the bottom, seen through counted for a pool; the Virtual over vmm,
+	// whose mapped memory includes frees whose work is still running):
+	// its Usage is what Stats reports as reserved.
 	device  mr.UsageReporter
 	counted *mr.Stats // a pool's calls to its upstream; nil for async
 	peaks   []any     // what ResetPeaks resets
@@ -297,14 +298,18 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 // direct and async the pool's calls to its upstream are counted on the
 // way (Stats.DeviceAllocs); over vmm the pool sits on the Virtual itself,
 // which it must see to grow in place (mr.Grower), and counts them itself.
-// vmmDev is the device the Virtual is built on: d.dev but in tests.
+// With in_place=false (c.Chunked) the pool is over the Virtual through the
+// counting adaptor, which does not implement mr.Grower: the pool then
+// finds a plain upstream and cuts chunks, each one of Virtual's physical
+// allocations. vmmDev is the device the Virtual is built on: d.dev but in
+// tests.
 func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 	popts := mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
 		MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig}
 	var up mr.Resource
 	switch c.Upstream {
 	case "vmm":
-		vopts := mr.VirtualOptions{WaitForDecommits: c.WaitDecommits, PiecesPerCommit: c.Pieces}
+		vopts := mr.VirtualOptions{WaitForDecommits: c.WaitDecommits, PiecesPerCommit: c.Pieces, WaitForFrees: c.WaitFrees}
 		if c.WaitDecommits {
 			vopts.DecommitWaitLimit = DecommitWaitLimit
 		}
@@ -317,16 +322,21 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 		if err != nil {
 			return err
 		}
+		d.virtual, d.bottom = v, v
+		d.closers = []func() error{func() error { return v.ReleaseContext(context.Background()) }, v.Close}
+		if c.Chunked {
+			up = v
+			break
+		}
 		if c.MappedSlack {
 			popts.MappedSlack = VMMMappedSlack
 		}
 		p, err := mr.NewPool(v, popts)
 		if err != nil {
-			return errors.Join(err, v.Close())
+			return errors.Join(err, closeAll(d.closers))
 		}
-		d.pool, d.virtual, d.bottom = p, v, v
-		d.base, d.device = p, v
-		d.closers = []func() error{p.Close, func() error { return v.ReleaseContext(context.Background()) }, v.Close}
+		d.pool, d.base, d.device = p, p, v
+		d.closers = append([]func() error{p.Close}, d.closers...)
 		d.peaks = []any{p, v}
 		return nil
 	case "async":
@@ -344,6 +354,12 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 		return errors.Join(err, closeAll(d.closers))
 	}
 	d.pool, d.base, d.device = p, p, d.counted
+	if d.virtual != nil {
+		// The memory mapped, frees whose work has not yet completed
+		// included: what the device holds, where the adaptor would count
+		// only the pool's chunks.
+		d.device = d.virtual
+	}
 	d.closers = append([]func() error{p.Close}, d.closers...)
 	d.peaks = []any{p, d.counted, up}
 	return nil

@@ -14,6 +14,8 @@
 //	pool,upstream=vmm,wait_decommits
 //	pool,upstream=vmm,mapped_slack
 //	pool,upstream=vmm,pieces=1
+//	pool,upstream=vmm,in_place=false
+//	pool,upstream=vmm,in_place=false,wait_frees
 //
 // Invariant: ParseConfig(c.String()) == c for every Config that
 // ParseConfig returned.
@@ -103,6 +105,24 @@ type Config struct {
 	// piece goes back to the device only whole. Zero: the library's
 	// default.
 	Pieces int
+	// Chunked (in_place=false, an option of upstream=vmm) builds the
+	// pool over mr.Virtual as over cuMemAlloc: the pool cuts blocks from
+	// chunks and grows and gives back whole chunks, by the default
+	// pool's policy, but each chunk is one physical allocation mapped
+	// into Virtual's reserved range (cuMemCreate, cuMemMap,
+	// cuMemSetAccess) and given back in stream order (an event, then
+	// cuMemUnmap once it completed), where cuMemFree waits for the whole
+	// device. The options of growth in place (wait_decommits,
+	// mapped_slack, pieces=) are errors with it. Off by default:
+	// upstream=vmm grows in place (in_place=true).
+	Chunked bool
+	// WaitFrees is mr.VirtualOptions.WaitForFrees of in_place=false (an
+	// error otherwise): a growth of the pool first waits on the host for
+	// the work before the chunks it gave back, so that the memory mapped
+	// never holds a chunk given back and a new one at once; without it
+	// the two overlap for as long as the stream's queue runs (the
+	// default pool's cuMemFree waits for the whole device instead).
+	WaitFrees bool
 }
 
 // DecommitWaitLimit bounds each host wait of wait_decommits
@@ -132,7 +152,7 @@ var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", As
 func ParseConfig(s string) (Config, error) {
 	c := DefaultConfig
 	c.SplitBig = false // set below: the default of the kind, unless given
-	var splitGiven bool
+	var splitGiven, inPlaceGiven bool
 	items := strings.Split(s, ",")
 	for i, item := range items {
 		item = strings.TrimSpace(item)
@@ -152,6 +172,7 @@ func ParseConfig(s string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: %q: %v", ErrConfig, item, err)
 		}
 		splitGiven = splitGiven || key == "split_big"
+		inPlaceGiven = inPlaceGiven || key == "in_place"
 	}
 	if !splitGiven {
 		c.SplitBig = c.Kind == "pool"
@@ -176,6 +197,15 @@ func ParseConfig(s string) (Config, error) {
 	}
 	if c.WaitDecommits && c.Upstream != "vmm" {
 		return Config{}, fmt.Errorf("%w: wait_decommits is an option of upstream=vmm", ErrConfig)
+	}
+	if inPlaceGiven && c.Upstream != "vmm" {
+		return Config{}, fmt.Errorf("%w: in_place is an option of upstream=vmm", ErrConfig)
+	}
+	if c.WaitFrees && !c.Chunked {
+		return Config{}, fmt.Errorf("%w: wait_frees is an option of upstream=vmm,in_place=false", ErrConfig)
+	}
+	if c.Chunked && (c.WaitDecommits || c.MappedSlack || c.Pieces != 0) {
+		return Config{}, fmt.Errorf("%w: wait_decommits, mapped_slack and pieces= are options of growth in place, not of in_place=false", ErrConfig)
 	}
 	if c.Backend != "sim" && c.SimCapacity != 0 {
 		return Config{}, fmt.Errorf("%w: sim_capacity needs backend=sim", ErrConfig)
@@ -221,7 +251,7 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		*dst = b
 		return nil
 	}
-	if !hasVal && key != "track" && key != "split_big" && key != "wait_decommits" && key != "mapped_slack" {
+	if !hasVal && key != "track" && key != "split_big" && key != "wait_decommits" && key != "mapped_slack" && key != "in_place" && key != "wait_frees" {
 		return errors.New("want key=value")
 	}
 	switch key {
@@ -255,6 +285,15 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		return flag(&c.WaitDecommits)
 	case "mapped_slack":
 		return flag(&c.MappedSlack)
+	case "wait_frees":
+		return flag(&c.WaitFrees)
+	case "in_place":
+		inPlace := true
+		if err := flag(&inPlace); err != nil {
+			return err
+		}
+		c.Chunked = !inPlace
+		return nil
 	case "pieces":
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 1 || n > maxPieces {
@@ -332,6 +371,12 @@ func (c Config) String() string {
 	}
 	if c.Pieces != 0 {
 		parts = append(parts, "pieces="+strconv.Itoa(c.Pieces))
+	}
+	if c.Chunked {
+		parts = append(parts, "in_place=false")
+	}
+	if c.WaitFrees {
+		parts = append(parts, "wait_frees")
 	}
 	return strings.Join(parts, ",")
 }

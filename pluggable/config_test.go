@@ -45,6 +45,14 @@ func TestParseConfig(t *testing.T) {
 		{"pieces=4,upstream=vmm,mapped_slack", with(func(c *Config) { c.Upstream, c.Pieces, c.MappedSlack = "vmm", 4, true })},
 		{"pool,upstream=vmm,mapped_slack", with(func(c *Config) { c.Upstream, c.MappedSlack = "vmm", true })},
 		{"mapped_slack=false,upstream=vmm", with(func(c *Config) { c.Upstream = "vmm" })},
+		{"pool,upstream=vmm,in_place=false", with(func(c *Config) { c.Upstream, c.Chunked = "vmm", true })},
+		{"in_place=0,upstream=vmm,release_threshold=1G", with(func(c *Config) {
+			c.Upstream, c.Chunked, c.ReleaseThreshold = "vmm", true, 1<<30
+		})},
+		{"pool,upstream=vmm,in_place=false,wait_frees", with(func(c *Config) { c.Upstream, c.Chunked, c.WaitFrees = "vmm", true, true })},
+		{"wait_frees=false,in_place=false,upstream=vmm", with(func(c *Config) { c.Upstream, c.Chunked = "vmm", true })},
+		{"pool,upstream=vmm,in_place", with(func(c *Config) { c.Upstream = "vmm" })},
+		{"upstream=vmm,in_place=true,pieces=2", with(func(c *Config) { c.Upstream, c.Pieces = "vmm", 2 })},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -55,43 +63,54 @@ func TestParseConfig(t *testing.T) {
 
 func TestParseConfigErrors(t *testing.T) {
 	for _, in := range []string{
-		"pool,",                                // empty item
-		",pool",                                // empty item
-		"arena",                                // unknown kind (a bare key)
-		"pool,async",                           // a kind not first
-		"colour=blue",                          // unknown key
-		"backend=rocm",                         // bad choice
-		"upstream=managed",                     // bad choice
-		"release_threshold=",                   // no number
-		"release_threshold=-1",                 // negative
-		"release_threshold=1.5G",               // not an integer
-		"release_threshold=3EiB",               // unknown unit
-		"release_threshold=99999999999T",       // too large
-		"chunk_size",                           // no value
-		"log=",                                 // empty path
-		"track=maybe",                          // not a boolean
-		"split_big=2",                          // not a boolean
-		"async,split_big",                      // pool option on async
-		"async,chunk_size=8M",                  // pool option on async
-		"pool,pool=own",                        // async option on pool
-		"sim_capacity=1G",                      // without backend=sim
-		"upstream=VMM",                         // names are lower case
-		"upstream=virtual",                     // not a resource name
-		"upstream",                             // no value
-		"async,upstream=vmm",                   // pool option on async
-		"async,upstream=async",                 // pool option on async
-		"pool,wait_decommits",                  // vmm option without upstream=vmm
-		"pool,upstream=async,wait_decommits=1", // the same
-		"upstream=vmm,wait_decommits=soon",     // not a boolean
-		"pool,mapped_slack",                    // vmm option without upstream=vmm
-		"async,mapped_slack",                   // the same
-		"upstream=vmm,mapped_slack=much",       // not a boolean
-		"pool,pieces=1",                        // vmm option without upstream=vmm
-		"upstream=vmm,pieces=0",                // not positive
-		"upstream=vmm,pieces=-2",               // not positive
-		"upstream=vmm,pieces=1.5",              // not a whole number
-		"upstream=vmm,pieces=2000000",          // above maxPieces
-		"upstream=vmm,pieces",                  // no value
+		"pool,",                                      // empty item
+		",pool",                                      // empty item
+		"arena",                                      // unknown kind (a bare key)
+		"pool,async",                                 // a kind not first
+		"colour=blue",                                // unknown key
+		"backend=rocm",                               // bad choice
+		"upstream=managed",                           // bad choice
+		"release_threshold=",                         // no number
+		"release_threshold=-1",                       // negative
+		"release_threshold=1.5G",                     // not an integer
+		"release_threshold=3EiB",                     // unknown unit
+		"release_threshold=99999999999T",             // too large
+		"chunk_size",                                 // no value
+		"log=",                                       // empty path
+		"track=maybe",                                // not a boolean
+		"split_big=2",                                // not a boolean
+		"async,split_big",                            // pool option on async
+		"async,chunk_size=8M",                        // pool option on async
+		"pool,pool=own",                              // async option on pool
+		"sim_capacity=1G",                            // without backend=sim
+		"upstream=VMM",                               // names are lower case
+		"upstream=virtual",                           // not a resource name
+		"upstream",                                   // no value
+		"async,upstream=vmm",                         // pool option on async
+		"async,upstream=async",                       // pool option on async
+		"pool,wait_decommits",                        // vmm option without upstream=vmm
+		"pool,upstream=async,wait_decommits=1",       // the same
+		"upstream=vmm,wait_decommits=soon",           // not a boolean
+		"pool,mapped_slack",                          // vmm option without upstream=vmm
+		"async,mapped_slack",                         // the same
+		"upstream=vmm,mapped_slack=much",             // not a boolean
+		"pool,pieces=1",                              // vmm option without upstream=vmm
+		"upstream=vmm,pieces=0",                      // not positive
+		"upstream=vmm,pieces=-2",                     // not positive
+		"upstream=vmm,pieces=1.5",                    // not a whole number
+		"upstream=vmm,pieces=2000000",                // above maxPieces
+		"upstream=vmm,pieces",                        // no value
+		"pool,in_place=false",                        // vmm option without upstream=vmm
+		"upstream=async,in_place",                    // the same
+		"async,in_place=false",                       // the same
+		"upstream=vmm,in_place=no",                   // not a boolean
+		"upstream=vmm,in_place=false,mapped_slack",   // growth-in-place option on chunks
+		"upstream=vmm,in_place=false,pieces=1",       // the same
+		"wait_decommits,upstream=vmm,in_place=false", // the same
+		"pool,wait_frees",                            // an option of in_place=false
+		"upstream=vmm,wait_frees",                    // the same
+		"upstream=vmm,in_place=true,wait_frees",      // the same
+		"upstream=vmm,in_place=false,wait_frees=yes", // not a boolean
 	} {
 		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
@@ -103,14 +122,17 @@ func TestParseConfigErrors(t *testing.T) {
 // upstream.
 func TestParseConfigErrorText(t *testing.T) {
 	for in, want := range map[string]string{
-		"pool,upstream=vmmm":    `pluggable: bad configuration: "upstream=vmmm": want one of direct, async, vmm`,
-		"async,upstream=vmm":    `pluggable: bad configuration: upstream= is an option of pool, not async`,
-		"pool,upstream":         `pluggable: bad configuration: "upstream": want key=value`,
-		"pool,upstream=vmm,, ":  `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
-		"pool,wait_decommits":   `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
-		"pool,mapped_slack":     `pluggable: bad configuration: mapped_slack is an option of upstream=vmm`,
-		"pool,pieces=2":         `pluggable: bad configuration: pieces= is an option of upstream=vmm`,
-		"upstream=vmm,pieces=0": `pluggable: bad configuration: "pieces=0": want a whole number from 1 to 1048576`,
+		"pool,upstream=vmmm":                       `pluggable: bad configuration: "upstream=vmmm": want one of direct, async, vmm`,
+		"async,upstream=vmm":                       `pluggable: bad configuration: upstream= is an option of pool, not async`,
+		"pool,upstream":                            `pluggable: bad configuration: "upstream": want key=value`,
+		"pool,upstream=vmm,, ":                     `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
+		"pool,wait_decommits":                      `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
+		"pool,mapped_slack":                        `pluggable: bad configuration: mapped_slack is an option of upstream=vmm`,
+		"pool,pieces=2":                            `pluggable: bad configuration: pieces= is an option of upstream=vmm`,
+		"upstream=vmm,pieces=0":                    `pluggable: bad configuration: "pieces=0": want a whole number from 1 to 1048576`,
+		"pool,in_place=false":                      `pluggable: bad configuration: in_place is an option of upstream=vmm`,
+		"upstream=vmm,wait_frees":                  `pluggable: bad configuration: wait_frees is an option of upstream=vmm,in_place=false`,
+		"upstream=vmm,in_place=false,mapped_slack": `pluggable: bad configuration: wait_decommits, mapped_slack and pieces= are options of growth in place, not of in_place=false`,
 	} {
 		_, err := ParseConfig(in)
 		if !errors.Is(err, ErrConfig) || err.Error() != want {
@@ -144,7 +166,7 @@ func TestParseSize(t *testing.T) {
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0", "pool,upstream=vmm,max_size=1G",
-		"pool,upstream=vmm,wait_decommits", "pool,upstream=vmm,mapped_slack", "pool,upstream=vmm,pieces=2", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
+		"pool,upstream=vmm,wait_decommits", "pool,upstream=vmm,mapped_slack", "pool,upstream=vmm,pieces=2", "pool,upstream=vmm,in_place=false", "pool,upstream=vmm,in_place=false,wait_frees", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -18,8 +18,9 @@ type Stats struct {
 	// Reserved is the device memory the resource holds: what the bottom
 	// of the stack took from the device (for a pool over cuMemAlloc, the
 	// pool's chunks; over a driver pool, and for async, the driver pool's
-	// reserved bytes, which the driver rounds up). PeakReserved is its
-	// high-water mark.
+	// reserved bytes, which the driver rounds up; over vmm, the memory
+	// mapped, chunks or granules given back whose work is still running
+	// included). PeakReserved is its high-water mark.
 	Reserved, PeakReserved uint64
 	// Live is the bytes of the allocations not yet freed (as requested),
 	// PeakLive its high-water mark.
@@ -32,8 +33,8 @@ type Stats struct {
 	// direct), what PyTorch counts as num_device_alloc/free. Over vmm
 	// they count the pool's new chunks and commits of granules into a
 	// growable one (each maps memory), and its chunks given back and
-	// decommits (mr.PoolStats). Zero for async, whose driver pool does
-	// not say.
+	// decommits (mr.PoolStats); with in_place=false, its chunks, as over
+	// direct. Zero for async, whose driver pool does not say.
 	DeviceAllocs, DeviceFrees uint64
 	// AddressSpace is the virtual address space reserved, which holds no
 	// memory (upstream=vmm; 0 otherwise): Reserved counts only what is
@@ -75,6 +76,8 @@ func (a *Allocator) Stats(ordinal int) (st Stats, err error) {
 	case d.virtual != nil:
 		ps := d.pool.Stats()
 		st.DeviceAllocs, st.DeviceFrees = ps.Growths+ps.InPlaceGrowths, ps.Releases+ps.Decommits
+	}
+	if d.virtual != nil {
 		st.AddressSpace = d.virtual.Stats().Reserved
 	}
 	st.VMMFallback = d.vmmFallback != ""

@@ -254,7 +254,8 @@ func replayTorch(t *testing.T, evs []torchEvent, conf string, steady, end int) t
 // commits a steady step; with mapped_slack it keeps a margin for it
 // (VMMMappedSlack): 1.009-1.010 and no commit in the repeated steady
 // steps (1.75-2 a step in the recorded ones, still settling), in every
-// run.
+// run. The pool over Virtual's chunks with wait_frees keeps the default
+// pool's bounds.
 func TestTorchTraces(t *testing.T) {
 	files, _ := filepath.Glob("testdata/torch-*.csv.gz")
 	if len(files) != 2 {
@@ -282,7 +283,10 @@ func TestTorchTraces(t *testing.T) {
 		for _, c := range []struct {
 			conf string
 			want want
-		}{{"pool,split_big=false", tc.pool}, {"pool", tc.split}, {"pool,upstream=vmm", tc.vmm}, {"pool,upstream=vmm,mapped_slack", tc.slack}} {
+		}{{"pool,split_big=false", tc.pool}, {"pool", tc.split}, {"pool,upstream=vmm", tc.vmm}, {"pool,upstream=vmm,mapped_slack", tc.slack},
+			// Virtual's chunks, each given back before the next is
+			// mapped: the default pool's figures.
+			{"pool,upstream=vmm,in_place=false,wait_frees", tc.split}} {
 			t.Run(tc.name+"/"+c.conf, func(t *testing.T) {
 				if raceEnabled && strings.HasPrefix(c.conf, "pool,upstream=vmm") {
 					// Seconds under the race detector; TestPoolOverVirtual

@@ -82,6 +82,70 @@ func TestPoolOverVirtual(t *testing.T) {
 	}
 }
 
+// TestPoolOverVirtualChunks: with in_place=false the pool cuts chunks
+// from Virtual's plain allocations, one physical allocation each, and
+// never grows in place (the counting adaptor between them does not
+// implement mr.Grower). Reserved is what the Virtual maps, frees still
+// running included; DeviceAllocs and DeviceFrees are the pool's chunks.
+func TestPoolOverVirtualChunks(t *testing.T) {
+	for _, conf := range []string{"pool,upstream=vmm,in_place=false", "pool,upstream=vmm,in_place=false,wait_frees"} {
+		t.Run(conf, func(t *testing.T) {
+			a, errw := newSim(t, conf)
+			s1, err := a.SimNewStream(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := a.devs[0].Load()
+			if d.virtual == nil || d.vmmFallback != "" || d.counted == nil {
+				t.Fatalf("in_place=false: Virtual %v, counted %v, fallback %q", d.virtual != nil, d.counted != nil, d.vmmFallback)
+			}
+			if _, isGrower := mr.Resource(d.counted).(mr.Grower); isGrower {
+				t.Fatal("the pool's upstream implements mr.Grower: it would grow in place")
+			}
+			sizes := []uint64{100 << 20, 37<<20 + 5, 1 << 10, 300 << 20}
+			var ptrs []uintptr
+			var live uint64
+			for i, size := range sizes {
+				p := a.Alloc(size, 0, []uintptr{0, s1}[i%2])
+				if p == 0 || p%mr.Alignment != 0 {
+					t.Fatalf("Alloc(%d) = %#x: %s", size, p, a.LastError())
+				}
+				ptrs = append(ptrs, p)
+				live += size
+			}
+			st := stats(t, a, 0)
+			vs, ps := d.virtual.Stats(), d.pool.Stats()
+			if vs.Growable != 0 || ps.InPlaceGrowths != 0 || ps.Growths == 0 {
+				t.Fatalf("virtual %+v, pool %+v: want chunks, no growable range", vs, ps)
+			}
+			if st.Reserved != vs.Mapped || st.PeakReserved != vs.PeakMapped || st.Live != live || st.Reserved < live {
+				t.Fatalf("reserved %d (peak %d), live %d; the Virtual maps %d (peak %d), the trace %d live",
+					st.Reserved, st.PeakReserved, st.Live, vs.Mapped, vs.PeakMapped, live)
+			}
+			if st.DeviceAllocs != ps.Growths || vs.Live != uint64(d.pool.Usage().Reserved) || st.AddressSpace != vs.Reserved || st.VMMFallback {
+				t.Fatalf("stats %+v, virtual %+v, pool %+v: want the pool's chunks counted and the address space reported", st, vs, ps)
+			}
+			for i, p := range ptrs {
+				if err := a.Free(p, sizes[i], 0, []uintptr{0, s1}[i%2]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.Release(-1); err != nil {
+				t.Fatal(err)
+			}
+			if st := stats(t, a, 0); st.Reserved != 0 || st.Live != 0 || st.DeviceFrees != st.DeviceAllocs {
+				t.Fatalf("after freeing everything and Release: %+v", st)
+			}
+			if err := a.SimDestroyStream(0, s1); err != nil {
+				t.Fatal(err)
+			}
+			if errw.Len() != 0 {
+				t.Fatalf("reports on standard error: %s", errw)
+			}
+		})
+	}
+}
+
 // TestPoolOverVirtualOutOfMemory: a request the device cannot map returns
 // 0, counts an OOM and leaves the figures as they were.
 func TestPoolOverVirtualOutOfMemory(t *testing.T) {
@@ -161,6 +225,12 @@ func TestVirtualOptionsFromConfig(t *testing.T) {
 		}},
 		{"pool,upstream=vmm,wait_decommits,pieces=2", func(o mr.VirtualOptions) bool {
 			return o.PiecesPerCommit == 2 && o.WaitForDecommits && o.DecommitWaitLimit == DecommitWaitLimit
+		}},
+		{"pool,upstream=vmm,in_place=false", func(o mr.VirtualOptions) bool {
+			return !o.WaitForFrees && !o.WaitForDecommits
+		}},
+		{"pool,upstream=vmm,in_place=false,wait_frees", func(o mr.VirtualOptions) bool {
+			return o.WaitForFrees && !o.WaitForDecommits
 		}},
 	} {
 		a, _ := newSim(t, tc.conf)

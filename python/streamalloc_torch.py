@@ -19,7 +19,10 @@ in place, in 2 MiB granules mapped a piece of several at a time, so that
 its reserved bytes (the memory mapped) stay close to the live bytes
 (wait_decommits makes its layout independent of the device's progress, at
 the price of host waits; mapped_slack keeps up to 1% of the peak mapped for
-memory that the steps move, rather than unmap and map it each step);
+memory that the steps move, rather than unmap and map it each step;
+in_place=false keeps the default pool's chunks, each one physical
+allocation in that range, and wait_frees maps a new one only after the
+chunks given back are unmapped);
 stats() then also gives
 address_space_bytes (reserved addresses, no memory), and vmm_fallback is 1
 where the driver has no virtual memory management and the pool is over

@@ -291,8 +291,19 @@ def run_cupy(args):
         del a, b, c, x, y
         return total
 
+    def device_calls():
+        # streamalloc's pool's growths and give-backs so far (CuPy's own
+        # pool does not count its cudaMalloc calls).
+        if sa is None:
+            return -1, -1
+        st = sa.stats(0)
+        return st["device_allocs"], st["device_frees"]
+
     losses, times = [], []
+    before = (-1, -1)
     for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            before = device_calls()
         t0 = time.perf_counter()
         losses.append(step(i))
         cp.cuda.Device(0).synchronize()
@@ -301,6 +312,9 @@ def run_cupy(args):
             times.append(dt)
     result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cupy": cp.__version__}
     if sa is not None:
+        after = device_calls()
+        result.update(device_allocs=after[0], device_frees=after[1],
+                      device_allocs_timed=after[0] - before[0], device_frees_timed=after[1] - before[1])
         s = sa.stats(0)
         result.update(peak_reserved=s["peak_reserved_bytes"], peak_allocated=s["peak_live_bytes"],
                       allocs=s["allocs"], oom=s["oom_count"], bad_frees=s["bad_free_count"],
