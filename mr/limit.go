@@ -70,7 +70,7 @@ import (
 // concurrent use.
 type Budget struct {
 	limit uint64
-	most  uint64 // the most bytes charged at once: limit, at most budgetMax
+	most  uint64        // the most bytes charged at once: limit, at most budgetMax
 	used  atomic.Uint64 // the bytes charged, and budgetShared
 	peak  atomic.Uint64
 	first atomic.Pointer[limitUsed] // the counter of the budget's first Limit

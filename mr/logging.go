@@ -82,7 +82,7 @@ type Logging struct {
 	now    func() time.Time // nil: day and the monotonic clock from base
 	base   time.Duration    // cpuclock.Now when the logger was made
 	day    time.Duration    // the time of day then
-	known  knownStreams  // streams checked (args.go)
+	known  knownStreams     // streams checked (args.go)
 	owned
 	// live holds the allocations unless trusted; if trusted and shared,
 	// only its shard locks are used.
