@@ -69,18 +69,19 @@ type alignedBlock struct {
 // Aligned hands out memory with a larger alignment than its upstream's.
 // It is safe for concurrent use.
 type Aligned struct {
+	// What the hot path reads comes first: the slots (nil unless
+	// trusted), the padding an allocation at the adaptor's alignment
+	// asks for (extra), the largest request that padding leaves in an
+	// int, and the alignment's mask.
 	passThrough
-	dev   gpu.Device
-	align int
-	known knownStreams // streams checked (args.go)
 	owned
-	slots *alignedSlots // nil unless trusted
-	live  ptrTable[gpu.DevicePtr, alignedBlock]
-	// For the hot path: the padding an allocation at the adaptor's
-	// alignment asks for (extra), the alignment's mask, and the largest
-	// request that padding leaves in an int.
+	slots     *alignedSlots
 	pad, most int
 	mask      gpu.DevicePtr
+	dev       gpu.Device
+	align     int
+	known     knownStreams // streams checked (args.go)
+	live      ptrTable[gpu.DevicePtr, alignedBlock]
 }
 
 // NewAligned returns an adaptor over upstream whose Allocate aligns to

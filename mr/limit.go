@@ -142,16 +142,17 @@ func (b *Budget) attach(u *limitUsed) (first bool) {
 // Limit is an adaptor that charges every allocation to a Budget. It is
 // safe for concurrent use.
 type Limit struct {
+	// What the hot path reads comes first, on one cache line.
 	passThrough
 	dev    gpu.Device
 	budget *Budget
-	known  knownStreams // streams checked (args.go)
 	owned
-	live ptrTable[gpu.DevicePtr, uint64] // the charge; unused if trusted
 	// sole: the budget's first Limit, which counts its used bytes in used
 	// only from the moment the budget is shared.
 	sole bool
 	*limitUsed
+	known knownStreams                    // streams checked (args.go)
+	live  ptrTable[gpu.DevicePtr, uint64] // the charge; unused if trusted
 }
 
 // limitUsed is a Limit's own count of its used bytes. counted: used holds

@@ -80,24 +80,25 @@ type LoggingOptions struct {
 // Logging writes an RMM CSV log of what passes through it. It is safe for
 // concurrent use.
 type Logging struct {
+	// What the hot path reads comes first.
 	passThrough
-	dev    gpu.Device
+	owned
+	// fast: trusted and not shared, the hot path of Allocate and
+	// Deallocate.
+	fast   bool
 	w      *trace.CSVWriter
 	thread uint64
 	now    func() time.Time // nil: day and the monotonic clock from base
 	base   time.Duration    // cpuclock.Now when the logger was made
 	day    time.Duration    // the time of day then
-	known  knownStreams     // streams checked (args.go)
-	owned
-	// live holds the allocations unless trusted; if trusted and shared,
-	// only its shard locks are used.
-	live ptrTable[gpu.DevicePtr, struct{}]
+	dev    gpu.Device
 	// shared: w may be shared with another logger (NewLoggingTo), so no
 	// upstream call is made under w's lock.
 	shared bool
-	// fast: trusted and not shared, the hot path of Allocate and
-	// Deallocate.
-	fast bool
+	known  knownStreams // streams checked (args.go)
+	// live holds the allocations unless trusted; if trusted and shared,
+	// only its shard locks are used.
+	live ptrTable[gpu.DevicePtr, struct{}]
 
 	errMu sync.Mutex
 	err   error
