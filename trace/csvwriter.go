@@ -3,8 +3,10 @@
 // It writes exactly what RMM's logging_resource_adaptor writes: the header,
 // then one line per event with the time of day as HH:MM:SS.ffffff, the
 // pointer and the stream as 0x-prefixed lower-case hex, the thread and the
-// size in decimal. Each line is formatted into one reused byte slice and
-// copied into a bufio.Writer, so writing an event allocates nothing. What
+// size in decimal. Each line is formatted at the end of the writer's
+// buffer of 64 KiB (no copy after it), which goes to the io.Writer
+// when less than the longest line's room is left, so writing an event
+// allocates nothing. What
 // repeats from line to line is formatted once and kept: the thread (one
 // logger writes one value), the line's second, HH:MM:SS. (a second holds
 // thousands of lines), and the last value of the microseconds, the
@@ -23,7 +25,6 @@
 package trace
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math/bits"
@@ -35,8 +36,8 @@ import (
 // CSVWriter writes an RMM CSV log. Create one with NewCSVWriter.
 type CSVWriter struct {
 	mu     sync.Mutex
-	w      *bufio.Writer
-	line   []byte
+	out    io.Writer
+	buf    []byte // the lines not written to out yet; capacity csvBuffer
 	header bool
 	err    error
 	// Kept from the last line (see the file comment): the thread and its
@@ -79,8 +80,31 @@ func (f *fieldText) dec(b []byte, v int64) []byte {
 // written with the first event, or by Flush if there is none. Call Flush
 // when done; the writer buffers.
 func NewCSVWriter(w io.Writer) *CSVWriter {
-	return &CSVWriter{w: bufio.NewWriterSize(w, 64<<10), line: make([]byte, 0, 128),
+	return &CSVWriter{out: w, buf: make([]byte, 0, csvBuffer),
 		threadDec: []byte("0"), sec: -1, us: -1}
+}
+
+// csvBuffer is the size of the writer's buffer, and csvLineMax the
+// longest line: a thread and a size of 20 digits, the time (15), "allocate
+// failure" (16), two 0x-prefixed hex values of 16 digits, five commas and
+// the newline make 112 bytes.
+const (
+	csvBuffer  = 64 << 10
+	csvLineMax = 128
+)
+
+// flushLocked writes the buffer to out. cw.mu must be held. A short write
+// without an error is io.ErrShortWrite, as bufio.Writer reports it.
+func (cw *CSVWriter) flushLocked() error {
+	if len(cw.buf) == 0 {
+		return nil
+	}
+	n, err := cw.out.Write(cw.buf)
+	if err == nil && n < len(cw.buf) {
+		err = io.ErrShortWrite
+	}
+	cw.buf = cw.buf[:0]
+	return err
 }
 
 // Write appends one event. The time is written as the time of day:
@@ -128,13 +152,21 @@ func checkEvent(e Event) error {
 
 // writeLocked appends e. cw.mu must be held.
 func (cw *CSVWriter) writeLocked(e Event) error {
-	if err := cw.writeHeader(); err != nil {
-		return err
+	if cw.err != nil || !cw.header {
+		if err := cw.writeHeader(); err != nil {
+			return err
+		}
+	}
+	if len(cw.buf) > csvBuffer-csvLineMax {
+		if err := cw.flushLocked(); err != nil {
+			cw.err = fmt.Errorf("trace: write: %w", err)
+			return cw.err
+		}
 	}
 	if e.Thread != cw.thread {
 		cw.thread, cw.threadDec = e.Thread, strconv.AppendUint(cw.threadDec[:0], e.Thread, 10)
 	}
-	b := append(cw.line[:0], cw.threadDec...)
+	b := append(cw.buf, cw.threadDec...)
 	b = append(b, ',')
 	b = cw.appendClock(b, e.Time)
 	b = append(b, ',')
@@ -145,12 +177,7 @@ func (cw *CSVWriter) writeLocked(e Event) error {
 	b = cw.size.dec(b, e.Size)
 	b = append(b, ",0x"...)
 	b = cw.stream.hex(b, e.Stream)
-	b = append(b, '\n')
-	cw.line = b
-	if _, err := cw.w.Write(b); err != nil {
-		cw.err = fmt.Errorf("trace: write: %w", err)
-		return cw.err
-	}
+	cw.buf = append(b, '\n')
 	return nil
 }
 
@@ -162,7 +189,7 @@ func (cw *CSVWriter) Flush() error {
 	if err := cw.writeHeader(); err != nil {
 		return err
 	}
-	if err := cw.w.Flush(); err != nil {
+	if err := cw.flushLocked(); err != nil {
 		cw.err = fmt.Errorf("trace: flush: %w", err)
 		return cw.err
 	}
@@ -178,10 +205,7 @@ func (cw *CSVWriter) writeHeader() error {
 		return nil
 	}
 	cw.header = true
-	if _, err := cw.w.WriteString(Header + "\n"); err != nil {
-		cw.err = fmt.Errorf("trace: write: %w", err)
-		return cw.err
-	}
+	cw.buf = append(cw.buf, Header+"\n"...)
 	return nil
 }
 
