@@ -6,7 +6,8 @@
 # clock's tests and benchmark and the new binary's adaptor tests on the
 # card, then AdaptorsOverPool interleaved old, new six times
 # (bench-ab.sh, 150 ms), then BenchmarkHostCosts of the new binary three
-# times. Logs: $OUT/adapt3.tgz.
+# times and a CPU profile of its Limit, Aligned and Logging pairs.
+# Logs: $OUT/adapt3.tgz.
 set -u
 cd "$(dirname "$0")"
 export STREAMALLOC_DEVICE=cuda
@@ -25,5 +26,8 @@ OUT=$W/ab ./bench-ab.sh mr-old.test.gz mr-new.test.gz 'AdaptorsOverPool' ${ROUND
 echo "ab done $(date -u +%T)" >>"$W/machine.txt"
 ./mr-new.test -test.run '^$' -test.bench 'HostCosts' -test.count 3 -test.benchtime 100ms >"$W/host-costs.txt" 2>&1
 echo "host costs done $(date -u +%T)" >>"$W/machine.txt"
+./mr-new.test -test.run '^$' -test.bench 'AdaptorsOverPool/(limit|aligned|logging-file)$' \
+	-test.benchtime 500ms -test.cpuprofile "$W/adaptors-new.prof" >"$W/prof-new.txt" 2>&1
+echo "profile done $(date -u +%T)" >>"$W/machine.txt"
 rm -f mr-new.test cpuclock.test
 tar -C "$W" -czf "${OUT:-.}/adapt3.tgz" .
