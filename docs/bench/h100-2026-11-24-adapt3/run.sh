@@ -6,7 +6,9 @@
 # clock's tests and benchmark and the new binary's adaptor tests on the
 # card, then AdaptorsOverPool interleaved old, new six times
 # (bench-ab.sh, 150 ms), then BenchmarkHostCosts of the new binary three
-# times and a CPU profile of its Limit, Aligned and Logging pairs.
+# times and a CPU profile of its Limit, Aligned and Logging pairs. With
+# PINNED=1, also Logging and the pool alone, old and new interleaved
+# eight times at 300 ms, pinned to one CPU.
 # Logs: $OUT/adapt3.tgz.
 set -u
 cd "$(dirname "$0")"
@@ -24,6 +26,11 @@ echo "rc=$?" >>"$W/tests.log"
 echo "tests done $(date -u +%T)" >>"$W/machine.txt"
 OUT=$W/ab ./bench-ab.sh mr-old.test.gz mr-new.test.gz 'AdaptorsOverPool' ${ROUNDS:-6} ${BENCHTIME:-150ms} >/dev/null 2>"$W/ab-err.txt"
 echo "ab done $(date -u +%T)" >>"$W/machine.txt"
+if [ -n "${PINNED:-}" ]; then
+	# Logging alone, every process on one CPU, longer and more rounds.
+	OUT=$W/pinned taskset -c 7 ./bench-ab.sh mr-old.test.gz mr-new.test.gz 'AdaptorsOverPool/(pool|logging-file)$' 8 300ms >/dev/null 2>"$W/pinned-err.txt"
+	echo "pinned done $(date -u +%T)" >>"$W/machine.txt"
+fi
 ./mr-new.test -test.run '^$' -test.bench 'HostCosts' -test.count 3 -test.benchtime 100ms >"$W/host-costs.txt" 2>&1
 echo "host costs done $(date -u +%T)" >>"$W/machine.txt"
 ./mr-new.test -test.run '^$' -test.bench 'AdaptorsOverPool/(limit|aligned|logging-file)$' \
