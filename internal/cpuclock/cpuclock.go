@@ -30,11 +30,14 @@
 // copy), writes the first, makes the count even (readers use the first)
 // and writes the second. A reader loads the count, the copy it names, the
 // counter and the count again, and tries again if the count moved; it
-// never waits for a writer, and a reading takes no locked instruction.
-// Anchoring takes two compare-and-swaps a millisecond. A reader that
-// finds the anchor's period over while another reader anchors returns the
-// period's last nanosecond, and the new anchor starts at or after the
-// period's end, so no reading goes back.
+// never waits for a writer within the anchor's period, and a reading takes
+// no locked instruction. Anchoring takes two compare-and-swaps a
+// millisecond. A reader that finds the period over while another reader
+// anchors yields (runtime.Gosched) until the new anchor is published,
+// rather than return a time the new anchor could contradict: the new
+// anchor starts at or after the period's end and after every reading made
+// from the old one, so no reading goes back, and none lags the monotonic
+// clock while a writer is descheduled.
 //
 // Where the counter cannot be trusted, Now is the monotonic clock
 // (time.Since of the epoch): on other architectures than amd64, on a CPU
@@ -54,6 +57,7 @@ package cpuclock
 
 import (
 	"math/bits"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -125,7 +129,11 @@ func (c *clock) now() time.Duration {
 		a := &c.a[s&1]
 		ta, na, m := a.ticks.Load(), a.ns.Load(), a.mult.Load()
 		if m == 0 {
-			return time.Duration(c.uncalibrated())
+			if v, ok := c.uncalibrated(); ok {
+				return time.Duration(v)
+			}
+			runtime.Gosched()
+			continue
 		}
 		t := rdtsc()
 		if c.seq.Load() != s {
@@ -139,19 +147,23 @@ func (c *clock) now() time.Duration {
 		if off := scale(d, m); off < period {
 			return time.Duration(na + off)
 		}
-		return time.Duration(c.anchor(ta, na))
+		if v, ok := c.anchor(ta, na); ok {
+			return time.Duration(v)
+		}
+		runtime.Gosched() // another reader anchors
 	}
 }
 
-// anchor takes a new anchor after the period of the anchor (ta, na),
-// unless another reader is taking one, and returns the time now.
-func (c *clock) anchor(ta uint64, na int64) int64 {
+// anchor takes a new anchor after the period of the anchor (ta, na) and
+// returns the time now, or reports false if another reader is taking one
+// or took one since (ta, na) was read.
+func (c *clock) anchor(ta uint64, na int64) (int64, bool) {
 	if !c.writing.CompareAndSwap(false, true) {
-		return na + period - 1 // the last of the period: the next anchor is later
+		return 0, false
 	}
 	defer c.writing.Store(false)
 	if s := c.seq.Load(); c.a[s&1].ticks.Load() != ta {
-		return c.a[s&1].ns.Load() // taken since this reader read (ta, na)
+		return 0, false
 	}
 	t, n := rdtsc(), monotonic()
 	at := max(n, na+period)
@@ -162,7 +174,7 @@ func (c *clock) anchor(ta uint64, na int64) int64 {
 		r -= r / uint64(period) * uint64(min(ahead, period/2))
 	}
 	c.publish(t, at, r)
-	return at
+	return at, true
 }
 
 // publish writes the anchor (t, n, m). Only the elected writer calls it.
@@ -190,17 +202,19 @@ func rate(n int64, d uint64) uint64 {
 
 // uncalibrated is Now before the rate is known: the monotonic clock. The
 // first call takes the first anchor (or finds the counter untrusted); the
-// first call a period later measures the rate.
-func (c *clock) uncalibrated() int64 {
+// first call a period later measures the rate. It reports false, for the
+// caller to yield and read again, while another reader measures the rate
+// and once it has.
+func (c *clock) uncalibrated() (int64, bool) {
 	n := monotonic()
 	switch c.state.Load() {
 	case stateNew:
 		if !c.state.CompareAndSwap(stateNew, stateStarting) {
-			return n
+			return n, true
 		}
 		if !c.trusted() {
 			c.state.Store(stateMonotonic)
-			return n
+			return n, true
 		}
 		t := rdtsc()
 		n = monotonic()
@@ -209,12 +223,15 @@ func (c *clock) uncalibrated() int64 {
 		c.state.Store(stateMeasuring)
 	case stateMeasuring:
 		n0 := c.n0.Load()
-		if n-n0 < period || !c.writing.CompareAndSwap(false, true) {
-			return n
+		if n-n0 < period {
+			return n, true // before any anchor's time
+		}
+		if !c.writing.CompareAndSwap(false, true) {
+			return 0, false
 		}
 		defer c.writing.Store(false)
 		if c.state.Load() != stateMeasuring {
-			return n // measured since
+			return 0, false // measured since: read the anchor
 		}
 		t := rdtsc()
 		n = monotonic()
@@ -222,10 +239,12 @@ func (c *clock) uncalibrated() int64 {
 		// A counter of 100 MHz to 20 GHz; anything else is not a clock.
 		if r < 1<<32/20 || r > 10<<32 {
 			c.state.Store(stateMonotonic)
-			return n
+			return n, true
 		}
 		c.publish(t, n, r)
 		c.state.Store(stateCounter)
+	case stateCounter:
+		return 0, false // the anchor is published: read it
 	}
-	return n
+	return n, true
 }
