@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/streamalloc/streamalloc/bench"
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/internal/cpuclock"
 	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/mr"
 )
@@ -130,3 +134,55 @@ func BenchmarkTrackingDeep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHostCosts measures, on the host it runs on, the operations
+// the adaptors' pairs are made of, so that an adaptor's cost over the
+// pool can be read against them in the same run: an uncontended atomic
+// add and compare-and-swap (the locked instructions of Limit's charge and
+// refund, Stats' counters, Aligned's slots), a mutex's lock and unlock
+// (the log writer's, twice a pair), a reading of the runtime's monotonic
+// clock (time.Since) and of Logging's clock (internal/cpuclock).
+func BenchmarkHostCosts(b *testing.B) {
+	var word atomic.Uint64
+	var mu sync.Mutex
+	b.Run("atomic-add", func(b *testing.B) {
+		for b.Loop() {
+			word.Add(1)
+		}
+	})
+	b.Run("compare-and-swap", func(b *testing.B) {
+		for b.Loop() {
+			v := word.Load()
+			word.CompareAndSwap(v, v+1)
+		}
+	})
+	b.Run("mutex", func(b *testing.B) {
+		for b.Loop() {
+			mu.Lock()
+			mu.Unlock() //nolint:staticcheck // an empty critical section is what is measured
+		}
+	})
+	start := time.Now()
+	b.Run("time-since", func(b *testing.B) {
+		var s time.Duration
+		for b.Loop() {
+			s += time.Since(start)
+		}
+		hostSink = s
+	})
+	cpuclock.Now()
+	time.Sleep(2 * time.Millisecond) // past the clock's measurement of its rate
+	cpuclock.Now()
+	b.Run("cpuclock", func(b *testing.B) {
+		if !cpuclock.Counter() {
+			b.Log("the CPU's counter is not used here: cpuclock reads the monotonic clock")
+		}
+		var s time.Duration
+		for b.Loop() {
+			s += cpuclock.Now()
+		}
+		hostSink = s
+	})
+}
+
+var hostSink time.Duration

@@ -14,6 +14,11 @@
 // without a lock; the upstream refuses bad frees for it, and the table
 // holds only what the slots cannot.
 //
+// Over such an upstream, Allocate at the adaptor's alignment and every
+// free of an allocation in the slots make one call into the adaptor (the
+// hot path written out in Allocate and Deallocate), with the upstream's
+// call and the slots' three locked instructions; the rest is out of line.
+//
 // Invariants: every live returned address q is recorded, in the slots or
 // in the table, with its block (base, upstream size), and in the table
 // with its request size, with base <= q and q+size <= base+upstream size;
@@ -64,13 +69,19 @@ type alignedBlock struct {
 // Aligned hands out memory with a larger alignment than its upstream's.
 // It is safe for concurrent use.
 type Aligned struct {
+	// What the hot path reads comes first: the slots (nil unless
+	// trusted), the padding an allocation at the adaptor's alignment
+	// asks for (extra), the largest request that padding leaves in an
+	// int, and the alignment's mask.
 	passThrough
-	dev   gpu.Device
-	align int
-	known knownStreams // streams checked (args.go)
 	owned
-	slots *alignedSlots // nil unless trusted
-	live  ptrTable[gpu.DevicePtr, alignedBlock]
+	slots     *alignedSlots
+	pad, most int
+	mask      gpu.DevicePtr
+	dev       gpu.Device
+	align     int
+	known     knownStreams // streams checked (args.go)
+	live      ptrTable[gpu.DevicePtr, alignedBlock]
 }
 
 // NewAligned returns an adaptor over upstream whose Allocate aligns to
@@ -82,6 +93,9 @@ func NewAligned(upstream Resource, alignment int) (*Aligned, error) {
 	}
 	a := &Aligned{passThrough: passThrough{upstream}, dev: upstream.Device(), align: alignment,
 		owned: ownedOver(upstream)}
+	a.pad = a.extra()
+	a.most = maxAlignable - a.pad
+	a.mask = gpu.DevicePtr(max(alignment, Alignment) - 1)
 	if a.trusted() {
 		a.slots = new(alignedSlots)
 	}
@@ -112,6 +126,23 @@ func (a *Aligned) Alignment() int { return a.align }
 
 // Allocate returns size bytes aligned to the adaptor's alignment.
 func (a *Aligned) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	// The hot path (over an upstream that checks owners, a size the
+	// padding leaves in an int) is written out here, so that a request
+	// makes one call into the adaptor: allocate's, with the upstream's
+	// checks (the stream first of all, as args.go orders them; the size
+	// and the alignment are good).
+	if a.slots != nil && uint(size-1) < uint(a.most) {
+		base, err := a.oup.AllocateOwned(size+a.pad, s, a.owner)
+		if err != nil {
+			return 0, a.upstreamFailed(size, a.mask+1, s, err)
+		}
+		q := (base + a.mask) &^ a.mask
+		if a.slots.insert(q, uint64(q-base)/Alignment) {
+			return q, nil
+		}
+		a.live.insert(q, size, alignedBlock{base: base, size: size + a.pad}, nil)
+		return q, nil
+	}
 	return a.AllocateAligned(size, a.align, s)
 }
 
@@ -146,14 +177,7 @@ func (a *Aligned) allocate(size, alignment int, s gpu.Stream) (gpu.DevicePtr, er
 	upSize := size + alignment - Alignment
 	base, err := a.upAllocate(upSize, s)
 	if err != nil {
-		var oom *OutOfMemoryError
-		if errors.As(err, &oom) {
-			// Report the caller's request, not the padded one.
-			return 0, &OutOfMemoryError{Resource: "aligned", Requested: size, Stream: s.ID(),
-				Reserved: oom.Reserved, Used: oom.Used, Limit: oom.Limit,
-				Err: fmt.Errorf("%d bytes requested upstream for alignment %d: %w", upSize, alignment, err)}
-		}
-		return 0, fmt.Errorf("aligned: %w", err)
+		return 0, a.upstreamFailed(size, gpu.DevicePtr(alignment), s, err)
 	}
 	m := gpu.DevicePtr(alignment - 1)
 	q := (base + m) &^ m
@@ -162,6 +186,22 @@ func (a *Aligned) allocate(size, alignment int, s gpu.Stream) (gpu.DevicePtr, er
 	}
 	a.live.insert(q, size, alignedBlock{base: base, size: upSize}, nil)
 	return q, nil
+}
+
+// upstreamFailed is the error of a request of size bytes aligned to
+// alignment that the upstream refused with err: an out-of-memory error
+// names the caller's request, not the padded one.
+//
+//go:noinline
+func (a *Aligned) upstreamFailed(size int, alignment gpu.DevicePtr, s gpu.Stream, err error) error {
+	var oom *OutOfMemoryError
+	if errors.As(err, &oom) {
+		upSize := size + int(alignment) - Alignment
+		return &OutOfMemoryError{Resource: "aligned", Requested: size, Stream: s.ID(),
+			Reserved: oom.Reserved, Used: oom.Used, Limit: oom.Limit,
+			Err: fmt.Errorf("%d bytes requested upstream for alignment %d: %w", upSize, alignment, err)}
+	}
+	return fmt.Errorf("aligned: %w", err)
 }
 
 // Deallocate frees p, which Allocate or AllocateAligned returned with the
@@ -175,9 +215,16 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if a.slots != nil && p != 0 && size >= 0 {
 		// A live allocation of the slots: the upstream checks the stream
 		// before anything else, as args.go orders the checks.
-		mask := uint64(max(a.align, Alignment) - 1)
-		if sl, w := a.slots.take(p, mask); sl != nil {
-			err := a.freeBlock(p, w&mask, size, s)
+		if sl, w := a.slots.take(p, uint64(a.mask)); sl != nil {
+			var err error
+			if size <= a.most {
+				base := p - gpu.DevicePtr(w&uint64(a.mask))*Alignment
+				if err = a.oup.DeallocateOwned(base, size+a.pad, s, a.owner); err != nil {
+					err = a.freeRefused(p, base, size, err)
+				}
+			} else {
+				err = a.freeTooLarge(p, size, s)
+			}
 			a.slots.end(sl, w, err == nil)
 			return err
 		}
@@ -196,27 +243,30 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	return nil
 }
 
-// freeBlock frees the upstream block of p, an allocation at the adaptor's
-// alignment whose block starts units*256 bytes below it, freed as size
-// bytes; the upstream checks the size.
-func (a *Aligned) freeBlock(p gpu.DevicePtr, units uint64, size int, s gpu.Stream) error {
-	extra := a.extra()
-	if size > maxAlignable-extra {
-		if !a.known.ok(a.dev, s) {
-			return streamError("aligned", opDeallocate, s)
-		}
-		return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, more than any allocation: %w",
-			uint64(p), size, ErrSizeMismatch)
+// freeTooLarge is the error of a free of p, live in the slots, as size
+// bytes, more than any allocation at the adaptor's alignment: the
+// stream's error if the stream is bad (args.go's order), else a size
+// mismatch.
+//
+//go:noinline
+func (a *Aligned) freeTooLarge(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	if !a.known.ok(a.dev, s) {
+		return streamError("aligned", opDeallocate, s)
 	}
-	base := p - gpu.DevicePtr(units)*Alignment
-	if err := a.upDeallocate(base, size+extra, s); err != nil {
-		if errors.Is(err, ErrSizeMismatch) {
-			return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, not its size (its block %#x as %d): %w",
-				uint64(p), size, uint64(base), size+extra, err)
-		}
-		return fmt.Errorf("aligned: deallocate: %w", err)
+	return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, more than any allocation: %w",
+		uint64(p), size, ErrSizeMismatch)
+}
+
+// freeRefused is the error of a free of p, live in the slots with its
+// block at base, as size bytes, that the upstream refused with err.
+//
+//go:noinline
+func (a *Aligned) freeRefused(p, base gpu.DevicePtr, size int, err error) error {
+	if errors.Is(err, ErrSizeMismatch) {
+		return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, not its size (its block %#x as %d): %w",
+			uint64(p), size, uint64(base), size+a.pad, err)
 	}
-	return nil
+	return fmt.Errorf("aligned: deallocate: %w", err)
 }
 
 // Device is the upstream's device.

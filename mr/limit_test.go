@@ -331,3 +331,58 @@ func TestLimitBudgetSharedInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitOverPoolUnderPeak checks the hot path over a pool: a request
+// under the budget's peak is charged before the pool checks its stream,
+// and a nil stream or another device's is still refused with its exact
+// error and leaves the budget, the adaptor's used bytes and the peak as
+// they were; a request that does fit is served, and one over the budget
+// fails without reaching the pool, whatever the peak.
+func TestLimitOverPoolUnderPeak(t *testing.T) {
+	pool, s := newOwnedPool(t)
+	b := mr.NewBudget(8192)
+	l := mr.NewLimit(pool, b)
+	p, err := l.Allocate(4096, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Deallocate(p, 4096, s); err != nil {
+		t.Fatal(err)
+	}
+	if b.Used() != 0 || b.Peak() != 4096 {
+		t.Fatalf("used %d, peak %d after a pair of 4 KiB", b.Used(), b.Peak())
+	}
+	other := newFakeStream(&fakeDevice{})
+	for _, c := range []struct {
+		name string
+		s    gpu.Stream
+		want error
+	}{
+		{"nil stream", nil, gpu.ErrInvalidHandle},
+		{"another device's stream", other, gpu.ErrWrongDevice},
+	} {
+		if _, err := l.Allocate(1024, c.s); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if b.Used() != 0 || l.Used() != 0 || b.Peak() != 4096 || pool.Usage().Used != 0 {
+			t.Errorf("%s: used %d (adaptor %d), peak %d, the pool's used %d; want 0, 0, 4096, 0",
+				c.name, b.Used(), l.Used(), b.Peak(), pool.Usage().Used)
+		}
+	}
+	q, err := l.Allocate(1024, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allocate(8192, s); !errors.Is(err, mr.ErrOutOfMemory) {
+		t.Errorf("over the budget: %v, want ErrOutOfMemory", err)
+	}
+	if b.Used() != 1024 || b.Peak() != 4096 || pool.Usage().Used != 1024 {
+		t.Errorf("used %d, peak %d, the pool's used %d; want 1024, 4096, 1024", b.Used(), b.Peak(), pool.Usage().Used)
+	}
+	if err := l.Deallocate(q, 1024, s); err != nil {
+		t.Fatal(err)
+	}
+	if b.Used() != 0 || l.Used() != 0 {
+		t.Errorf("used %d (adaptor %d) after every free", b.Used(), l.Used())
+	}
+}

@@ -287,3 +287,51 @@ func TestLoggingSharedWriterStacks(t *testing.T) {
 		})
 	}
 }
+
+// TestLoggingDefaultClock logs pairs with the default clock for 5 ms,
+// through the CPU clock's measurement of its rate and several of its
+// anchors (internal/cpuclock): the lines' times never go back, and each
+// is the time of day of the wall clock around its pair within 2 ms (the
+// log's microseconds, and room for a wall clock stepped meanwhile).
+func TestLoggingDefaultClock(t *testing.T) {
+	up := newRecording()
+	s := up.stream()
+	var out strings.Builder
+	l := mr.NewLogging(up, &out, mr.LoggingOptions{})
+	var bounds [][2]time.Duration
+	for end := time.Now().Add(5 * time.Millisecond); time.Now().Before(end); {
+		before := trace.SinceMidnight(time.Now())
+		p, err := l.Allocate(1000, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Deallocate(p, 1000, s); err != nil {
+			t.Fatal(err)
+		}
+		bounds = append(bounds, [2]time.Duration{before, trace.SinceMidnight(time.Now())})
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r := trace.NewCSVReader(strings.NewReader(out.String()), "log")
+	var last time.Duration
+	for i := 0; ; i++ {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			if i != 2*len(bounds) {
+				t.Fatalf("%d lines for %d pairs", i, len(bounds))
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Time < last {
+			t.Fatalf("line %d: time %v after %v", i+2, e.Time, last)
+		}
+		last = e.Time
+		if b := bounds[i/2]; b[1] > b[0] && (e.Time < b[0]-2*time.Millisecond || e.Time > b[1]+2*time.Millisecond) {
+			t.Fatalf("line %d: time of day %v, the wall clock's %v to %v", i+2, e.Time, b[0], b[1])
+		}
+	}
+}
