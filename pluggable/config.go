@@ -83,9 +83,9 @@ type Config struct {
 	// async nor of upstream=vmm growing in place): a big request of a
 	// size seen before takes a free block of a giant chunk where growing
 	// would first give idle chunks back. On the CuPy workload it cuts the
-	// growths and releases of the default pool by 9/10 at the same
-	// reserved bytes; on other workloads it moves reserved bytes both
-	// ways (BENCHMARKS.md, "Chunk churn under CuPy").
+	// default pool's growths and releases in the timed steps from 59+57 to
+	// 12+14 at the same reserved bytes; on other workloads it moves
+	// reserved bytes both ways (BENCHMARKS.md, "Chunk churn under CuPy").
 	SplitGiant bool
 	// WaitDecommits is mr.VirtualOptions.WaitForDecommits of
 	// upstream=vmm (an error with any other upstream): a commit of

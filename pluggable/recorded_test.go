@@ -175,9 +175,10 @@ func replayRecorded(t *testing.T, evs []recordedEvent, nstreams int, conf string
 // the runs measured), so its bound too catches only what lies beyond.
 // split_giant (mr.PoolOptions.SplitGiantAtMark) moves the pool's figures
 // both ways, which is why it is not the default: lower on ResNet-50, the
-// same on CuPy with a fifth of the device calls, about the same on GPT-2
-// with a fifth of them, higher on three-stream, oom, cuda-graph (1.1766)
-// and compile (BENCHMARKS.md, "Chunk churn under CuPy").
+// same on CuPy with fewer device calls (46+35 against 93+78), slightly
+// higher on GPT-2 (1.0260) with fewer calls, higher on three-stream, oom,
+// cuda-graph (1.1766) and compile (BENCHMARKS.md, "Chunk churn under
+// CuPy").
 var recordedTraces = []struct {
 	file                                string
 	pool, vmm, chunks, chunkWait, giant float64
