@@ -156,6 +156,19 @@ type PoolOptions struct {
 	// varied lengths) can reserve much more with it (pool_grow.go gives
 	// the figures). False: off.
 	SplitBig bool
+	// SplitGiantAtMark, with SplitBig, lets a big request of a rounded
+	// size that came to the pool's slow path before take a free block of
+	// a giant chunk (one of at least 1/16 of the high-water mark of
+	// reserved bytes, which SplitBig keeps for requests of half its size)
+	// where growing for it would first give idle chunks back. A program
+	// whose steps cycle through arrays of a few scales (the CuPy
+	// workload of scripts/torch-bench.py) then stops giving back the
+	// chunks of one scale to grow those of another every step. It
+	// moves other programs' reserved bytes both ways (pool_giant.go
+	// gives the figures), hence off by default. Over a Grower it does
+	// nothing (growth in place has no giant chunks). True without
+	// SplitBig: ErrInvalidValue.
+	SplitGiantAtMark bool
 	// MappedSlack applies over an upstream that grows in place (Grower,
 	// such as Virtual): free granules that the pool would decommit
 	// before a commit, under the high-water rule, stay mapped while it
@@ -231,6 +244,9 @@ type Pool struct {
 	// spare is where a commit is about to place a request: releaseIdle
 	// keeps its chunk, and decommitFree the free blocks it overlaps.
 	spare poolPlace
+	// seen is the sizes of big requests that reached the slow path,
+	// with SplitGiantAtMark (pool_giant.go); nil without. Under mu.
+	seen *poolSeenSizes
 }
 
 // poolTune holds the pool's sizing constants; tests vary them to measure
@@ -268,6 +284,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	if !(opts.MappedSlack >= 0 && opts.MappedSlack <= 1) {
 		return nil, fmt.Errorf("pool: MappedSlack %v outside [0, 1]: %w", opts.MappedSlack, gpu.ErrInvalidValue)
 	}
+	if opts.SplitGiantAtMark && !opts.SplitBig {
+		return nil, fmt.Errorf("pool: SplitGiantAtMark without SplitBig: %w", gpu.ErrInvalidValue)
+	}
 	if opts.InitialSize > poolMaxRequest || opts.ChunkSize > poolMaxRequest {
 		return nil, fmt.Errorf("pool: InitialSize %d or ChunkSize %d above %d: %w", opts.InitialSize, opts.ChunkSize, poolMaxRequest, ErrInvalidSize)
 	}
@@ -280,6 +299,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{upstream: upstream, dev: upstream.Device(), opts: opts, tune: defaultPoolTune}
 	p.tune.bigMin = max(opts.ChunkSize/2, p.tune.smallMax+Alignment)
+	if opts.SplitGiantAtMark {
+		p.seen = new(poolSeenSizes)
+	}
 	if g, ok := upstream.(Grower); ok {
 		p.useGrower(g)
 	}

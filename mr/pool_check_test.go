@@ -745,6 +745,7 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{MaxSize: 96 << 20, ChunkSize: 8 << 20}, 1 << 30, false},
 	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30, false},
 	{PoolOptions{SplitBig: true, ChunkSize: 8 << 20, MaxSize: 160 << 20}, 1 << 30, false},
+	{PoolOptions{SplitBig: true, SplitGiantAtMark: true, ChunkSize: 4 << 20}, 1 << 30, false},
 	{PoolOptions{}, 1 << 30, true},
 	{PoolOptions{MaxSize: 96 << 20}, 1 << 30, true},
 	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30, true},

@@ -12,7 +12,9 @@
 // the smallest idle chunk of another stream that fits and is not that
 // stream's working chunk; with SplitBig, for a big request, split the
 // best-fitting larger free block of the stream (giant chunks excepted,
-// splitLarger); grow (first
+// splitLarger); with SplitGiantAtMark, for a big request of a size seen
+// before whose growth would give back idle chunks, a free block of a
+// giant chunk (splitGiantAtMark, pool_giant.go); grow (first
 // releasing idle chunks, largest first, as far as needed for the growth
 // not to raise the high-water mark of reserved memory, nor cross MaxSize
 // or ReleaseThreshold; other streams' idle working chunks too in a pool
@@ -45,6 +47,9 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int, owner uint32) (gp
 		st = p.streamOf(st.s)
 	}
 	small := rounded <= p.tune.smallMax
+	// Whether a big request of this size came here before (only with
+	// SplitGiantAtMark; pool_giant.go).
+	repeat := !small && p.seen != nil && p.seen.note(rounded)
 	var errs []error
 	var upstreamErr error
 	if !p.grown && p.opts.InitialSize > 0 {
@@ -75,6 +80,11 @@ func (p *Pool) allocateSlow(st *poolStream, size, rounded int, owner uint32) (gp
 		if !small && p.opts.SplitBig {
 			if ptr, ok := p.splitLarger(st, size, rounded); ok {
 				return ptr, nil
+			}
+			if repeat && p.grower == nil {
+				if ptr, ok := p.splitGiantAtMark(st, size, rounded); ok {
+					return ptr, nil
+				}
 			}
 		}
 		ptr, err = p.grow(st, size, rounded, small)
@@ -231,23 +241,11 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	if p.grower != nil && !small {
 		return p.growInPlace(st, size, rounded) // pool_vgrow.go
 	}
-	g := p.tune.smallChunk
-	if !small {
-		g = poolRoundUp(rounded, p.tune.granularity)
-		if rounded < p.tune.bigMin {
-			g = max(p.opts.ChunkSize, g)
-		}
-	}
+	g := p.growthSize(rounded, small)
 	// Idle chunks cannot serve this request (a steal would have taken
 	// one). Keep them only as far as the growth stays under the
 	// high-water mark (but keep InitialSize), the threshold and MaxSize.
-	target := max(int(p.usage.peakReserved.Load())-g, p.opts.InitialSize)
-	if p.opts.ReleaseThreshold > 0 {
-		target = min(target, p.opts.ReleaseThreshold-g)
-	}
-	if p.opts.MaxSize > 0 {
-		target = min(target, p.opts.MaxSize-g)
-	}
+	target := p.releaseTarget(g)
 	reserved := int(p.usage.reserved.Load())
 	if reserved > target {
 		if _, err := p.releaseBeforeGrowth(st, max(target, 0)); err != nil {
@@ -269,6 +267,35 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 		g = room
 	}
 	return p.newChunk(st, g, small, size, rounded)
+}
+
+// growthSize is the size of the chunk a growth for a request of rounded
+// bytes reserves (over an upstream that is not a Grower).
+func (p *Pool) growthSize(rounded int, small bool) int {
+	if small {
+		return p.tune.smallChunk
+	}
+	g := poolRoundUp(rounded, p.tune.granularity)
+	if rounded < p.tune.bigMin {
+		g = max(p.opts.ChunkSize, g)
+	}
+	return g
+}
+
+// releaseTarget is the most the pool may reserve before a growth of g
+// bytes: the growth first gives back idle chunks down to it
+// (releaseBeforeGrowth), so as not to raise the high-water mark of
+// reserved bytes (but keeping InitialSize) nor cross ReleaseThreshold or
+// MaxSize. Caller holds p.mu.
+func (p *Pool) releaseTarget(g int) int {
+	target := max(int(p.usage.peakReserved.Load())-g, p.opts.InitialSize)
+	if p.opts.ReleaseThreshold > 0 {
+		target = min(target, p.opts.ReleaseThreshold-g)
+	}
+	if p.opts.MaxSize > 0 {
+		target = min(target, p.opts.MaxSize-g)
+	}
+	return target
 }
 
 // growInitial reserves the InitialSize chunk, a large one, on the first

@@ -35,6 +35,9 @@ type PoolStats struct {
 	// BigSplits is how many big requests split a larger free block
 	// instead of growing the pool (PoolOptions.SplitBig).
 	BigSplits uint64
+	// GiantSplits is how many of those split a free block of a giant
+	// chunk at the high-water mark (PoolOptions.SplitGiantAtMark).
+	GiantSplits uint64
 	// Over an upstream that grows in place (Grower, pool_vgrow.go):
 	// InPlaceGrowths counts the commits of granules into a growable chunk
 	// (a new growable chunk counts in Growths), Decommits the runs of
@@ -60,6 +63,7 @@ type poolStreamStats struct {
 // poolWideStats are the counters of the slow paths, guarded by Pool.mu.
 type poolWideStats struct {
 	steals, growths, releases, bigSplits uint64
+	giantSplits                          uint64
 	inPlace, decommits, borrows          uint64
 }
 
@@ -74,6 +78,7 @@ func (p *Pool) Stats() PoolStats {
 		Growths:          p.wide.growths,
 		Releases:         p.wide.releases,
 		BigSplits:        p.wide.bigSplits,
+		GiantSplits:      p.wide.giantSplits,
 		InPlaceGrowths:   p.wide.inPlace,
 		Decommits:        p.wide.decommits,
 		BorrowedSmall:    p.wide.borrows,

@@ -35,6 +35,7 @@ func TestPoolConformance(t *testing.T) {
 		{"direct/small-chunks-max", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{ChunkSize: 4 << 20, MaxSize: 256 << 20}},
 		{"direct/initial-threshold", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{InitialSize: 64 << 20, ReleaseThreshold: 16 << 20}},
 		{"direct/split-big", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{SplitBig: true, ChunkSize: 4 << 20}},
+		{"direct/split-giant", func(d gpu.Device) mr.Resource { return mr.NewDirect(d) }, mr.PoolOptions{SplitBig: true, SplitGiantAtMark: true, ChunkSize: 4 << 20}},
 		{"async", func(d gpu.Device) mr.Resource {
 			a, err := mr.NewAsync(d, mr.AsyncOptions{OwnPool: true})
 			if err != nil {

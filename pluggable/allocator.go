@@ -305,7 +305,8 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 // tests.
 func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 	popts := mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
-		MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig}
+		MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig,
+		SplitGiantAtMark: c.SplitGiant}
 	var up mr.Resource
 	switch c.Upstream {
 	case "vmm":

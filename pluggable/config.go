@@ -10,6 +10,7 @@
 //	async,pool=current
 //	pool,backend=sim,sim_capacity=256MiB,log=/tmp/alloc.csv,track
 //	pool,split_big=false
+//	pool,split_giant
 //	pool,upstream=vmm
 //	pool,upstream=vmm,wait_decommits
 //	pool,upstream=vmm,mapped_slack
@@ -77,6 +78,15 @@ type Config struct {
 	// where the pool without it gives chunks back and grows new ones
 	// dozens of times a step (BENCHMARKS.md).
 	SplitBig bool
+	// SplitGiant is the pool's mr.PoolOptions.SplitGiantAtMark
+	// (split_giant; off by default, needs split_big, not an option of
+	// async nor of upstream=vmm growing in place): a big request of a
+	// size seen before takes a free block of a giant chunk where growing
+	// would first give idle chunks back. On the CuPy workload it cuts the
+	// default pool's growths and releases in the timed steps from 59+57 to
+	// 12+14 at the same reserved bytes; on other workloads it moves
+	// reserved bytes both ways (BENCHMARKS.md, "Chunk churn under CuPy").
+	SplitGiant bool
 	// WaitDecommits is mr.VirtualOptions.WaitForDecommits of
 	// upstream=vmm (an error with any other upstream): a commit of
 	// addresses whose memory went to another stream's range waits on the
@@ -183,6 +193,9 @@ func ParseConfig(s string) (Config, error) {
 	if c.Kind == "async" && c.SplitBig {
 		return Config{}, fmt.Errorf("%w: split_big is an option of pool, not async", ErrConfig)
 	}
+	if c.SplitGiant && (c.Kind != "pool" || !c.SplitBig || (c.Upstream == "vmm" && !c.Chunked)) {
+		return Config{}, fmt.Errorf("%w: split_giant is an option of pool with split_big, over chunks (not async, not upstream=vmm growing in place)", ErrConfig)
+	}
 	if c.Kind == "async" && c.Upstream != DefaultConfig.Upstream {
 		return Config{}, fmt.Errorf("%w: upstream= is an option of pool, not async", ErrConfig)
 	}
@@ -251,7 +264,7 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		*dst = b
 		return nil
 	}
-	if !hasVal && key != "track" && key != "split_big" && key != "wait_decommits" && key != "mapped_slack" && key != "in_place" && key != "wait_frees" {
+	if !hasVal && key != "track" && key != "split_big" && key != "split_giant" && key != "wait_decommits" && key != "mapped_slack" && key != "in_place" && key != "wait_frees" {
 		return errors.New("want key=value")
 	}
 	switch key {
@@ -281,6 +294,8 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		return flag(&c.Track)
 	case "split_big":
 		return flag(&c.SplitBig)
+	case "split_giant":
+		return flag(&c.SplitGiant)
 	case "wait_decommits":
 		return flag(&c.WaitDecommits)
 	case "mapped_slack":
@@ -362,6 +377,9 @@ func (c Config) String() string {
 	}
 	if c.Kind == "pool" && !c.SplitBig {
 		parts = append(parts, "split_big=false")
+	}
+	if c.SplitGiant {
+		parts = append(parts, "split_giant")
 	}
 	if c.WaitDecommits {
 		parts = append(parts, "wait_decommits")

@@ -53,6 +53,9 @@ func TestParseConfig(t *testing.T) {
 		{"wait_frees=false,in_place=false,upstream=vmm", with(func(c *Config) { c.Upstream, c.Chunked = "vmm", true })},
 		{"pool,upstream=vmm,in_place", with(func(c *Config) { c.Upstream = "vmm" })},
 		{"upstream=vmm,in_place=true,pieces=2", with(func(c *Config) { c.Upstream, c.Pieces = "vmm", 2 })},
+		{"pool,split_giant", with(func(c *Config) { c.SplitGiant = true })},
+		{"split_giant=false", d},
+		{"pool,upstream=vmm,in_place=false,split_giant", with(func(c *Config) { c.Upstream, c.Chunked, c.SplitGiant = "vmm", true, true })},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -78,6 +81,10 @@ func TestParseConfigErrors(t *testing.T) {
 		"chunk_size",                                 // no value
 		"log=",                                       // empty path
 		"track=maybe",                                // not a boolean
+		"split_giant=maybe",                          // not a boolean
+		"async,split_giant",                          // an option of pool
+		"pool,split_big=false,split_giant",           // needs split_big
+		"pool,upstream=vmm,split_giant",              // growth in place has no giant chunks
 		"split_big=2",                                // not a boolean
 		"async,split_big",                            // pool option on async
 		"async,chunk_size=8M",                        // pool option on async

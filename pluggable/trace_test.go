@@ -176,7 +176,8 @@ func replayTorch(t *testing.T, evs []torchEvent, conf string, steady, end int) t
 		if p := a.devs[0].Load().pool; p != nil {
 			ps := p.Stats()
 			out.steadyPool = mr.PoolStats{Growths: ps.Growths - beforePool.Growths, Releases: ps.Releases - beforePool.Releases,
-				Steals: ps.Steals - beforePool.Steals, BigSplits: ps.BigSplits - beforePool.BigSplits}
+				Steals: ps.Steals - beforePool.Steals, BigSplits: ps.BigSplits - beforePool.BigSplits,
+				GiantSplits: ps.GiantSplits - beforePool.GiantSplits}
 		}
 		done = true
 	}

@@ -10,7 +10,9 @@ build/capi/); it is found through the path argument, the STREAMALLOC_LIB
 environment variable, this file's folder, or the repository's build/capi.
 conf uses the grammar of STREAMALLOC_CONF (package pluggable): "pool" (the
 default: streamalloc's stream-ordered pool over cuMemAlloc, whose big blocks
-may split larger free ones unless split_big=false) or "async" (the driver's
+may split larger free ones unless split_big=false; split_giant lets a size
+seen before split even the largest chunks where the pool would give chunks
+back to grow, for CuPy's loops of a few array scales) or "async" (the driver's
 pool), and options such as release_threshold=, chunk_size=,
 log=PATH (an RMM CSV history) and track (live allocations for a pprof
 profile). "pool,upstream=vmm" puts the pool over mapped virtual memory

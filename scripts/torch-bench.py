@@ -191,6 +191,16 @@ def workload_generate(torch):
     return step, len(batches)
 
 
+def flush_log(sa, conf):
+    """Writes streamalloc's memory history to its file if conf asks for one
+    (log=PATH): the library buffers it and nothing flushes it at the
+    process's exit. sa is None under another allocator."""
+    if sa is not None and any(o.startswith("log=") for o in conf.split(",")):
+        sa.flush_history()
+        return True
+    return False
+
+
 def run_torch(args):
     alloc = setup_allocator(args.allocator, args.lib, args.conf, control_lib=args.control_lib)
     ctl = alloc if isinstance(alloc, Control) else None
@@ -224,8 +234,7 @@ def run_torch(args):
         if i >= args.warmup:
             times.append(dt)
     after = device_calls()
-    if sa is not None and "log=" in args.conf:
-        sa.flush_history()
+    flush_log(sa, args.conf)
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "device_allocs": after[0], "device_frees": after[1],
               "device_allocs_timed": after[0] - before[0], "device_frees_timed": after[1] - before[1]}
@@ -310,6 +319,7 @@ def run_cupy(args):
         dt = time.perf_counter() - t0
         if i >= args.warmup:
             times.append(dt)
+    flush_log(sa, args.conf)
     result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cupy": cp.__version__}
     if sa is not None:
         after = device_calls()

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of torch-bench.py's rounds table on made-up results (no GPU, no
 PyTorch): the pairs among the configurations other than the reference, and
-the medians by step of the workload's cycle.
+the medians by step of the workload's cycle; and of its flush of the
+memory history (log=) at the end of a run.
 
 Run: python3 scripts/torch_bench_rounds_test.py"""
 
@@ -72,6 +73,25 @@ class RoundsTest(unittest.TestCase):
         self.assertIsNone(tb.by_step([row("native", "", 1, [1.0], cycle=6), row("native", "", 2, [1.0], cycle=5)],
                                      ["native"]))
         self.assertIsNone(tb.by_step([row("native", "", 1, [1.0], cycle=1)], ["native"]))
+
+
+class FlushLogTest(unittest.TestCase):
+    class FakeLib:
+        def __init__(self):
+            self.flushes = 0
+
+        def flush_history(self):
+            self.flushes += 1
+
+    def test_flushes_only_when_conf_has_log(self):
+        for conf, want in [("pool,log=/tmp/h.csv", 1), ("log=/tmp/h.csv", 1), ("pool", 0),
+                           ("pool,chunk_size=256MiB", 0), ("pool,catalog=x", 0)]:
+            sa = self.FakeLib()
+            self.assertEqual(tb.flush_log(sa, conf), want == 1, conf)
+            self.assertEqual(sa.flushes, want, conf)
+
+    def test_no_library_no_flush(self):
+        self.assertFalse(tb.flush_log(None, "pool,log=/tmp/h.csv"))
 
 
 if __name__ == "__main__":
