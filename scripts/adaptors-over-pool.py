@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# over-pool.py prints, for each bench-ab.sh log given (old.txt, new.txt),
+# adaptors-over-pool.py prints, for each bench-ab.sh log given (old.txt, new.txt),
 # every adaptor's AdaptorsOverPool figure minus the pool's figure of the
 # same round, and TrackingDeep's tracking minus its pool: the median, the
 # lowest and the highest over the rounds. Taking the difference within a
