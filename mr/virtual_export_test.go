@@ -34,6 +34,26 @@ func importInto(t *testing.T, imp *sim.Device, x mr.VirtualExport) (gpu.DevicePt
 	}
 }
 
+// importerStream is a stream of the importing process, destroyed when
+// the test ends.
+func importerStream(t *testing.T, imp *sim.Device) gpu.Stream {
+	t.Helper()
+	si, err := imp.NewStream()
+	ok(t, err)
+	t.Cleanup(func() { si.Destroy() })
+	return si
+}
+
+// readImported copies n bytes at the imported address q to the host on
+// si and waits for them.
+func readImported(t *testing.T, imp *sim.Device, q gpu.DevicePtr, n int, si gpu.Stream) []byte {
+	t.Helper()
+	got := make([]byte, n)
+	ok(t, imp.CopyDtoHAsync(got, q, si))
+	ok(t, si.Synchronize())
+	return got
+}
+
 // pattern is n bytes that differ from one offset to the next.
 func exportPattern(n int, seed byte) []byte {
 	b := make([]byte, n)
@@ -73,12 +93,8 @@ func TestVirtualExportPlain(t *testing.T) {
 		t.Fatalf("export of a plain allocation: %+v", x)
 	}
 	q, done := importInto(t, imp, x)
-	si, err := imp.NewStream()
-	ok(t, err)
-	defer si.Destroy()
-	got := make([]byte, size)
-	ok(t, imp.CopyDtoHAsync(got, q, si))
-	ok(t, si.Synchronize())
+	si := importerStream(t, imp)
+	got := readImported(t, imp, q, size, si)
 	if !bytes.Equal(got, want) {
 		t.Fatal("the importer does not read the exporter's bytes")
 	}
@@ -121,12 +137,8 @@ func TestVirtualExportGrowable(t *testing.T) {
 		t.Fatalf("export of granules 1-4: %+v", x)
 	}
 	q, done := importInto(t, imp, x)
-	si, err := imp.NewStream()
-	ok(t, err)
-	defer si.Destroy()
-	got := make([]byte, 4*g)
-	ok(t, imp.CopyDtoHAsync(got, q, si))
-	ok(t, si.Synchronize())
+	si := importerStream(t, imp)
+	got := readImported(t, imp, q, 4*g, si)
 	if !bytes.Equal(got, all[g:5*g]) {
 		t.Fatal("the importer does not read the exporter's bytes of the range")
 	}
@@ -224,12 +236,8 @@ func TestVirtualExportPoolBlock(t *testing.T) {
 		t.Fatalf("export of a pool block: %+v", x)
 	}
 	q, done := importInto(t, imp, x)
-	si, err := imp.NewStream()
-	ok(t, err)
-	defer si.Destroy()
-	got := make([]byte, size)
-	ok(t, imp.CopyDtoHAsync(got, q, si))
-	ok(t, si.Synchronize())
+	si := importerStream(t, imp)
+	got := readImported(t, imp, q, size, si)
 	if !bytes.Equal(got, want) {
 		t.Fatal("the importer does not read the pool block's bytes")
 	}
