@@ -66,6 +66,10 @@ func (st *poolStream) quickTake(rounded int) *poolBlock {
 // quickPut caches b, which was live and is in no list now. A full cache
 // first files its oldest block in the tlsf.
 func (st *poolStream) quickPut(b *poolBlock) {
+	if st.life != nil && b.c.limit > 0 {
+		st.putFree(b) // a growable chunk's block is not kept whole (pool_vhole.go)
+		return
+	}
 	if st.nquick == poolQuick {
 		old := st.quick[0]
 		for j := range poolQuick - 1 {

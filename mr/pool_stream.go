@@ -182,33 +182,23 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	t := &st.large
 	if rounded <= st.pool.tune.smallMax {
 		t = &st.small
-	} else if st.life != nil && st.life.short(rounded) {
-		t = &st.largeShort
+	} else if st.life != nil {
+		if st.life.short(rounded) {
+			t = &st.largeShort
+		}
+		if b := st.takeHole(t, rounded); b != nil { // pool_vhole.go
+			return b, nil
+		}
 	}
 	// take, written out: the common case costs no call of its own.
 	if b := t.find(rounded); b != nil && b.size-rounded <= st.pool.slack(rounded) {
 		return st.split(t, b, rounded), nil
 	}
-	if t == &st.largeShort { // as takeFrom, without its call
-		if b := st.take(&st.large, rounded); b != nil {
-			return b, nil
-		}
-	}
 	if st.pendingBytes == 0 {
 		return nil, nil
 	}
 	err := st.absorb()
-	return st.takeFrom(t, rounded), err
-}
-
-// takeFrom is take from t and, if t is the index of the short-lived
-// chunks, then from the long-lived ones': a request predicted short-lived
-// takes a free block of either rather than a commit (pool_lifetime.go).
-func (st *poolStream) takeFrom(t *tlsf, rounded int) *poolBlock {
-	if b := st.take(t, rounded); b != nil || t != &st.largeShort {
-		return b
-	}
-	return st.take(&st.large, rounded)
+	return st.take(t, rounded), err
 }
 
 // take removes from bins a free block of at least rounded bytes, splits off
