@@ -121,6 +121,10 @@ type poolStream struct {
 	// pool_vborrow.go: the small blocks this stream took from other
 	// streams' small chunks (under Pool.mu).
 	borrows int
+	// pool_vhole.go: free blocks of growable chunks filed lately, where a
+	// request smaller than a granule may fill a hole.
+	holes    [poolHoles]*poolBlock
+	holesPos int
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
@@ -278,6 +282,9 @@ func (st *poolStream) putFree(b *poolBlock) {
 		b = p
 	}
 	t.insert(b)
+	if st.life != nil && b.c.limit > 0 {
+		st.noteHole(b) // pool_vhole.go
+	}
 }
 
 // unlive takes live block b out of the live map and the counters.

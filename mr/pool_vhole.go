@@ -37,60 +37,82 @@
 //     long-lived blocks. With no short free block it commits granules in
 //     its short chunk (pool_vgrow.go).
 //
+// The free blocks a hole may lie in are those filed lately: takeHole
+// looks at the last poolHoles free blocks of growable chunks the stream
+// filed (putFree), newest first, not at every block of its chunks. Walking
+// every block gave about the same figures (below) but cost a walk of the
+// stream's blocks per request; the holes that matter are made by the
+// frees just before (a block of a pair freed beside its live twin).
+//
 // Each of the three alone moved some traces up and others down; together
-// they took llama-generate-h100 from 1.0289 to 1.0086 of peak live and
-// torch-train-gpt-b from 1.0308 to 1.0268, at the price of one granule on
-// torch-serve-varlen-b (1.0107 to 1.0178: its request of 11.8 MiB,
-// predicted short and live at the peak, now lies alone in the short
-// chunk) and of the pipeline's 1.0014 (now 1.0081). BENCHMARKS.md has the
-// figures of every trace and of the variants measured.
+// (BENCHMARKS.md, "Holes in pinned granules") they took
+// llama-generate-h100 from 1.0289 to 1.0086 of peak live,
+// torch-train-gpt-b from 1.0308 to 1.0281, resnet50-amp from 1.0096 to
+// 1.0050 and both ResNet-50 and GPT-2 traces and compile lower, at the
+// price of one granule on torch-serve-varlen-b (1.0107 to 1.0178: its
+// request of 11.8 MiB, predicted short and live at the peak, now lies
+// alone in the short chunk) and oom-h100's 1.0009 (now 1.0011).
 //
-// What it costs: only over a Grower with the lifetime placement (the
-// registry's pool_vmm), a request of more than the small classes and
-// less than a granule that the quick cache does not serve walks the
-// blocks of its stream's growable chunks of its predicted lifetime, under
-// the stream's mutex; a free of a growable chunk's block that is not the
-// one the fast slot keeps coalesces at once. The fast slot's pair and
-// every request of another size are served as before.
+// What it costs, only over a Grower with the lifetime placement (the
+// registry's pool_vmm): a request of more than the small classes and less
+// than a granule that the quick cache does not serve checks up to
+// poolHoles descriptors; a free of a growable chunk's block that the fast
+// slot does not keep coalesces at once, and the next request of its size
+// splits a free block, where the quick cache handed the block back whole.
+// Requests up to 1 MiB freed right after they were allocated (the fast
+// slot) are served as before; a pair of 1.5 MiB through the lists took
+// about twice as long as with the quick cache on the development machine
+// (BENCHMARKS.md).
 //
-// Invariants: takeHole returns a block of exactly rounded bytes, in no
-// list, cut from a free block of a growable chunk homed at st whose
-// short flag matches the index it was asked for; the pieces of that free
-// block around it stay free and filed in that index.
+// Invariants, under the stream's mutex: takeHole returns a block of
+// exactly rounded bytes, in no list, cut from a free block of a growable
+// chunk homed at st whose short flag matches the index it was asked for;
+// the pieces of that free block around it stay free and filed in that
+// index. holes may name descriptors recycled since they were filed: a
+// name is used only if it is a free block of a growable chunk homed at
+// st now (a free block is in its index).
 
 package mr
 
 import "github.com/streamalloc/streamalloc/gpu"
 
-// takeHole takes from a growable chunk of st, of the lifetime t indexes,
-// a piece of rounded bytes that fills a free block's room beside a
-// neighbour that pins its granule: from the block's start up to the
-// granule boundary (or the block's end), after a live, pending or cached
-// block; or from the granule boundary (or the block's start) up to the
-// block's end, before one. It returns nil if the request is not smaller
-// than a granule or no such room is exactly rounded bytes. Caller holds
-// st.mu; st.life is set (the pool places by lifetime).
+// poolHoles is how many of a stream's lately filed free blocks of
+// growable chunks takeHole looks at (a power of two).
+const poolHoles = 16
+
+// takeHole takes, from one of the free blocks st filed lately (holes,
+// newest first) that lies in a growable chunk homed at st of the
+// lifetime t indexes, a piece of rounded bytes that fills the block's
+// room beside a neighbour that pins its granule (holeIn). It returns nil
+// if the request is not smaller than a granule or no such room is
+// exactly rounded bytes. Caller holds st.mu; st.life is set (the pool
+// places by lifetime).
 func (st *poolStream) takeHole(t *tlsf, rounded int) *poolBlock {
 	gran := st.pool.grower.GrowGranularity()
 	if rounded >= gran {
 		return nil
 	}
 	short := t == &st.largeShort
-	for _, c := range st.homed {
-		if c.limit == 0 || c.short != short {
+	for i := range poolHoles {
+		b := st.holes[(st.holesPos-1-i)&(poolHoles-1)]
+		// The descriptor may have been recycled since: any free block of
+		// a growable chunk of this stream and lifetime will do.
+		if b == nil || b.state != blockFree || b.c == nil || b.c.limit == 0 || b.c.short != short || b.size < rounded || b.c.home.Load() != st {
 			continue
 		}
-		for b := c.first; b != nil; b = b.next {
-			if b.state != blockFree || b.size < rounded {
-				continue
-			}
-			if at, ok := holeIn(b, rounded, gran); ok {
-				t.remove(b)
-				return st.cutBlock(b, at, rounded)
-			}
+		if at, ok := holeIn(b, rounded, gran); ok {
+			t.remove(b)
+			return st.cutBlock(b, at, rounded)
 		}
 	}
 	return nil
+}
+
+// noteHole records free block b, just filed, of a growable chunk homed
+// at st, as a place takeHole looks. Caller holds st.mu.
+func (st *poolStream) noteHole(b *poolBlock) {
+	st.holes[st.holesPos&(poolHoles-1)] = b
+	st.holesPos++
 }
 
 // holeIn reports where in free block b a piece of rounded bytes fills the
