@@ -111,6 +111,9 @@ func (st *poolStream) takeHole(t *tlsf, rounded int) *poolBlock {
 // noteHole records free block b, just filed, of a growable chunk homed
 // at st, as a place takeHole looks. Caller holds st.mu.
 func (st *poolStream) noteHole(b *poolBlock) {
+	if st.holes[(st.holesPos-1)&(poolHoles-1)] == b {
+		return // a pair's block, freed again
+	}
 	st.holes[st.holesPos&(poolHoles-1)] = b
 	st.holesPos++
 }
