@@ -506,6 +506,9 @@ func (st *poolStream) removeHomed(c *poolChunk, next *poolStream) {
 	last.homeIdx = c.homeIdx
 	st.homed[len(st.homed)-1] = nil
 	st.homed = st.homed[:len(st.homed)-1]
+	if c.limit > 0 {
+		st.forgetHoles(c) // pool_vhole.go
+	}
 	c.home.Store(next)
 }
 

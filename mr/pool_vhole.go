@@ -68,9 +68,12 @@
 // exactly rounded bytes, in no list, cut from a free block of a growable
 // chunk homed at st whose short flag matches the index it was asked for;
 // the pieces of that free block around it stay free and filed in that
-// index. holes may name descriptors recycled since they were filed: a
-// name is used only if it is a free block of a growable chunk homed at
-// st now (a free block is in its index).
+// index. holes names only descriptors st's mutex guards: blocks of
+// chunks homed at st, or descriptors recycled since they were filed into
+// st's spare list or another block of such a chunk (a name is used only
+// if it is a free block of a growable chunk homed at st now, and a free
+// block is in its index); a chunk that leaves st takes the names of its
+// blocks out of the ring (forgetHoles).
 
 package mr
 
@@ -116,6 +119,17 @@ func (st *poolStream) noteHole(b *poolBlock) {
 	}
 	st.holes[st.holesPos&(poolHoles-1)] = b
 	st.holesPos++
+}
+
+// forgetHoles drops the names of blocks of c, which leaves st (stolen or
+// released), from st's ring: from now on another stream's mutex guards
+// them. Caller holds st.mu.
+func (st *poolStream) forgetHoles(c *poolChunk) {
+	for i, b := range st.holes {
+		if b != nil && b.c == c {
+			st.holes[i] = nil
+		}
+	}
 }
 
 // holeIn reports where in free block b a piece of rounded bytes fills the

@@ -153,3 +153,34 @@ func stateAt(l PoolLayout, ptr gpu.DevicePtr) BlockState {
 	}
 	return BlockState(255)
 }
+
+// TestPoolForgetHoles: a chunk that leaves a stream takes the names of
+// its blocks out of the stream's ring of holes, and only those.
+func TestPoolForgetHoles(t *testing.T) {
+	c1, c2 := &poolChunk{limit: 1 << 30}, &poolChunk{limit: 1 << 30}
+	var st poolStream
+	var bs []*poolBlock
+	for i := range 5 {
+		c := c1
+		if i%2 == 1 {
+			c = c2
+		}
+		b := &poolBlock{c: c}
+		bs = append(bs, b)
+		st.noteHole(b)
+	}
+	st.noteHole(bs[4]) // the newest again: not filed twice
+	if st.holesPos != 5 {
+		t.Fatalf("%d names filed, want 5", st.holesPos)
+	}
+	st.forgetHoles(c1)
+	for i, b := range bs {
+		in := false
+		for _, h := range st.holes {
+			in = in || h == b
+		}
+		if want := b.c == c2; in != want {
+			t.Errorf("block %d (chunk %d) in the ring: %v, want %v", i, 1+i%2, in, want)
+		}
+	}
+}
