@@ -17,9 +17,10 @@
 // MiB beside a live block stays empty: at the next peak both granules are
 // mapped. A piece filled exactly up to a granule boundary beside a live,
 // pending or cached block adds no granule to what is mapped, now or at a
-// later peak, and leaves no free sliver in that granule. Taking a piece
-// that a request fills only partly was measured too, and raised three
-// traces (the pieces it leaves split the free space that later requests
+// later peak, and leaves no free sliver in that granule. Taking the
+// tightest piece that a request fills only partly was measured too: it
+// took the pipeline and both ResNet-50 traces over 1.01 and gpt-b to
+// 1.0360 (the slivers it leaves split the free space that later requests
 // of the same size would have filled).
 //
 // Two changes go with it, because without them the holes do not form
@@ -40,8 +41,8 @@
 // The free blocks a hole may lie in are those filed lately: takeHole
 // looks at the last poolHoles free blocks of growable chunks the stream
 // filed (putFree), newest first, not at every block of its chunks. Walking
-// every block gave about the same figures (below) but cost a walk of the
-// stream's blocks per request; the holes that matter are made by the
+// every block gave about the same figures (BENCHMARKS.md) but cost a walk
+// of the stream's blocks per request; the holes that matter are made by the
 // frees just before (a block of a pair freed beside its live twin).
 //
 // Each of the three alone moved some traces up and others down; together
