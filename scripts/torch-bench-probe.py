@@ -75,6 +75,16 @@ class GCTimer:
             self._t = None
 
 
+def current_cpu():
+    """The CPU the calling thread runs on (field 39 of its stat; Python has
+    no sched_getcpu)."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
 def cpuset(spec):
     if spec == "all":
         return None
@@ -132,7 +142,7 @@ def probe(args):
         c = calibrate()
         g0, n0 = gct.total, list(gct.counts)
         d0 = dev()
-        cpu0 = os.sched_getcpu()
+        cpu0 = current_cpu()
         th0 = time.thread_time()
         t0 = time.perf_counter()
         loss = step(i)
@@ -142,7 +152,7 @@ def probe(args):
         d1 = dev()
         steps.append(dict(i=i, place=i % cycle, phase=phase, variant=variant, wall=1e3 * dt, calib=1e3 * c,
                           thread_cpu=1e3 * th, gc=1e3 * (gct.total - g0),
-                          gcn=[b - a for a, b in zip(n0, gct.counts)], cpu=[cpu0, os.sched_getcpu()],
+                          gcn=[b - a for a, b in zip(n0, gct.counts)], cpu=[cpu0, current_cpu()],
                           dev=[d1[0] - d0[0], d1[1] - d0[1]], loss=loss))
         i += 1
 
@@ -226,6 +236,23 @@ def summary(path):
             r.get("tag", ""), r["workload"], r["allocator"] + (" " + r["conf"] if r.get("conf") else ""),
             r["setup_s"], med, (q[2] - q[0]) / med, w[-1] / med, 1e3 * cal, corr,
             r["profiled_gpu_busy_ms_per_step"], r["syncs_per_step"], gcms, gen2, dv[0], dv[1], gcal))
+    print("\nStalls: timed steps over 1.3 times the median of their place in the cycle, and the "
+          "collector's part in them:\n")
+    for r in rows:
+        t = [s for s in r["steps"] if s["phase"] == "timed"]
+        places = {}
+        for s in t:
+            places.setdefault(s["place"], []).append(s["wall"])
+        pm = {p: statistics.median(v) for p, v in places.items()}
+        st = [s for s in t if s["wall"] > 1.3 * pm[s["place"]]]
+        excess = sum(s["wall"] - pm[s["place"]] for s in st)
+        print("- %s %s %s: %d of %d steps, %.0f ms over their places' medians; %d of them ran a full (gen2) "
+              "collection, %.0f ms in the collector; full collections in calm steps: %d; stalls: %s" % (
+                  r.get("tag", ""), r["workload"], r["allocator"], len(st), len(t), excess,
+                  sum(1 for s in st if s["gcn"][2]), sum(s["gc"] for s in st),
+                  sum(1 for s in t if s["gcn"][2] and s not in st),
+                  ", ".join("%.0f ms (place %.0f, gc %.0f ms, dev %d+%d)" % (
+                      s["wall"], pm[s["place"]], s["gc"], s["dev"][0], s["dev"][1]) for s in st)))
     print("\nBy CPU-affinity variant (median step ms over timed steps, by place in the cycle, then all):\n")
     for r in rows:
         vs = {}
