@@ -668,17 +668,23 @@ def verdict(ci, bound=1.02):
 
 
 def lockstep_table(path):
-    """The lockstep protocol's table: for each configuration against the
-    first (the reference), the ratio of each block's total time to the
-    reference's block of the same steps in the same group of processes;
-    their median with a 95% distribution-free interval (the median's
-    order statistics), the verdict at 2% from the interval, and the same
-    per group of processes (to show what a process's own lot adds)."""
+    """The lockstep protocol's table. For each configuration against the
+    first (the reference), in the same group of processes: the ratio of
+    each step to the reference's same step (the same sequence length,
+    batch or size, run within a block of it in time), and of each block's
+    total to the reference's block; each set of ratios' median with its
+    95% distribution-free interval (median_ci), and the verdict at 2% from
+    the interval; the ratio of all timed steps' totals; and the step
+    ratios' median per group of processes (what a process's own lot
+    adds). A step that stalls (the host pauses the process for tens of
+    milliseconds, under every allocator) moves one step ratio and not the
+    median of hundreds, where it moves a block's total by its whole
+    length."""
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    print("| workload | configuration | blocks | ratio to reference, paired by block: median, 95% CI | "
-          "verdict at 2% | blocks slower | per group of processes: median [min, max] of its blocks | "
-          "reference's block ms: median (spread of groups' medians) |")
-    print("|---|---|---:|---|---|---:|---|---|")
+    print("| workload | configuration | step pairs | ratio to reference by step: median, 95% CI | verdict at 2% | "
+          "steps slower | block pairs | ratio by block: median, 95% CI | verdict at 2% | ratio of totals | "
+          "by group of processes: median of step ratios | reference's median step ms |")
+    print("|---|---|---:|---|---|---:|---:|---|---|---:|---|---:|")
     for w in ["gpt2", "resnet50", "generate", "cupy"]:
         rs = [r for r in rows if r["workload"] == w]
         if not rs:
@@ -688,27 +694,32 @@ def lockstep_table(path):
             if r["config"] not in configs:
                 configs.append(r["config"])
         ref = configs[0]
-        tot = {(r["pair"], r["block"], r["config"]): sum(r["ms"]) for r in rs}
+        ms = {(r["pair"], r["block"], r["config"]): r["ms"] for r in rs}
         groups = sorted({r["pair"] for r in rs})
-        ref_by_group = {g: statistics.median(v for (p, b, c), v in tot.items() if p == g and c == ref) for g in groups}
-        gm = sorted(ref_by_group.values())
-        ref_text = "%.1f (%.1f%%)" % (statistics.median(tot[k] for k in tot if k[2] == ref),
-                                      100 * (gm[-1] - gm[0]) / statistics.median(gm))
+        ref_step = statistics.median(t for k, v in ms.items() if k[2] == ref for t in v)
         for c in configs[1:]:
-            ratios, per = [], []
+            steps, blocks, per, tot = [], [], [], [0.0, 0.0]
             for g in groups:
-                rg = [tot[(g, b, c)] / tot[(g, b, ref)] for (p, b, cc) in tot
-                      if p == g and cc == c and (g, b, ref) in tot]
-                if rg:
-                    ratios += rg
-                    per.append("%.3f [%.3f, %.3f]" % (statistics.median(rg), min(rg), max(rg)))
-            if not ratios:
+                sg = []
+                for (p, b, cc), v in ms.items():
+                    if p != g or cc != c or (g, b, ref) not in ms:
+                        continue
+                    rv = ms[(g, b, ref)]
+                    sg += [x / y for x, y in zip(v, rv)]
+                    blocks.append(sum(v) / sum(rv))
+                    tot[0] += sum(v)
+                    tot[1] += sum(rv)
+                if sg:
+                    steps += sg
+                    per.append("%.3f (%d)" % (statistics.median(sg), len(sg)))
+            if not steps:
                 continue
-            med, ci = median_ci(ratios)
-            ci_text = "[%.3f, %.3f]" % ci if ci else "-"
-            print("| %s | %s | %d | %.3f %s | %s | %d of %d | %s | %s |" % (
-                w, c, len(ratios), med, ci_text, verdict(ci), sum(x > 1 for x in ratios), len(ratios),
-                "; ".join(per), ref_text))
+            smed, sci = median_ci(steps)
+            bmed, bci = median_ci(blocks)
+            print("| %s | %s | %d | %.3f %s | %s | %d | %d | %.3f %s | %s | %.3f | %s | %.2f |" % (
+                w, c, len(steps), smed, "[%.3f, %.3f]" % sci if sci else "-", verdict(sci),
+                sum(x > 1 for x in steps), len(blocks), bmed, "[%.3f, %.3f]" % bci if bci else "-", verdict(bci),
+                tot[0] / tot[1], "; ".join(per), ref_step))
 
 
 def main():

@@ -171,8 +171,12 @@ class LockstepTest(unittest.TestCase):
         with contextlib.redirect_stdout(out):
             tb.lockstep_table(blocks)
         text = out.getvalue()
-        # Blocks 10.5/10 = 1.05 and 15.5/15 = 1.033: slower in all 18.
-        self.assertIn("| gpt2 | streamalloc `pool` | 18 | 1.050 [1.033, 1.050] | slower by more than 2% | 18 of 18 |",
+        # Blocks 0, 2, .., 8 of each group: 10.5/10 = 1.05; blocks 1, 3, 5,
+        # 7: 15.5/15 = 1.033. So 60 of 108 steps at 1.05 (the median),
+        # every one slower; totals (5*10.5 + 4*15.5) / (5*10 + 4*15) = 1.041;
+        # the reference's steps 10 ms in 60 of 108.
+        self.assertIn("| gpt2 | streamalloc `pool` | 108 | 1.050 [1.033, 1.050] | slower by more than 2% | 108 | "
+                      "18 | 1.050 [1.033, 1.050] | slower by more than 2% | 1.041 | 1.050 (54); 1.050 (54) | 10.00 |",
                       text)
 
     def test_failed_worker_is_reported(self):
