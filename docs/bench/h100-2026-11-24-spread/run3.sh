@@ -21,10 +21,10 @@ ls() { # WORKLOAD TIMEOUT CONFIGS ARGS...
 		--blocks-out "$R/blocks.jsonl" --lib "$L" "$@" >>"$R/ls.log" 2>&1
 	echo "$w exit $? at $(($(date +%s) - began)) s" >>"$R/ls.log"
 }
-ls gpt2 60 'native; streamalloc pool' --warmup 18 --block-steps 1 --blocks 60
-ls resnet50 45 'native; streamalloc pool' --warmup 12 --block-steps 1 --blocks 60
+ls gpt2 60 'native; streamalloc pool' --warmup 18 --block-steps 1 --blocks 50
+ls resnet50 45 'native; streamalloc pool' --warmup 12 --block-steps 1 --blocks 50
 ls cupy 30 'cupy-pool; streamalloc pool' --warmup 10 --block-steps 5 --blocks 100
-left=$((150 - ($(date +%s) - began)))
+left=$((135 - ($(date +%s) - began)))
 if [ "$left" -gt 45 ]; then
 	ls generate "$left" 'native; streamalloc pool' --warmup 5 --block-steps 1 --blocks 10
 else
