@@ -582,7 +582,10 @@ def lockstep(args):
     if len(specs) < 2:
         print("lockstep: needs at least two configurations", file=sys.stderr)
         return 2
-    block = args.block_steps or {"gpt2": len(GPT2_SEQS), "generate": 5, "cupy": 5}.get(args.workload, 6)
+    # One step a block, so that the steps compared are one step apart in
+    # time; CuPy's steps take under a millisecond, so its blocks are a
+    # cycle of its sizes.
+    block = args.block_steps or (5 if args.workload == "cupy" else 1)
     status = 0
     for pair in range(1, args.pairs + 1):
         procs = []
@@ -594,7 +597,7 @@ def lockstep(args):
                 cmd += ["--lib", args.lib]
             if args.pin:
                 cmd = ["taskset", "-c", args.pin] + cmd
-            log = open("%s.pair%d.%d.log" % (args.blocks_out, pair, k), "w")
+            log = open("%s.%s.pair%d.%d.log" % (args.blocks_out, args.workload, pair, k), "w")
             procs.append((subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                            text=True, env=e), log))
         names = [config_name(dict(allocator=a, conf=c if a in ("streamalloc", "control") else "",
@@ -633,7 +636,8 @@ def lockstep(args):
                 ok = False
             log.close()
         if not ok:
-            print("lockstep: pair %d failed; see %s.pair%d.*.log" % (pair, args.blocks_out, pair), file=sys.stderr)
+            print("lockstep: pair %d failed; see %s.%s.pair%d.*.log" % (pair, args.blocks_out, args.workload, pair),
+                  file=sys.stderr)
             status = 1
     return status
 
@@ -680,7 +684,8 @@ def lockstep_table(path):
     milliseconds, under every allocator) moves one step ratio and not the
     median of hundreds, where it moves a block's total by its whole
     length."""
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     print("| workload | configuration | step pairs | ratio to reference by step: median, 95% CI | verdict at 2% | "
           "steps slower | block pairs | ratio by block: median, 95% CI | verdict at 2% | ratio of totals | "
           "by group of processes: median of step ratios | reference's median step ms |")
@@ -750,8 +755,8 @@ def main():
     ls.add_argument("--blocks-out", required=True, help="one line per block")
     ls.add_argument("--lib", default=None)
     ls.add_argument("--warmup", type=int, default=18)
-    ls.add_argument("--blocks", type=int, default=20)
-    ls.add_argument("--block-steps", type=int, default=0, help="steps a block (default: one cycle of the workload)")
+    ls.add_argument("--blocks", type=int, default=200)
+    ls.add_argument("--block-steps", type=int, default=0, help="steps a block (default 1; CuPy 5, a cycle)")
     ls.add_argument("--pairs", type=int, default=1, help="groups of processes, one after the other")
     ls.add_argument("--pin", default="", help="taskset -c this CPU list for every process")
     ls.add_argument("--gc", choices=["on", "freeze"], default="on")

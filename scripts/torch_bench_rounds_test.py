@@ -11,6 +11,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import tempfile
 import unittest
 import unittest.mock
@@ -152,16 +153,18 @@ for line in sys.stdin:
 class LockstepTest(unittest.TestCase):
     def test_driver_pairs_blocks_and_table_judges(self):
         d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
         worker = os.path.join(d, "worker.py")
         with open(worker, "w") as f:
             f.write(FAKE_WORKER)
         blocks = os.path.join(d, "blocks.jsonl")
         args = type("Args", (), dict(configs="native; streamalloc pool", workload="gpt2", out=os.path.join(d, "r"),
-                                     blocks_out=blocks, lib=None, warmup=1, blocks=9, block_steps=0, pairs=2,
+                                     blocks_out=blocks, lib=None, warmup=1, blocks=9, block_steps=6, pairs=2,
                                      pin="", gc="on"))
         with unittest.mock.patch.object(tb, "WORKER", worker):
             self.assertEqual(tb.lockstep(args), 0)
-        rows = [json.loads(x) for x in open(blocks)]
+        with open(blocks) as f:
+            rows = [json.loads(x) for x in f]
         self.assertEqual(len(rows), 2 * 9 * 2)
         self.assertEqual({len(r["ms"]) for r in rows}, {6})
         # ABBA: native first in even blocks, second in odd ones.
@@ -181,6 +184,7 @@ class LockstepTest(unittest.TestCase):
 
     def test_failed_worker_is_reported(self):
         d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
         worker = os.path.join(d, "worker.py")
         with open(worker, "w") as f:
             f.write("import sys\nsys.exit(3)\n")
