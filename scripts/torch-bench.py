@@ -399,7 +399,8 @@ def mib(n):
 
 
 def table(path):
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     order = ["native", "expandable", "native-async", "cupy-pool", "control", "streamalloc"]
     print("| workload | allocator | step ms (median) | vs native | peak reserved MiB | peak allocated MiB"
           " | reserved / allocated | device allocs+frees in timed steps | losses vs native |")
@@ -516,7 +517,8 @@ def rounds(path):
     way: where steps differ by design (GPT-2 cycles six sequence lengths),
     a process's median falls between two kinds of step, and the total is
     what a run costs."""
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     rows = [r for r in rows if r.get("round")]
     print("| workload | configuration | processes | median step ms | spread of processes | "
           "ratio to reference, paired by round: median [min, max] | verdict at 2% | "
@@ -632,6 +634,7 @@ def lockstep(args):
                 pass
             for _ in p.stdout:
                 pass
+            p.stdout.close()
             if p.wait() != 0:
                 ok = False
             log.close()
