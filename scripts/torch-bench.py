@@ -623,7 +623,8 @@ def lockstep(args):
                         ok = False
                         break
                     f.write(json.dumps(dict(workload=args.workload, pair=pair, block=b, config=names[k],
-                                            position=pos, ms=json.loads(got))) + "\n")
+                                            position=pos, first_step=args.warmup + b * block,
+                                            ms=json.loads(got))) + "\n")
                 if not ok:
                     break
         for p, log in procs:
@@ -674,6 +675,34 @@ def verdict(ci, bound=1.02):
     return "not resolved"
 
 
+# The cycle of each workload's steps (GPT-2's sequence lengths,
+# generation's batch sizes, CuPy's array sizes).
+CYCLES = {"gpt2": len(GPT2_SEQS), "resnet50": 1, "generate": 5, "cupy": 5}
+
+
+def by_place(ms, ref, c, w):
+    """The median ratio of c's steps to ref's by place in the workload's
+    cycle, as (median, pairs) per place; None without the blocks' first
+    steps or with a cycle of one step."""
+    cycle = CYCLES.get(w, 1)
+    if cycle < 2:
+        return None
+    out = [[] for _ in range(cycle)]
+    for (g, b, cc), v in ms.items():
+        if cc != c or (g, b, ref) not in ms:
+            continue
+        if v.first_step is None:
+            return None
+        for j, (x, y) in enumerate(zip(v, ms[(g, b, ref)])):
+            out[(v.first_step + j) % cycle].append(x / y)
+    return [(statistics.median(o), len(o)) if o else (float("nan"), 0) for o in out]
+
+
+class _Block(list):
+    """A block's step times with the index of its first step."""
+    first_step = None
+
+
 def lockstep_table(path):
     """The lockstep protocol's table. For each configuration against the
     first (the reference), in the same group of processes: the ratio of
@@ -693,6 +722,7 @@ def lockstep_table(path):
           "steps slower | block pairs | ratio by block: median, 95% CI | verdict at 2% | ratio of totals | "
           "by group of processes: median of step ratios | reference's median step ms |")
     print("|---|---|---:|---|---|---:|---:|---|---|---:|---|---:|")
+    places = []
     for w in ["gpt2", "resnet50", "generate", "cupy"]:
         rs = [r for r in rows if r["workload"] == w]
         if not rs:
@@ -702,7 +732,11 @@ def lockstep_table(path):
             if r["config"] not in configs:
                 configs.append(r["config"])
         ref = configs[0]
-        ms = {(r["pair"], r["block"], r["config"]): r["ms"] for r in rs}
+        ms = {}
+        for r in rs:
+            v = _Block(r["ms"])
+            v.first_step = r.get("first_step")
+            ms[(r["pair"], r["block"], r["config"])] = v
         groups = sorted({r["pair"] for r in rs})
         ref_step = statistics.median(t for k, v in ms.items() if k[2] == ref for t in v)
         for c in configs[1:]:
@@ -728,6 +762,13 @@ def lockstep_table(path):
                 w, c, len(steps), smed, "[%.3f, %.3f]" % sci if sci else "-", verdict(sci),
                 sum(x > 1 for x in steps), len(blocks), bmed, "[%.3f, %.3f]" % bci if bci else "-", verdict(bci),
                 tot[0] / tot[1], "; ".join(per), ref_step))
+            places.append((w, c, by_place(ms, ref, c, w)))
+    for w, c, med in places:
+        if med:
+            names = GPT2_SEQS if w == "gpt2" else range(len(med))
+            print("\n%s, %s: median step ratio by place in the cycle (%s): %s" % (
+                w, c, "sequence length" if w == "gpt2" else "place",
+                ", ".join("%s: %.3f (%d)" % (n, m, k) for n, (m, k) in zip(names, med))))
 
 
 def main():

@@ -181,6 +181,12 @@ class LockstepTest(unittest.TestCase):
         self.assertIn("| gpt2 | streamalloc `pool` | 108 | 1.050 [1.033, 1.050] | slower by more than 2% | 108 | "
                       "18 | 1.050 [1.033, 1.050] | slower by more than 2% | 1.041 | 1.050 (54); 1.050 (54) | 10.00 |",
                       text)
+        # Each place of the cycle holds one step of every block: 10 at
+        # 1.05, 8 at 1.033.
+        self.assertEqual([r["first_step"] for r in rows if r["pair"] == 1 and r["position"] == 0][:3], [1, 7, 13])
+        self.assertIn("gpt2, streamalloc `pool`: median step ratio by place in the cycle (sequence length): "
+                      "256: 1.050 (18), 512: 1.050 (18), 1024: 1.050 (18), 384: 1.050 (18), 768: 1.050 (18), "
+                      "128: 1.050 (18)", text)
 
     def test_failed_worker_is_reported(self):
         d = tempfile.mkdtemp()
