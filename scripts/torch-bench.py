@@ -27,10 +27,24 @@ Deterministic settings: fixed seeds, data drawn on the GPU from a seeded
 generator, torch.use_deterministic_algorithms(True, warn_only=True),
 cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8.
 
+Step times: the host of the GPU machine is a virtual machine whose speed
+varies by tens of percent from step to step and from process to process,
+and these workloads are paced by the host, so one process's median step
+time against another's cannot resolve 2%. The lockstep protocol
+(lockstep, lockstep-table) keeps one process per configuration alive and
+lets them take turns step by step, pairing each step with the same step
+of the reference run just before or after it (BENCHMARKS.md, "Where the
+spread between processes comes from").
+
 usage: torch-bench.py run WORKLOAD ALLOCATOR --out RESULTS.jsonl [--lib PATH]
                           [--control-lib PATH] [--conf CONF] [--warmup N] [--steps N]
+                          [--serve] [--gc on|freeze]
+       torch-bench.py lockstep WORKLOAD --configs 'native; streamalloc pool' --out RESULTS.jsonl
+                          --blocks-out BLOCKS.jsonl [--lib PATH] [--warmup N] [--blocks N]
+                          [--block-steps N] [--pairs N] [--pin CPUS] [--gc on|freeze]
        torch-bench.py table RESULTS.jsonl
        torch-bench.py rounds RESULTS.jsonl
+       torch-bench.py lockstep-table BLOCKS.jsonl
 """
 
 import argparse
