@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # First device call: where GPT-2's and ResNet-50's step time goes and what
 # moves it (scripts/torch-bench-probe.py), and a first try of the lockstep
-# protocol (torch-bench.py lockstep) on GPT-2. Run from a folder holding
+# protocol (torch-bench.py lockstep) on GPT-2, blocks of six steps (the
+# default when this ran; --block-steps 6 keeps it). Run from a folder holding
 # build/capi/ (scripts/build-capi.sh DIR/build/capi), python/ and scripts/:
 #     OUT=... DIR/probe1.sh
 set -u
@@ -41,7 +42,7 @@ for a in native streamalloc; do
 done
 $P summary "$R/probe.jsonl" >"$R/probe-summary.md" 2>&1
 timeout 200 python3 scripts/torch-bench.py lockstep gpt2 --configs 'native; streamalloc pool' --out "$R/ls.jsonl" \
-	--blocks-out "$R/ls-blocks.jsonl" --lib "$L" --warmup 18 --blocks 12 --pairs 2 >"$R/ls.log" 2>&1
+	--blocks-out "$R/ls-blocks.jsonl" --lib "$L" --warmup 18 --block-steps 6 --blocks 12 --pairs 2 >"$R/ls.log" 2>&1
 echo "lockstep exit $?" >>"$R/ls.log"
 python3 scripts/torch-bench.py lockstep-table "$R/ls-blocks.jsonl" >"$R/ls-table.md" 2>&1
 kill $smi

@@ -21,7 +21,7 @@ PROBE_TAG=k1 timeout 100 $P generate native --out "$R/probe.jsonl" --lib "$L" --
 $P summary "$R/probe.jsonl" >"$R/probe-summary.md" 2>&1
 for w in gpt2 resnet50; do
 	timeout 150 python3 scripts/torch-bench.py lockstep $w --configs 'native; streamalloc pool' --out "$R/ls.jsonl" \
-		--blocks-out "$R/ls-blocks.jsonl" --lib "$L" --warmup 18 --blocks 12 --pairs 1 --gc freeze >>"$R/ls.log" 2>&1
+		--blocks-out "$R/ls-blocks.jsonl" --lib "$L" --warmup 18 --block-steps 6 --blocks 12 --pairs 1 --gc freeze >>"$R/ls.log" 2>&1
 	echo "lockstep $w exit $?" >>"$R/ls.log"
 done
 python3 scripts/torch-bench.py lockstep-table "$R/ls-blocks.jsonl" >"$R/ls-table.md" 2>&1
