@@ -21,8 +21,9 @@ same workloads, seeds and settings) and records, for every step:
            weighs on each alike.
 
 Once after the warm-up it also records one cycle of steps under
-torch.profiler (the sum of the GPU's kernel times a step: how busy the
-GPU is against the wall time) and one cycle under
+torch.profiler (the sum of self device time over its key_averages a
+step: an upper bound of the GPU's busy time, as a kernel may be counted
+under its operator and under its own name) and one cycle under
 torch.cuda.set_sync_debug_mode("warn") (how many times a step waits for
 the GPU), and a GPU calibration (a fixed bf16 matmul chain timed with CUDA
 events) before every block.
@@ -207,7 +208,7 @@ def probe(args):
 def summary(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     print("| tag | workload | allocator | setup s | median step ms (timed) | IQR/median | max/median | "
-          "calib us median | corr(step, calib) over places | GPU busy ms/step (profiled) | syncs/step | "
+          "calib us median | corr(step, calib) over places | profiler device ms/step (upper bound) | syncs/step | "
           "GC ms in timed steps (gen2) | device calls in timed steps | GPU calib ms median |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
