@@ -17,7 +17,7 @@
 // Over such an upstream, Allocate at the adaptor's alignment and every
 // free of an allocation in the slots make one call into the adaptor (the
 // hot path written out in Allocate and Deallocate), with the upstream's
-// call and the slots' three locked instructions; the rest is out of line.
+// call and the slots' two locked instructions; the rest is out of line.
 //
 // Invariants: every live returned address q is recorded, in the slots or
 // in the table, with its block (base, upstream size), and in the table
@@ -215,18 +215,16 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if a.slots != nil && p != 0 && size >= 0 {
 		// A live allocation of the slots: the upstream checks the stream
 		// before anything else, as args.go orders the checks.
-		if sl, w := a.slots.take(p, uint64(a.mask)); sl != nil {
-			var err error
-			if size <= a.most {
-				base := p - gpu.DevicePtr(w&uint64(a.mask))*Alignment
-				if err = a.oup.DeallocateOwned(base, size+a.pad, s, a.owner); err != nil {
-					err = a.freeRefused(p, base, size, err)
-				}
-			} else {
-				err = a.freeTooLarge(p, size, s)
+		if sl, w := a.slots.find(p, uint64(a.mask)); sl != nil {
+			if size > a.most {
+				return a.freeTooLarge(p, size, s)
 			}
-			a.slots.end(sl, w, err == nil)
-			return err
+			base := p - gpu.DevicePtr(w&uint64(a.mask))*Alignment
+			if err := a.oup.DeallocateOwned(base, size+a.pad, s, a.owner); err != nil {
+				return a.freeRefused(p, base, size, err)
+			}
+			a.slots.bury(sl, w, p, uint64(a.mask))
+			return nil
 		}
 	}
 	if null, err := a.known.checkFree("aligned", a.dev, p, size, s); null || err != nil {
@@ -258,13 +256,19 @@ func (a *Aligned) freeTooLarge(p gpu.DevicePtr, size int, s gpu.Stream) error {
 }
 
 // freeRefused is the error of a free of p, live in the slots with its
-// block at base, as size bytes, that the upstream refused with err.
+// block at base, as size bytes, that the upstream refused with err. A
+// free that lost a race with another free of p is refused by the upstream
+// as a double free, or as an unknown pointer once the block was merged or
+// reused: that is a double free too if the winner buried p's word.
 //
 //go:noinline
 func (a *Aligned) freeRefused(p, base gpu.DevicePtr, size int, err error) error {
-	if errors.Is(err, ErrSizeMismatch) {
+	switch {
+	case errors.Is(err, ErrSizeMismatch):
 		return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, not its size (its block %#x as %d): %w",
 			uint64(p), size, uint64(base), size+a.pad, err)
+	case errors.Is(err, ErrUnknownPointer) && a.slots.freed(p, uint64(a.mask)):
+		err = pointerError(p, ErrDoubleFree)
 	}
 	return fmt.Errorf("aligned: deallocate: %w", err)
 }

@@ -2,17 +2,20 @@ package mr
 
 import (
 	"errors"
+	"sync"
 	"testing"
-	"time"
 
+	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
 
-// TestAlignedSlotBusy: a free of an allocation whose free is in progress
-// (its slot busy) waits for that free's outcome; if the upstream refused
-// it, the waiting free frees the allocation, and a third free is a double
-// free.
-func TestAlignedSlotBusy(t *testing.T) {
+// TestAlignedSlotsRightAndWrongFree: a free with the right size racing
+// with one of a wrong size, of an allocation kept in the slots, always
+// succeeds; the wrong one is refused as a wrong size, or as a double free
+// once the right one freed the block (never an error of another kind),
+// and nothing leaks: a third free is a double free and the pool ends
+// empty.
+func TestAlignedSlotsRightAndWrongFree(t *testing.T) {
 	dev, err := sim.New(sim.Config{}).Device(0)
 	if err != nil {
 		t.Fatal(err)
@@ -34,30 +37,85 @@ func TestAlignedSlotBusy(t *testing.T) {
 	if a.slots == nil {
 		t.Fatal("no slots over a pool")
 	}
-	p, err := a.Allocate(1000, s)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const mask = 4095
-	sl, w := a.slots.take(p, mask) // a free in progress
-	if sl == nil {
-		t.Fatal("the allocation is not in a slot")
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Deallocate(p, 1000, s) }()
-	select {
-	case err := <-done:
-		t.Fatalf("a free returned while another free of its pointer was in progress: %v", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	a.slots.end(sl, w, false) // that free was refused
-	if err := <-done; err != nil {
-		t.Fatalf("the waiting free: %v", err)
+	for round := range 200 {
+		p, err := a.Allocate(1000, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sl, _ := a.slots.find(p, mask); sl == nil {
+			t.Fatalf("round %d: the allocation is not in a slot", round)
+		}
+		var right, wrong error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); right = a.Deallocate(p, 1000, s) }()
+		go func() { defer wg.Done(); wrong = a.Deallocate(p, 999, s) }()
+		wg.Wait()
+		if right != nil {
+			t.Fatalf("round %d: the right free, beside a wrong one: %v", round, right)
+		}
+		if !errors.Is(wrong, ErrSizeMismatch) && !errors.Is(wrong, ErrDoubleFree) {
+			t.Fatalf("round %d: the wrong free: %v, want ErrSizeMismatch or ErrDoubleFree", round, wrong)
+		}
+		if err := a.Deallocate(p, 1000, s); !errors.Is(err, ErrDoubleFree) {
+			t.Fatalf("round %d: third free: %v, want ErrDoubleFree", round, err)
+		}
+		if sl, _ := a.slots.find(p, mask); sl != nil {
+			t.Fatalf("round %d: %#x still live in the slots", round, p)
+		}
 	}
 	if u := pool.Usage(); u.Used != 0 {
-		t.Errorf("pool used %d after the free", u.Used)
+		t.Errorf("pool used %d after every free", u.Used)
 	}
-	if err := a.Deallocate(p, 1000, s); !errors.Is(err, ErrDoubleFree) {
-		t.Errorf("third free: %v, want ErrDoubleFree", err)
+	if want := "aligned to 4.0 KiB: 0 allocations live"; a.String() != want {
+		t.Errorf("%s, want %s", a.String(), want)
+	}
+}
+
+// TestAlignedSlotsBury: bury turns the word it was given into a
+// tombstone, or, when that slot no longer holds it (a double free of the
+// caller's racing with the address's next allocation buried it first),
+// another live word of the same address; with none left it changes
+// nothing.
+func TestAlignedSlotsBury(t *testing.T) {
+	const mask = 4095
+	q := gpu.DevicePtr(0x7f0000042000)
+	cases := []struct {
+		name   string
+		words  []uint64 // inserted as units
+		steal  bool     // bury the first word before the bury under test
+		wantLv int      // live words of q left
+	}{
+		{"one word", []uint64{3}, false, 0},
+		{"two words, the first buried by another free", []uint64{3, 5}, true, 0},
+		{"two words", []uint64{3, 5}, false, 1},
+		{"one word, buried by another free", []uint64{3}, true, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var sl alignedSlots
+			for _, u := range c.words {
+				if !sl.insert(q, u) {
+					t.Fatal("insert found no slot")
+				}
+			}
+			w, v := sl.find(q, mask)
+			if w == nil || v != uint64(q)|c.words[0] {
+				t.Fatalf("find: %v, %#x", w, v)
+			}
+			if c.steal {
+				if !w.CompareAndSwap(v, v|slotFreed) {
+					t.Fatal("steal")
+				}
+			}
+			sl.bury(w, v, q, mask)
+			if got := sl.live(); got != c.wantLv {
+				t.Errorf("%d live words left, want %d", got, c.wantLv)
+			}
+			if !sl.freed(q, mask) {
+				t.Error("no tombstone of q")
+			}
+		})
 	}
 }
