@@ -48,6 +48,11 @@ run "shadow-last" GATE_H=last
 run "shadow+steps-since-livepeak>=1" GATE_H=sticky GATE_S=1 GATE_SMODE=live GATE_SLO=0.5 GATE_SHI=0.9
 run "shadow-optimistic" GATE_H=sticky GATE_HOPT=1
 run "shadow-optimistic+steps-since-livepeak>=1" GATE_H=sticky GATE_HOPT=1 GATE_S=1 GATE_SMODE=live GATE_SLO=0.5 GATE_SHI=0.9
+run "shadow-by-pair" GATE_H=sticky GATE_PAIR=1
+run "shadow-by-pair-optimistic" GATE_H=sticky GATE_PAIR=1 GATE_HOPT=1
+run "shadow-by-pair-optimistic+steps-since-livepeak>=1" GATE_H=sticky GATE_PAIR=1 GATE_HOPT=1 GATE_S=1 GATE_SMODE=live GATE_SLO=0.5 GATE_SHI=0.9
+run "step-period" GATE_V=1
+run "step-period+steps-since-livepeak>=1" GATE_V=1 GATE_S=1 GATE_SMODE=live GATE_SLO=0.5 GATE_SHI=0.9
 CONF=pool run "lru-release" GATE_LRU=1
 run "lru-release+split_giant" GATE_LRU=1
 for Q in 16 64 256; do CONF=pool run "quarantine$Q" GATE_Q=$Q; done
