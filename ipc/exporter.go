@@ -45,8 +45,9 @@ type VirtualExporterOptions struct {
 	// it, such as a Pool. Only memory Virtual.Export can export is
 	// lendable: a plain allocation of the Virtual from its start, or
 	// committed granules of a growable one (a Pool's blocks growing in
-	// place); a Pool's small block, inside a plain allocation, is not
-	// (mr.ErrUnknownPointer from Lend).
+	// place); a Pool's small block inside one of its plain small chunks
+	// (not at the chunk's start) is not: Lend returns Export's
+	// mr.ErrUnknownPointer and lends nothing.
 	Resource mr.Resource
 }
 
