@@ -34,7 +34,7 @@ func TestPoolOverVirtualCapture(t *testing.T) {
 	ok(t, err)
 	g := v.GrowGranularity()
 	big := 3*g + g/2
-	const words = 1 << 14 // of the captured block that the graph fills
+	const words = 1 << 14             // of the captured block that the graph fills
 	pre, err := pool.Allocate(big, s) // s's growable chunk
 	ok(t, err)
 	spare, err := pool.Allocate(2*g, s)
