@@ -12,7 +12,9 @@
 // the range, whole (the driver maps allocations only whole), with where
 // it lies: the importer reserves the span they cover, maps each at its
 // offset, and finds the range at Start. Package ipc holds the importer's
-// side (ImportVirtual) and carries the handles between processes.
+// side (ImportVirtual), carries the handles between processes, and lends
+// ranges through its Link (NewVirtualExporter), keeping the stream order
+// below by itself.
 //
 // Stream order, which the driver leaves to its users (gpu/vmmshare.go):
 // the importer must not touch the memory before the exporter's writes to
