@@ -412,7 +412,7 @@ func TestLendVirtualLostPeers(t *testing.T) {
 		ki, _ := kernels.Load(imp)
 		p, err := e.Allocate(4096, se)
 		must(t, err)
-		_, err = l.Lend(context.Background(), p, 4096, se)
+		ln, err := l.Lend(context.Background(), p, 4096, se)
 		must(t, err)
 		x, err := im.Receive(context.Background(), si)
 		must(t, err)
@@ -438,6 +438,14 @@ func TestLendVirtualLostPeers(t *testing.T) {
 			t.Errorf("after the work: %d imports mapped, %d held; want 0, 0", n, m)
 		}
 		must(t, im.Close())
+		// The exporter's side, whose socket the test closed behind its
+		// link: the loan is back as lost, and the range is freed, which
+		// closes the descriptor the Virtual kept of its export.
 		<-l.Done()
+		if err := ln.Wait(context.Background()); !errors.Is(err, ipc.ErrPeerLost) {
+			t.Errorf("the loan after the link was lost: %v, want ipc.ErrPeerLost", err)
+		}
+		must(t, e.Deallocate(p, 4096, se))
+		must(t, v.ReleaseContext(context.Background()))
 	})
 }
