@@ -318,7 +318,9 @@ func (im *Importer) Receive(ctx context.Context, s gpu.Stream) (*Import, error) 
 	switch {
 	case f.kind == kindLendVirtual:
 		vm, err = ImportVirtual(im.dev, m.x)
-		err = errors.Join(err, m.x.Close()) // mapped, or refused: no longer needed
+		// Mapped, or refused: the descriptors are no longer needed, and
+		// a failed close leaves nothing of the loan held here.
+		m.x.Close()
 		if err == nil {
 			p = vm.Ptr()
 			if werr := s.WaitEvent(im.lendEvent); werr != nil {
