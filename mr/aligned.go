@@ -223,7 +223,7 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 			if err := a.oup.DeallocateOwned(base, size+a.pad, s, a.owner); err != nil {
 				return a.freeRefused(p, base, size, err)
 			}
-			a.slots.bury(sl, w, p, uint64(a.mask))
+			a.slots.bury(sl, w, p)
 			return nil
 		}
 	}

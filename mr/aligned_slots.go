@@ -29,12 +29,17 @@
 // because a wrong one ran beside it, and a free that lost a race to
 // another is refused by the upstream (as a double free, or an unknown
 // pointer once the block is reused or merged). Only the free that freed
-// the block buries its word. Its compare-and-swap fails only if the same
-// q was freed, handed out again by the upstream and recorded in another
-// slot, and freed again meanwhile (a double free of the caller's racing
-// with the new allocation, which frees that allocation as it would with
-// any allocator): that free buried this word, and this one buries the
-// other live word of q, which records the same address.
+// the block buries its word.
+//
+// Between a free's upstream free and its compare-and-swap its word is
+// stale: the upstream may hand q out again meanwhile, recorded in another
+// slot, and that allocation be freed. If the upstream reused the block,
+// the new word equals the stale one, and a free of q that finds the stale
+// one first frees the new block through it and buries it. The first
+// free's compare-and-swap then fails, and it buries the other word equal
+// to its own, the one whose block the other free freed; never a live word
+// of q with another offset, which records an allocation still live (a
+// third one, placed in the slot the other free buried).
 //
 // An allocation that finds no slot (more than a few hundred live at once,
 // or a run of collisions), or one at another alignment (AllocateAligned),
@@ -51,7 +56,10 @@
 // its allocation's insert until its free buries it) and was handed out
 // at the adaptor's alignment; its block is q - (word's offset)*256 with
 // the request's size plus a-256 bytes. Two live words for one q exist only
-// in the race above. A freed word's q is not live in the slots.
+// in the race above, and then all but the live allocation's (if q is
+// live) are stale, each the word of a free that freed its block and has
+// not buried it yet. A freed word's q
+// is not live in the slots.
 
 package mr
 
@@ -113,11 +121,24 @@ func (t *alignedSlots) find(q gpu.DevicePtr, mask uint64) (*atomic.Uint64, uint6
 
 // bury turns the live word w of q, found in sl, into a tombstone after
 // the upstream freed its block. If sl no longer holds w (the race in the
-// file comment), it buries another live word of q, if there is one.
-func (t *alignedSlots) bury(sl *atomic.Uint64, w uint64, q gpu.DevicePtr, mask uint64) {
+// file comment), it buries another word of q equal to w, if there is
+// one, and never a live word of q with another offset: that is the
+// record of an allocation still live.
+func (t *alignedSlots) bury(sl *atomic.Uint64, w uint64, q gpu.DevicePtr) {
 	for sl != nil && !sl.CompareAndSwap(w, w|slotFreed) {
-		sl, w = t.find(q, mask)
+		sl = t.holding(q, w)
 	}
+}
+
+// holding returns the slot among q's that holds the word w, or nil.
+func (t *alignedSlots) holding(q gpu.DevicePtr, w uint64) *atomic.Uint64 {
+	h := t.home(q)
+	for i := range uint64(alignedProbe) {
+		if sl := &t.w[(h+i)&(alignedSlotN-1)]; sl.Load() == w {
+			return sl
+		}
+	}
+	return nil
 }
 
 // freed reports whether a tombstone of q is among its slots.

@@ -74,10 +74,11 @@ func TestAlignedSlotsRightAndWrongFree(t *testing.T) {
 }
 
 // TestAlignedSlotsBury: bury turns the word it was given into a
-// tombstone, or, when that slot no longer holds it (a double free of the
-// caller's racing with the address's next allocation buried it first),
-// another live word of the same address; with none left it changes
-// nothing.
+// tombstone, or, when that slot no longer holds it (a free of the
+// address's next allocation, at the same offset, found the stale word
+// first and buried it), another word equal to it; never a live word of
+// the address with another offset (another allocation's record), and
+// with none left it changes nothing.
 func TestAlignedSlotsBury(t *testing.T) {
 	const mask = 4095
 	q := gpu.DevicePtr(0x7f0000042000)
@@ -88,8 +89,10 @@ func TestAlignedSlotsBury(t *testing.T) {
 		wantLv int      // live words of q left
 	}{
 		{"one word", []uint64{3}, false, 0},
-		{"two words, the first buried by another free", []uint64{3, 5}, true, 0},
+		{"two equal words, the first buried by another free", []uint64{3, 3}, true, 0},
+		{"two words, the first buried by another free", []uint64{3, 5}, true, 1},
 		{"two words", []uint64{3, 5}, false, 1},
+		{"two equal words", []uint64{3, 3}, false, 1},
 		{"one word, buried by another free", []uint64{3}, true, 0},
 	}
 	for _, c := range cases {
@@ -109,9 +112,14 @@ func TestAlignedSlotsBury(t *testing.T) {
 					t.Fatal("steal")
 				}
 			}
-			sl.bury(w, v, q, mask)
+			sl.bury(w, v, q)
 			if got := sl.live(); got != c.wantLv {
 				t.Errorf("%d live words left, want %d", got, c.wantLv)
+			}
+			if c.wantLv == 1 {
+				if _, left := sl.find(q, mask); left != uint64(q)|c.words[1] {
+					t.Errorf("live word left %#x, want %#x", left, uint64(q)|c.words[1])
+				}
 			}
 			if !sl.freed(q, mask) {
 				t.Error("no tombstone of q")

@@ -315,3 +315,117 @@ func TestAlignedOverPoolRacingFrees(t *testing.T) {
 		t.Errorf("pool used %d after every free", u.Used)
 	}
 }
+
+// windowPool is a pool whose DeallocateOwned runs then, once, after it
+// freed a block and before it returns: code run there runs inside an
+// Aligned free, between the upstream's free and the slots' tombstone,
+// where a descheduled free can stay for any time.
+type windowPool struct {
+	*mr.Pool
+	then func()
+}
+
+func (w *windowPool) DeallocateOwned(p gpu.DevicePtr, size int, s gpu.Stream, o mr.Owner) error {
+	err := w.Pool.DeallocateOwned(p, size, s, o)
+	if f := w.then; err == nil && f != nil {
+		w.then = nil
+		f()
+	}
+	return err
+}
+
+// TestAlignedOverPoolFreeWindow: while a free of q has freed its block
+// upstream and not yet made q's word in the slots a tombstone, q can be
+// handed out again (the pool reuses the block, or places another one
+// around q at another offset), freed and handed out again; every one of
+// those allocations frees, the first free still succeeds, and at the end
+// nothing is live in the adaptor or the pool and q's next free is a
+// double free. The pool places blocks first fit from its chunk's start,
+// so a block of 768 bytes before a puts a's block 768 bytes in (q 256
+// bytes after it), and one of 512 bytes 512 bytes in (q 512 after it).
+func TestAlignedOverPoolFreeWindow(t *testing.T) {
+	const size, align = 256, 1024 // a block of 1024 bytes a request
+	cases := []struct {
+		name string
+		// offsets, before q, of the blocks of the allocations of q made
+		// in the window; each is freed there, in order, but the last is
+		// freed after the window if keep.
+		offsets []int
+		keep    bool
+	}{
+		{"the same block", []int{256}, false},
+		{"another offset, freed after", []int{512}, true},
+		{"the same block, then another offset", []int{256, 512}, false},
+		{"the same block, then another offset, freed after", []int{256, 512}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pool, s := newOwnedPool(t)
+			wp := &windowPool{Pool: pool}
+			a, err := mr.NewAligned(wp, align)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// before fills the pool's chunk up to where the next block of
+			// a goes: its size is 1024 less the block's offset before q.
+			before := func(offset int) func() {
+				f, err := pool.Allocate(align-offset, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return func() {
+					if err := pool.Deallocate(f, align-offset, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			unfill := before(256)
+			q, err := a.Allocate(size, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			unfill()
+			var last gpu.DevicePtr
+			wp.then = func() {
+				for i, off := range c.offsets {
+					unfill := before(off)
+					p, err := a.Allocate(size, s)
+					unfill()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if p != q {
+						t.Fatalf("allocation %d in the window at %#x, not q %#x: the pool placed it elsewhere", i, p, q)
+					}
+					if c.keep && i == len(c.offsets)-1 {
+						last = p
+						break
+					}
+					if err := a.Deallocate(p, size, s); err != nil {
+						t.Errorf("free of allocation %d of q in the window (its block %d before q): %v", i, off, err)
+					}
+				}
+			}
+			if err := a.Deallocate(q, size, s); err != nil {
+				t.Fatalf("the free whose window it was: %v", err)
+			}
+			if last != 0 {
+				if got, want := a.String(), "aligned to 1.0 KiB: 1 allocation live"; got != want {
+					t.Errorf("after the window: %s, want %s", got, want)
+				}
+				if err := a.Deallocate(last, size, s); err != nil {
+					t.Errorf("free of the allocation of q kept after the window: %v", err)
+				}
+			}
+			if got, want := a.String(), "aligned to 1.0 KiB: 0 allocations live"; got != want {
+				t.Errorf("%s, want %s", got, want)
+			}
+			if u := pool.Usage(); u.Used != 0 {
+				t.Errorf("pool used %d after every free", u.Used)
+			}
+			if err := a.Deallocate(q, size, s); !errors.Is(err, mr.ErrDoubleFree) {
+				t.Errorf("free of q after every free: %v, want ErrDoubleFree", err)
+			}
+		})
+	}
+}
