@@ -29,17 +29,29 @@
 // because a wrong one ran beside it, and a free that lost a race to
 // another is refused by the upstream (as a double free, or an unknown
 // pointer once the block is reused or merged). Only the free that freed
-// the block buries its word. Its compare-and-swap fails only if the same
-// q was freed, handed out again by the upstream and recorded in another
-// slot, and freed again meanwhile (a double free of the caller's racing
-// with the new allocation, which frees that allocation as it would with
-// any allocator): that free buried this word, and this one buries the
-// other live word of q, which records the same address.
+// the block buries its word.
 //
 // An allocation that finds no slot (more than a few hundred live at once,
 // or a run of collisions), or one at another alignment (AllocateAligned),
 // goes to the adaptor's pointer table as before; a free that finds no live
 // word in its slots asks the table.
+//
+// Between a free's upstream free and its compare-and-swap its word is
+// stale: its block is freed, and the upstream may hand q out again
+// meanwhile, recorded in another slot or in the table, and that
+// allocation be freed. A free of q that finds the stale word first
+// reaches the upstream with the stale block. If the upstream placed the
+// new block as the old one (the new word equals the stale one), that
+// frees the new block, and the free buries the stale word; the first
+// free's compare-and-swap then fails, and it makes dead the other record
+// of q with that block, the table's or a word equal to its own (in that
+// order: a word holds no size, so the one left, if q was handed out again
+// once more, serves whatever size that allocation has), never a live
+// word of q with another offset, which records a live allocation. If the
+// new block is placed elsewhere, the upstream refuses the stale one, and
+// the free tries q's other live words and then the table before it is
+// refused (Aligned.freeRefused): a right free is not refused because a
+// stale word came first.
 //
 // Tombstones are the memory of recent frees that tells a double free from
 // an unknown pointer: a free that neither the slots nor the table know is
@@ -47,15 +59,19 @@
 // until an allocation reuses its slot, so an old double free may read as
 // an unknown pointer, never the reverse (as with the table's ring).
 //
-// Invariants: a live word for q is in a slot only while q is live (from
-// its allocation's insert until its free buries it) and was handed out
-// at the adaptor's alignment; its block is q - (word's offset)*256 with
-// the request's size plus a-256 bytes. Two live words for one q exist only
-// in the race above. A freed word's q is not live in the slots.
+// Invariants: a live word for q is in a slot from its allocation's
+// insert until a free buries it, only for an allocation at the adaptor's
+// alignment; its block is q - (word's offset)*256 with the request's size
+// plus a-256 bytes. It records q's live allocation, or it is stale: a
+// free freed its block and has not buried it yet. Of q's live words and
+// table record, at most one records a live allocation of q; two or more
+// exist only in the race above. A freed word's q is not live in the
+// slots.
 
 package mr
 
 import (
+	"slices"
 	"sync/atomic"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -111,13 +127,48 @@ func (t *alignedSlots) find(q gpu.DevicePtr, mask uint64) (*atomic.Uint64, uint6
 	return nil, 0
 }
 
-// bury turns the live word w of q, found in sl, into a tombstone after
-// the upstream freed its block. If sl no longer holds w (the race in the
-// file comment), it buries another live word of q, if there is one.
-func (t *alignedSlots) bury(sl *atomic.Uint64, w uint64, q gpu.DevicePtr, mask uint64) {
-	for sl != nil && !sl.CompareAndSwap(w, w|slotFreed) {
-		sl, w = t.find(q, mask)
+// findOther is find of a live word of q that is none of the words in
+// not.
+func (t *alignedSlots) findOther(q gpu.DevicePtr, mask uint64, not []uint64) (*atomic.Uint64, uint64) {
+	h := t.home(q)
+	for i := range uint64(alignedProbe) {
+		sl := &t.w[(h+i)&(alignedSlotN-1)]
+		if v := sl.Load(); v&slotFreed == 0 && v != 0 && v&^mask == uint64(q) && !slices.Contains(not, v) {
+			return sl, v
+		}
 	}
+	return nil, 0
+}
+
+// bury turns the live word w, found in sl, into a tombstone after the
+// upstream freed its block, and reports whether sl still held w.
+func (t *alignedSlots) bury(sl *atomic.Uint64, w uint64) bool {
+	return sl.CompareAndSwap(w, w|slotFreed)
+}
+
+// buryEqual turns a live word of q equal to w into a tombstone, if there
+// is one, and reports whether there was.
+func (t *alignedSlots) buryEqual(q gpu.DevicePtr, w uint64) bool {
+	for {
+		sl := t.holding(q, w)
+		if sl == nil {
+			return false
+		}
+		if sl.CompareAndSwap(w, w|slotFreed) {
+			return true
+		}
+	}
+}
+
+// holding returns the slot among q's that holds the word w, or nil.
+func (t *alignedSlots) holding(q gpu.DevicePtr, w uint64) *atomic.Uint64 {
+	h := t.home(q)
+	for i := range uint64(alignedProbe) {
+		if sl := &t.w[(h+i)&(alignedSlotN-1)]; sl.Load() == w {
+			return sl
+		}
+	}
+	return nil
 }
 
 // freed reports whether a tombstone of q is among its slots.

@@ -15,15 +15,18 @@
 // measured against the monotonic clock over the first millisecond after
 // the first call (which reads the monotonic clock itself meanwhile), and
 // then every millisecond the first reader past the anchor's millisecond
-// anchors again: it reads the monotonic clock and the counter, takes the
-// rate over the whole time since the first anchor (a baseline that grows,
-// so the rate is known better with time), and, if the clock ran ahead of
-// the monotonic clock, keeps it where it was and slows the rate so that
-// the two meet at the next anchor (a clock behind steps forward). So the
-// clock never steps back, and it stays within one period's error of the
-// monotonic clock: the monotonic clock's rate change over a millisecond
-// (the kernel's slew is at most 500 ppm: 0.5 us), and the counter's
-// rounding.
+// anchors again: it reads the counter between two readings of the
+// monotonic clock and pairs it with the second (pair: the narrowest of a
+// few such brackets, so an anchor's time is never before its counter
+// value's, and after it by at most the bracket, under 0.5 us unless every
+// try was descheduled), takes the rate over the whole time since the
+// first anchor (a baseline that grows, so the rate is known better with
+// time), and, if the clock ran ahead of the monotonic clock, keeps it
+// where it was and slows the rate so that the two meet at the next anchor
+// (a clock behind steps forward). So the clock never steps back, and it
+// stays within one period's error of the monotonic clock: the monotonic
+// clock's rate change over a millisecond (the kernel's slew is at most
+// 500 ppm: 0.5 us), the bracket's width, and the counter's rounding.
 //
 // The anchor is kept twice and published under a count (a latch): a
 // writer, one at a time, makes the count odd (readers use the second
