@@ -180,6 +180,24 @@ type PoolOptions struct {
 	// Zero: no margin (the high-water mark of reserved bytes alone);
 	// negative, NaN or above 1: ErrInvalidValue.
 	MappedSlack float64
+	// ReservedSlack lets a growth over chunks keep idle chunks, where
+	// the high-water rule would give them back first, as long as the
+	// pool reserves at most (1+ReservedSlack) times its peak of used
+	// bytes so far (Usage.PeakUsed) after the growth: the release before
+	// a growth gives idle chunks back only down to max(high-water mark,
+	// (1+ReservedSlack) x peak used) less the growth. So the high-water
+	// mark of reserved bytes rises above (1+ReservedSlack) times peak
+	// used only where it would without the option: when no idle chunk is
+	// left to give back. A training loop whose steps need chunks of
+	// other sizes at their peak then keeps them from step to step rather
+	// than free them (a cuMemFree waits for the device) and allocate
+	// them again; the price is up to that share of the peak of used
+	// bytes held idle. Over an upstream that grows in place (Grower) it
+	// applies only to small chunks (MappedSlack is the margin there).
+	// With several streams the peak of used bytes may be off by up to
+	// 1 MiB a stream (Usage). Zero: the high-water mark alone; negative,
+	// NaN or above 1: ErrInvalidValue.
+	ReservedSlack float64
 }
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It
@@ -283,6 +301,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	if !(opts.MappedSlack >= 0 && opts.MappedSlack <= 1) {
 		return nil, fmt.Errorf("pool: MappedSlack %v outside [0, 1]: %w", opts.MappedSlack, gpu.ErrInvalidValue)
+	}
+	if !(opts.ReservedSlack >= 0 && opts.ReservedSlack <= 1) {
+		return nil, fmt.Errorf("pool: ReservedSlack %v outside [0, 1]: %w", opts.ReservedSlack, gpu.ErrInvalidValue)
 	}
 	if opts.SplitGiantAtMark && !opts.SplitBig {
 		return nil, fmt.Errorf("pool: SplitGiantAtMark without SplitBig: %w", gpu.ErrInvalidValue)

@@ -28,6 +28,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -285,10 +286,16 @@ func (p *Pool) growthSize(rounded int, small bool) int {
 // releaseTarget is the most the pool may reserve before a growth of g
 // bytes: the growth first gives back idle chunks down to it
 // (releaseBeforeGrowth), so as not to raise the high-water mark of
-// reserved bytes (but keeping InitialSize) nor cross ReleaseThreshold or
-// MaxSize. Caller holds p.mu.
+// reserved bytes, or with ReservedSlack the higher of that mark and
+// (1+ReservedSlack) times the peak of used bytes (but keeping
+// InitialSize), nor cross ReleaseThreshold or MaxSize. Caller holds p.mu.
 func (p *Pool) releaseTarget(g int) int {
-	target := max(int(p.usage.peakReserved.Load())-g, p.opts.InitialSize)
+	mark := int(p.usage.peakReserved.Load())
+	if s := p.opts.ReservedSlack; s > 0 {
+		p.flushDirty() // pool_walk.go: the streams' unflushed used bytes
+		mark = max(mark, int(math.Ceil((1+s)*float64(p.usage.peakUsed.Load()))))
+	}
+	target := max(mark-g, p.opts.InitialSize)
 	if p.opts.ReleaseThreshold > 0 {
 		target = min(target, p.opts.ReleaseThreshold-g)
 	}
