@@ -69,7 +69,9 @@
 // pool with MaxSize or more than 64 streams, releaseBeforeGrowth in
 // pool_grow.go). So the peak of reserved memory is reached only with
 // every chunk in use, which is what keeps it close to the peak of live
-// memory. Before it fails with out of
+// memory. ReservedSlack moves that mark up to a share above the peak of
+// used bytes where the high-water mark is lower: idle chunks are then kept
+// through growths that stay under it. Before it fails with out of
 // memory (from upstream, or MaxSize), it steals even working chunks, then
 // releases every idle chunk and tries once more. Release gives every idle
 // chunk back; ReleaseThreshold does the same whenever a free leaves a

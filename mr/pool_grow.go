@@ -16,8 +16,9 @@
 // before whose growth would give back idle chunks, a free block of a
 // giant chunk (splitGiantAtMark, pool_giant.go); grow (first
 // releasing idle chunks, largest first, as far as needed for the growth
-// not to raise the high-water mark of reserved memory, nor cross MaxSize
-// or ReleaseThreshold; other streams' idle working chunks too in a pool
+// not to raise the high-water mark of reserved memory, or with
+// ReservedSlack not to pass (1+ReservedSlack) times the peak of used
+// bytes where that is higher, nor cross MaxSize or ReleaseThreshold; other streams' idle working chunks too in a pool
 // of few streams without MaxSize, releaseBeforeGrowth); and on out of
 // memory, steal even a working chunk, else release every idle chunk and
 // go through it all once more.
