@@ -94,6 +94,11 @@ type Config struct {
 	// a growth keeps idle chunks rather than give them back first while
 	// the pool reserves at most 1+Slack times its peak of live bytes after
 	// it. Zero (the default): the high-water mark of reserved bytes alone.
+	// Within 0.03 it leaves the chunk churn of GPT-2 and CuPy at the mark
+	// as it is (their growths there are larger than that share of the
+	// peak); with split_giant, slack=0.03 ends it on both, at 1.030 of
+	// allocated on GPT-2, but raises other recorded workloads' peaks
+	// (BENCHMARKS.md, "A slack over peak live for the pool's growth").
 	Slack float64
 	// WaitDecommits is mr.VirtualOptions.WaitForDecommits of
 	// upstream=vmm (an error with any other upstream): a commit of
