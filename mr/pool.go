@@ -188,17 +188,19 @@ type PoolOptions struct {
 	// bytes so far (Usage.PeakUsed) after the growth: the release before
 	// a growth gives idle chunks back only down to max(high-water mark,
 	// (1+ReservedSlack) x peak used) less the growth. So the high-water
-	// mark of reserved bytes rises above (1+ReservedSlack) times peak
-	// used only where it would without the option: when no idle chunk is
-	// left to give back. A training loop whose steps need chunks of
-	// other sizes at their peak then keeps them from step to step rather
-	// than free them (a cuMemFree waits for the device) and allocate
-	// them again; the price is up to that share of the peak of used
-	// bytes held idle. Over an upstream that grows in place (Grower) it
-	// applies only to small chunks (MappedSlack is the margin there).
-	// With several streams the peak of used bytes may be off by up to
-	// 1 MiB a stream (Usage). Zero: the high-water mark alone; negative,
-	// NaN or above 1: ErrInvalidValue.
+	// mark of reserved bytes passes (1+ReservedSlack) times peak used
+	// only at a growth that finds no idle chunk left to give back, as
+	// without the option. A loop whose steps need chunks of other sizes
+	// at their peak then keeps them from step to step, where they fit in
+	// that share, rather than free them (a cuMemFree waits for the
+	// device) and allocate them again; the price is up to that share of
+	// the peak of used bytes held idle. GPT-2 training grows chunks of
+	// 3-12% of its peak there, so a slack of a few percent leaves its
+	// churn as it is (BENCHMARKS.md). Over an upstream that grows in
+	// place (Grower) it applies only to small chunks (MappedSlack is the
+	// margin there). With several streams the peak of used bytes may be
+	// off by up to 1 MiB a stream (Usage). Zero: the high-water mark
+	// alone; negative, NaN or above 1: ErrInvalidValue.
 	ReservedSlack float64
 }
 

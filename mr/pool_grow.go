@@ -18,8 +18,9 @@
 // releasing idle chunks, largest first, as far as needed for the growth
 // not to raise the high-water mark of reserved memory, or with
 // ReservedSlack not to pass (1+ReservedSlack) times the peak of used
-// bytes where that is higher, nor cross MaxSize or ReleaseThreshold; other streams' idle working chunks too in a pool
-// of few streams without MaxSize, releaseBeforeGrowth); and on out of
+// bytes where that is higher, nor cross MaxSize or ReleaseThreshold;
+// other streams' idle working chunks too in a pool of few streams
+// without MaxSize, releaseBeforeGrowth); and on out of
 // memory, steal even a working chunk, else release every idle chunk and
 // go through it all once more.
 
