@@ -1,5 +1,6 @@
-// The exporting side: a resource over an exportable driver pool, and one
-// Link per importer through which its allocations are lent.
+// The exporting side: a resource over an exportable driver pool, or over
+// an mr.Virtual made with handle types (NewVirtualExporter), and one Link
+// per importer through which its allocations are lent.
 //
 // Invariants, under Exporter.mu: live holds every allocation handed out
 // and not yet freed, with its size; lent holds those lent and not given
@@ -33,13 +34,32 @@ type ExporterOptions struct {
 	Async mr.AsyncOptions
 }
 
+// VirtualExporterOptions configure an Exporter of Virtual memory.
+type VirtualExporterOptions struct {
+	// Handle is the handle type a lent range's pieces are exported as:
+	// gpu.HandlePOSIX (the default) or gpu.HandleFabric, one of the
+	// Virtual's VirtualOptions.HandleTypes.
+	Handle gpu.HandleType
+	// Resource is what the Exporter allocates from and frees to: the
+	// Virtual itself (nil), or a resource over it whose memory lies in
+	// it, such as a Pool. Only memory Virtual.Export can export is
+	// lendable: a plain allocation of the Virtual from its start, or
+	// committed granules of a growable one (a Pool's blocks growing in
+	// place); a Pool's small block inside one of its plain small chunks
+	// (not at the chunk's start) is not: Lend returns Export's
+	// mr.ErrUnknownPointer and lends nothing.
+	Resource mr.Resource
+}
+
 // Exporter is a resource whose allocations can be lent to other
 // processes. It is safe for concurrent use.
 type Exporter struct {
 	dev    gpu.Device
 	x      gpu.IPC
 	handle gpu.HandleType
-	async  *mr.Async
+	async  *mr.Async // the driver pool; nil over a Virtual
+	virt   *mr.Virtual
+	res    mr.Resource // what allocations come from: async, or over virt
 	events gpu.EventCache
 
 	mu     sync.Mutex
@@ -70,25 +90,62 @@ func NewExporter(dev gpu.Device, opts ExporterOptions) (*Exporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipc: exporter: %w", err)
 	}
+	return newExporter(dev, x, opts.Handle, a, nil, a), nil
+}
+
+func newExporter(dev gpu.Device, x gpu.IPC, t gpu.HandleType, a *mr.Async, v *mr.Virtual, r mr.Resource) *Exporter {
 	return &Exporter{
-		dev: dev, x: x, handle: opts.Handle, async: a, events: gpu.EventCache{Device: dev},
+		dev: dev, x: x, handle: t, async: a, virt: v, res: r, events: gpu.EventCache{Device: dev},
 		live: make(map[gpu.DevicePtr]int), lent: make(map[gpu.DevicePtr]*Loan),
 		after: make(map[gpu.DevicePtr]gpu.Stream), links: make(map[*Link]struct{}),
-	}, nil
+	}
+}
+
+// NewVirtualExporter creates an Exporter whose allocations come from v
+// (or opts.Resource over v) and are lent as the physical allocations
+// under them (Virtual.Export): an importer maps each lent range in an
+// address range of its own. v must be made with opts.Handle among its
+// VirtualOptions.HandleTypes (else gpu.ErrInvalidValue); its device must
+// have interprocess events (else gpu.ErrNotSupported). v and
+// opts.Resource stay the caller's: Close closes neither.
+func NewVirtualExporter(v *mr.Virtual, opts VirtualExporterOptions) (*Exporter, error) {
+	if v == nil {
+		return nil, fmt.Errorf("ipc: virtual exporter: nil Virtual: %w", gpu.ErrInvalidValue)
+	}
+	if opts.Handle == gpu.HandleNone {
+		opts.Handle = gpu.HandlePOSIX
+	}
+	if ht := v.Options().HandleTypes; (opts.Handle != gpu.HandlePOSIX && opts.Handle != gpu.HandleFabric) || ht&opts.Handle == 0 {
+		return nil, fmt.Errorf("ipc: virtual exporter: handle type %#x, the Virtual's memory is exportable as %#x: %w",
+			int32(opts.Handle), int32(ht), gpu.ErrInvalidValue)
+	}
+	dev := v.Device()
+	x, err := gpu.IPCOf(dev)
+	if err != nil {
+		return nil, fmt.Errorf("ipc: virtual exporter: %w", err)
+	}
+	r := opts.Resource
+	if r == nil {
+		r = v
+	}
+	return newExporter(dev, x, opts.Handle, nil, v, r), nil
 }
 
 // Device is the exporter's device.
 func (e *Exporter) Device() gpu.Device { return e.dev }
 
 // Async is the driver-pool resource below, for its statistics and
-// attributes (reserved bytes, Trim).
+// attributes (reserved bytes, Trim); nil for an Exporter of Virtual
+// memory.
 func (e *Exporter) Async() *mr.Async { return e.async }
 
-// Upstream is the Async below, so that mr.Chain, mr.Reclaim and
+// Upstream is the resource below (the Async, or the Virtual or
+// VirtualExporterOptions.Resource), so that mr.Chain, mr.Reclaim and
 // mr.GrantPeer reach it.
-func (e *Exporter) Upstream() mr.Resource { return e.async }
+func (e *Exporter) Upstream() mr.Resource { return e.res }
 
-// Allocate allocates from the exportable pool.
+// Allocate allocates from the exportable pool (or the resource over the
+// Virtual).
 func (e *Exporter) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	e.mu.Lock()
 	closed := e.closed
@@ -96,7 +153,7 @@ func (e *Exporter) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	if closed {
 		return 0, fmt.Errorf("ipc: allocate: %w", ErrClosed)
 	}
-	p, err := e.async.Allocate(size, s)
+	p, err := e.res.Allocate(size, s)
 	if err != nil || p == 0 {
 		return p, err
 	}
@@ -106,11 +163,14 @@ func (e *Exporter) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	return p, nil
 }
 
-// Deallocate frees p on s unless it is lent (ErrLent). A loan given back
-// on another stream than s is ordered before the free.
+// Deallocate frees p on s unless it is lent: a lent allocation is
+// refused (ErrLent) and stays lent and live, rather than freed later, so
+// that the caller always knows whether the memory went; the loan's Wait
+// or Done says when it is back. A loan given back on another stream than
+// s is ordered before the free.
 func (e *Exporter) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if p == 0 {
-		return e.async.Deallocate(p, size, s)
+		return e.res.Deallocate(p, size, s)
 	}
 	e.mu.Lock()
 	if _, ok := e.lent[p]; ok {
@@ -124,7 +184,7 @@ func (e *Exporter) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 			return fmt.Errorf("ipc: free %#x: order after the returned loan: %w", uint64(p), err)
 		}
 	}
-	if err := e.async.Deallocate(p, size, s); err != nil {
+	if err := e.res.Deallocate(p, size, s); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -150,7 +210,9 @@ func (e *Exporter) order(s, first gpu.Stream) error {
 // Close closes every link and the pool; it refuses (ErrLent) while a loan
 // is out, since the pool's memory would go while an importer uses it.
 // Allocations still live are freed with the pool, after their streams'
-// work.
+// work. An Exporter of Virtual memory leaves the Virtual (and the
+// resource over it) open: its live allocations stay the caller's to free,
+// through the Exporter's Deallocate or the resource's.
 func (e *Exporter) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -171,7 +233,10 @@ func (e *Exporter) Close() error {
 	for _, l := range links {
 		errs = append(errs, l.Close())
 	}
-	errs = append(errs, e.async.Close(), e.events.Close())
+	if e.async != nil {
+		errs = append(errs, e.async.Close())
+	}
+	errs = append(errs, e.events.Close())
 	return errors.Join(errs...)
 }
 
@@ -243,16 +308,22 @@ func (e *Exporter) Serve(ctx context.Context, conn *net.UnixConn) (_ *Link, err 
 		return nil, fmt.Errorf("ipc: serve: %w", err)
 	}
 	hello.b = h
-	sh, err := e.x.ExportMemPool(e.async.Pool(), e.handle)
-	if err != nil {
-		return nil, fmt.Errorf("ipc: serve: %w", err)
-	}
-	if e.handle == gpu.HandleFabric {
-		hello.a = sh.Fabric
+	if e.virt != nil {
+		// No pool: each lend carries its pieces.
+		hello.handle = int32(gpu.HandleNone)
 		_, err = conn.Write(hello.marshal())
 	} else {
-		err = SendFile(conn, hello.marshal(), sh.File)
-		sh.File.Close() // the importer has its own descriptor now
+		sh, xerr := e.x.ExportMemPool(e.async.Pool(), e.handle)
+		if xerr != nil {
+			return nil, fmt.Errorf("ipc: serve: %w", xerr)
+		}
+		if e.handle == gpu.HandleFabric {
+			hello.a = sh.Fabric
+			_, err = conn.Write(hello.marshal())
+		} else {
+			err = SendFile(conn, hello.marshal(), sh.File)
+			sh.File.Close() // the importer has its own descriptor now
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ipc: serve: hello: %w", lostIfEOF(err))
@@ -393,12 +464,30 @@ func (l *Link) lend(ctx context.Context, p gpu.DevicePtr, size int, s gpu.Stream
 	return ln, nil
 }
 
-// send orders the lend event after s and sends the lend frame until ctx
-// ends. A frame cut short ends the link.
+// send orders the lend event after s and sends the lend frame (with the
+// export of a Virtual range after it) until ctx ends. A frame cut short
+// ends the link.
 func (l *Link) send(ctx context.Context, ln *Loan) error {
-	data, err := l.e.x.ExportPointer(ln.p)
-	if err != nil {
-		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
+	var msgs []message
+	if v := l.e.virt; v != nil {
+		x, err := v.Export(ln.p, ln.size, l.e.handle)
+		if err != nil {
+			return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
+		}
+		// The socket passes the importer descriptors of its own.
+		defer x.Close()
+		if msgs, err = virtualMessages(x); err != nil {
+			return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
+		}
+		f := frame{kind: kindLendVirtual, id: ln.id, size: uint64(ln.size)}
+		msgs = append([]message{{b: f.marshal()}}, msgs...)
+	} else {
+		data, err := l.e.x.ExportPointer(ln.p)
+		if err != nil {
+			return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
+		}
+		f := frame{kind: kindLend, id: ln.id, size: uint64(ln.size), a: data}
+		msgs = []message{{b: f.marshal()}}
 	}
 	if err := l.wmu.lock(ctx); err != nil {
 		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
@@ -410,8 +499,7 @@ func (l *Link) send(ctx context.Context, ln *Loan) error {
 	if err := l.lendEvent.Record(l.lendStream); err != nil {
 		return fmt.Errorf("ipc: lend %#x: %w", uint64(ln.p), err)
 	}
-	f := frame{kind: kindLend, id: ln.id, size: uint64(ln.size), a: data}
-	if err := writeLocked(ctx, l.conn, f); err != nil {
+	if err := writeMsgsLocked(ctx, l.conn, msgs); err != nil {
 		if errors.Is(err, errFrameCut) {
 			l.mu.Lock()
 			if l.lost == nil {

@@ -50,6 +50,32 @@ func SendFile(c *net.UnixConn, msg []byte, f *os.File) error {
 	return nil
 }
 
+// writeMessage writes m.b on c, with m.file's descriptor attached if it
+// has one, and returns how many bytes went.
+func writeMessage(c *net.UnixConn, m message) (int, error) {
+	if m.file == nil {
+		return c.Write(m.b)
+	}
+	raw, err := m.file.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var werr error
+	cerr := raw.Control(func(fd uintptr) {
+		n, _, werr = c.WriteMsgUnix(m.b, syscall.UnixRights(int(fd)), nil)
+		if werr == nil && n < len(m.b) {
+			var k int
+			k, werr = c.Write(m.b[n:])
+			n += k
+		}
+	})
+	if cerr != nil {
+		return n, cerr
+	}
+	return n, werr
+}
+
 // RecvFile reads len(msg) bytes from c into msg and the one descriptor
 // sent with them, as a file the caller owns.
 func RecvFile(c *net.UnixConn, msg []byte) (*os.File, error) {

@@ -25,6 +25,13 @@ func RecvFile(c *net.UnixConn, msg []byte) (*os.File, error) {
 	return nil, fmt.Errorf("ipc: receive descriptor: no SCM_RIGHTS here: %w", gpu.ErrNotSupported)
 }
 
+func writeMessage(c *net.UnixConn, m message) (int, error) {
+	if m.file != nil {
+		return 0, fmt.Errorf("ipc: send descriptor: no SCM_RIGHTS here: %w", gpu.ErrNotSupported)
+	}
+	return c.Write(m.b)
+}
+
 func recv(c *net.UnixConn, msg []byte, optional bool) (*os.File, error) {
 	if !optional {
 		return RecvFile(c, msg)

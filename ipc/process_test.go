@@ -423,6 +423,9 @@ func runChild(mode string) error {
 	if mode == "virtual" {
 		return childVirtual(dev, conn, s, k, cnt)
 	}
+	if mode == "vlend" {
+		return childVirtualLend(dev, conn, s, k, cnt)
+	}
 	ctx := context.Background()
 	im, err := ipc.Accept(ctx, dev, conn)
 	if err != nil {

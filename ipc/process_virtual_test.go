@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +180,196 @@ func childVirtual(dev gpu.Device, conn *net.UnixConn, s gpu.Stream, k *kernels.K
 	}
 	fmt.Printf("mismatches %d\n", binary.LittleEndian.Uint32(b[:]))
 	return nil
+}
+
+// vlendSizes are the ranges TestTwoProcessesVirtualLend lends, one to 64
+// granules and two below one.
+var vlendSizes = []int{4096, 2 << 20, 6<<20 + 4, 64 << 20, 1 << 20, 32 << 20, 2 << 20, 128 << 20}
+
+// vlendRounds is how many times TestTwoProcessesVirtualLend lends one
+// 2 MiB range to time the round trip.
+const vlendRounds = 200
+
+// TestTwoProcessesVirtualLend: an Exporter of Virtual memory
+// (NewVirtualExporter) lends eight ranges of 4 KiB to 128 MiB, filled, to
+// a child process through a Link; the child checks each, rewrites it and
+// releases it without synchronizing (its unmap waits for an event), the
+// exporter finds the child's words once each loan is back and frees.
+// Then one 2 MiB range goes back and forth vlendRounds times: the lend to
+// the loan's return, the child writing one word each time. Zero
+// mismatches either side, the child's imports all unmapped after its
+// stream has run, the Virtual mapping nothing after the frees.
+func TestTwoProcessesVirtualLend(t *testing.T) {
+	dev := cardDevice(t)
+	ch := startChild(t, "vlend")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	v, err := mr.NewVirtual(dev, mr.VirtualOptions{ReserveSize: 4 << 30, HandleTypes: gpu.HandlePOSIX})
+	must(t, err)
+	defer v.Close()
+	e, err := ipc.NewVirtualExporter(v, ipc.VirtualExporterOptions{})
+	must(t, err)
+	l, err := e.Serve(ctx, ch.conn)
+	must(t, err)
+	s, err := dev.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	k, err := kernels.Load(dev)
+	must(t, err)
+	ptrs := make([]gpu.DevicePtr, len(vlendSizes))
+	loans := make([]*ipc.Loan, len(vlendSizes))
+	for i, n := range vlendSizes {
+		ptrs[i], err = e.Allocate(n, s)
+		must(t, err)
+		must(t, k.Fill(s, ptrs[i], n/4, uint32(i)<<24))
+		loans[i], err = l.Lend(ctx, ptrs[i], n, s)
+		must(t, err)
+	}
+	var bad uint32
+	for i, ln := range loans {
+		must(t, ln.Wait(ctx))
+		bad += mismatches(t, dev, k, s, ptrs[i], vlendSizes[i]/4, uint32(i)<<24+1)
+		must(t, e.Deallocate(ptrs[i], vlendSizes[i], s))
+	}
+	p, err := e.Allocate(2<<20, s)
+	must(t, err)
+	rt := make([]time.Duration, 0, vlendRounds)
+	lend := make([]time.Duration, 0, vlendRounds)
+	for range vlendRounds {
+		t0 := time.Now()
+		ln, err := l.Lend(ctx, p, 2<<20, s)
+		must(t, err)
+		lend = append(lend, time.Since(t0))
+		must(t, ln.Wait(ctx))
+		rt = append(rt, time.Since(t0))
+	}
+	must(t, e.Deallocate(p, 2<<20, s))
+	child := ch.line(t)
+	<-l.Done()
+	must(t, ch.cmd.Wait())
+	must(t, e.Close())
+	must(t, v.ReleaseContext(ctx))
+	st := v.Stats()
+	t.Logf("%d ranges (4 KiB to 128 MiB) lent to a second process: child %s; exporter mismatches %d; a 2 MiB range lent and given back %d times: %s, of which the Lend (export and send) %s; after the frees %d bytes mapped",
+		len(vlendSizes), child, bad, vlendRounds, summary(rt), summary(lend), st.Mapped)
+	if !strings.HasPrefix(child, "mismatches 0 ") || !strings.Contains(child, " mapped-after 0 ") || bad != 0 {
+		t.Fatalf("child %q, exporter mismatches %d", child, bad)
+	}
+	if st.Mapped != 0 || st.Live != 0 {
+		t.Errorf("after the frees: %d bytes mapped, %d live", st.Mapped, st.Live)
+	}
+}
+
+// childVirtualLend is the importer of TestTwoProcessesVirtualLend: it
+// receives the eight ranges, checks each and rewrites it with pattern+1,
+// releases it without synchronizing, then takes vlendRounds loans,
+// touching one word of each; it reports the mismatches, how many released
+// imports were still mapped right after the last release and after its
+// stream had run (and a Reap), and the time of a Release (all of them,
+// the round trips' included).
+func childVirtualLend(dev gpu.Device, conn *net.UnixConn, s gpu.Stream, k *kernels.Kernels, cnt gpu.DevicePtr) error {
+	ctx := context.Background()
+	im, err := ipc.Accept(ctx, dev, conn)
+	if err != nil {
+		return err
+	}
+	if err := dev.MemsetD8Async(cnt, 0, 4, s); err != nil {
+		return err
+	}
+	var rel []time.Duration
+	for i := range len(vlendSizes) + vlendRounds {
+		x, err := im.Receive(ctx, s)
+		if err != nil {
+			return err
+		}
+		if i < len(vlendSizes) {
+			words := x.Size() / 4
+			if err := k.Check(s, x.Ptr(), words, uint32(i)<<24, cnt); err != nil {
+				return err
+			}
+			if err := k.Fill(s, x.Ptr(), words, uint32(i)<<24+1); err != nil {
+				return err
+			}
+		} else if err := k.Fill(s, x.Ptr(), 1, uint32(i)); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if err := x.Release(s); err != nil {
+			return err
+		}
+		rel = append(rel, time.Since(t0))
+	}
+	pending := im.Unmapping()
+	var b [4]byte
+	if err := dev.CopyDtoHAsync(b[:], cnt, s); err != nil {
+		return err
+	}
+	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	if err := im.Reap(); err != nil {
+		return err
+	}
+	fmt.Printf("mismatches %d mapped-at-release %d mapped-after %d release %s\n",
+		binary.LittleEndian.Uint32(b[:]), pending, im.Unmapping(), summary(rel))
+	return im.Close()
+}
+
+// TestVirtualImportCost times, in one process on the card, the steps a
+// Virtual loan of one 2 MiB piece costs besides the messages: the
+// exporter's Virtual.Export, and the importer's driver calls of
+// ImportVirtual (import the handle, reserve the span, map, release the
+// handle, set access) and of its unmap (unmap, free the span), each over
+// 200 rounds; then ImportVirtual and VirtualImport.Close whole.
+func TestVirtualImportCost(t *testing.T) {
+	dev := cardDevice(t)
+	v, err := mr.NewVirtual(dev, mr.VirtualOptions{ReserveSize: 1 << 30, HandleTypes: gpu.HandlePOSIX})
+	must(t, err)
+	defer v.Close()
+	s, err := dev.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	const n, rounds = 2 << 20, 200
+	p, err := v.Allocate(n, s)
+	must(t, err)
+	defer v.Deallocate(p, n, s)
+	ps, err := gpu.PhysicalSharingOf(dev)
+	must(t, err)
+	steps := []string{"export", "import handle", "reserve", "map", "release handle", "set access", "unmap", "free span", "ImportVirtual", "VirtualImport.Close"}
+	ds := make([][]time.Duration, len(steps))
+	for range rounds {
+		var ts [11]time.Time
+		ts[0] = time.Now()
+		x, err := v.Export(p, n, gpu.HandlePOSIX)
+		must(t, err)
+		ts[1] = time.Now()
+		h, err := ps.ImportPhysical(x.Pieces[0].Handle)
+		must(t, err)
+		ts[2] = time.Now()
+		base, err := ps.ReserveAddress(x.Span, 0)
+		must(t, err)
+		ts[3] = time.Now()
+		must(t, ps.Map(base, x.Span, h, 0))
+		ts[4] = time.Now()
+		must(t, ps.ReleasePhysical(h))
+		ts[5] = time.Now()
+		must(t, ps.SetAccess(base, x.Span))
+		ts[6] = time.Now()
+		must(t, ps.Unmap(base, x.Span))
+		ts[7] = time.Now()
+		must(t, ps.FreeAddress(base, x.Span))
+		ts[8] = time.Now()
+		m, err := ipc.ImportVirtual(dev, x)
+		must(t, err)
+		ts[9] = time.Now()
+		must(t, m.Close())
+		ts[10] = time.Now()
+		must(t, x.Close())
+		for i := range steps {
+			ds[i] = append(ds[i], ts[i+1].Sub(ts[i]))
+		}
+	}
+	for i, name := range steps {
+		t.Logf("%-20s %s", name, summary(ds[i]))
+	}
 }

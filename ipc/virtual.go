@@ -14,9 +14,10 @@
 // one after its last use, which the exporter's freeing stream waits on
 // before it frees or decommits the range. Close is not stream-ordered
 // (cuMemUnmap is not): it comes after the importer's work with the memory
-// has completed, or that work faults. What this does not do yet is the
-// Exporter's lend-and-return protocol (Link.Lend, Loan.Wait) for Virtual
-// memory; the two events and the messages are the caller's.
+// has completed, or that work faults. Used alone, the two events and the
+// messages are the caller's; an Exporter made by NewVirtualExporter lends
+// Virtual memory through a Link instead, and its Importer keeps both
+// rules and reaps the unmap by event (importer.go).
 //
 // Invariants: a VirtualImport maps every piece of its export, each whole
 // at base+Offset, until Close; after Close (or a failed ImportVirtual)

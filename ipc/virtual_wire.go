@@ -6,7 +6,8 @@
 //	piece:  offset, size (uint64), handle type (int32), fabric [64]byte  84 bytes
 //
 // The receiver refuses a malformed message (ErrProtocol) and closes every
-// descriptor it received with it, so nothing leaks.
+// descriptor it received with it, so nothing leaks. The same encoding
+// follows a Link's lendVirtual frame (wire.go).
 
 package ipc
 
@@ -48,71 +49,91 @@ func ctxErr(ctx context.Context, err error) error {
 }
 
 // SendVirtual writes x on c; x's descriptors stay open (x.Close after).
-// ctx bounds the writes; a write cut short leaves the stream unusable.
+// ctx bounds the writes; a write that ctx cuts short shuts c's write
+// side, so that the peer reads the connection's end rather than part of
+// an export.
 func SendVirtual(ctx context.Context, c *net.UnixConn, x mr.VirtualExport) error {
-	if err := checkExport(x); err != nil {
+	msgs, err := virtualMessages(x)
+	if err != nil {
 		return fmt.Errorf("ipc: send virtual: %w", err)
 	}
-	defer deadlineFor(ctx, c)()
+	if err := writeMsgsLocked(ctx, c, msgs); err != nil {
+		return fmt.Errorf("ipc: send virtual: %w", err)
+	}
+	return nil
+}
+
+// virtualMessages encodes x: the header, then one message per piece, a
+// POSIX piece's with its descriptor. A malformed x is ErrProtocol, a
+// piece without its handle gpu.ErrInvalidValue.
+func virtualMessages(x mr.VirtualExport) ([]message, error) {
+	if err := checkExport(x); err != nil {
+		return nil, err
+	}
+	msgs := make([]message, 0, 1+len(x.Pieces))
 	h := make([]byte, virtualHeaderLen)
 	copy(h, virtualMagic)
 	for i, w := range []uint64{x.Span, x.Start, x.Size, uint64(len(x.Pieces))} {
 		binary.LittleEndian.PutUint64(h[8+8*i:], w)
 	}
-	if _, err := c.Write(h); err != nil {
-		return ctxErr(ctx, fmt.Errorf("ipc: send virtual: header: %w", lostIfEOF(err)))
-	}
+	msgs = append(msgs, message{b: h})
 	for i, pc := range x.Pieces {
 		b := make([]byte, virtualPieceLen)
 		binary.LittleEndian.PutUint64(b[0:], pc.Offset)
 		binary.LittleEndian.PutUint64(b[8:], pc.Size)
 		binary.LittleEndian.PutUint32(b[16:], uint32(pc.Handle.Type))
-		var err error
 		switch {
 		case pc.Handle.Type == gpu.HandlePOSIX && pc.Handle.File != nil:
-			err = SendFile(c, b, pc.Handle.File)
+			msgs = append(msgs, message{b: b, file: pc.Handle.File})
 		case pc.Handle.Type == gpu.HandleFabric:
 			copy(b[20:], pc.Handle.Fabric[:])
-			_, err = c.Write(b)
+			msgs = append(msgs, message{b: b})
 		default:
-			return fmt.Errorf("ipc: send virtual: piece %d: handle type %#x without its handle: %w", i, int32(pc.Handle.Type), gpu.ErrInvalidValue)
-		}
-		if err != nil {
-			return ctxErr(ctx, fmt.Errorf("ipc: send virtual: piece %d: %w", i, lostIfEOF(err)))
+			return nil, fmt.Errorf("piece %d: handle type %#x without its handle: %w", i, int32(pc.Handle.Type), gpu.ErrInvalidValue)
 		}
 	}
-	return nil
+	return msgs, nil
 }
 
 // RecvVirtual reads an export SendVirtual wrote on c. The descriptors are
 // the caller's (x.Close once imported). ctx bounds the reads.
-func RecvVirtual(ctx context.Context, c *net.UnixConn) (x mr.VirtualExport, err error) {
+func RecvVirtual(ctx context.Context, c *net.UnixConn) (mr.VirtualExport, error) {
 	defer deadlineFor(ctx, c)()
+	x, err := readVirtual(c)
+	if err != nil {
+		return x, ctxErr(ctx, fmt.Errorf("ipc: receive virtual: %w", err))
+	}
+	return x, nil
+}
+
+// readVirtual reads an export from c. On error, every descriptor received
+// with it is closed already.
+func readVirtual(c *net.UnixConn) (x mr.VirtualExport, err error) {
 	defer func() {
 		if err != nil {
-			err = errors.Join(ctxErr(ctx, err), x.Close())
+			err = errors.Join(err, x.Close())
 			x = mr.VirtualExport{}
 		}
 	}()
 	h := make([]byte, virtualHeaderLen)
 	if _, err := recv(c, h, true); err != nil {
-		return x, fmt.Errorf("ipc: receive virtual: header: %w", err)
+		return x, fmt.Errorf("header: %w", err)
 	}
 	if string(h[:8]) != virtualMagic {
-		return x, fmt.Errorf("ipc: receive virtual: not an export's header: %w", ErrProtocol)
+		return x, fmt.Errorf("not an export's header: %w", ErrProtocol)
 	}
 	x.Span = binary.LittleEndian.Uint64(h[8:])
 	x.Start = binary.LittleEndian.Uint64(h[16:])
 	x.Size = binary.LittleEndian.Uint64(h[24:])
 	n := binary.LittleEndian.Uint64(h[32:])
 	if n == 0 || n > maxVirtualPieces {
-		return x, fmt.Errorf("ipc: receive virtual: %d pieces: %w", n, ErrProtocol)
+		return x, fmt.Errorf("%d pieces: %w", n, ErrProtocol)
 	}
 	for i := range int(n) {
 		b := make([]byte, virtualPieceLen)
 		f, err := recv(c, b, true)
 		if err != nil {
-			return x, fmt.Errorf("ipc: receive virtual: piece %d: %w", i, err)
+			return x, fmt.Errorf("piece %d: %w", i, err)
 		}
 		pc := mr.VirtualPiece{Offset: binary.LittleEndian.Uint64(b[0:]), Size: binary.LittleEndian.Uint64(b[8:])}
 		pc.Handle.Type = gpu.HandleType(binary.LittleEndian.Uint32(b[16:]))
@@ -120,11 +141,11 @@ func RecvVirtual(ctx context.Context, c *net.UnixConn) (x mr.VirtualExport, err 
 		copy(pc.Handle.Fabric[:], b[20:])
 		x.Pieces = append(x.Pieces, pc)
 		if (pc.Handle.Type == gpu.HandlePOSIX) != (f != nil) || (pc.Handle.Type != gpu.HandlePOSIX && pc.Handle.Type != gpu.HandleFabric) {
-			return x, fmt.Errorf("ipc: receive virtual: piece %d: handle type %#x with %v descriptor: %w", i, int32(pc.Handle.Type), f != nil, ErrProtocol)
+			return x, fmt.Errorf("piece %d: handle type %#x with %v descriptor: %w", i, int32(pc.Handle.Type), f != nil, ErrProtocol)
 		}
 	}
 	if err := checkExport(x); err != nil {
-		return x, fmt.Errorf("ipc: receive virtual: %w", err)
+		return x, err
 	}
 	return x, nil
 }

@@ -3,19 +3,26 @@
 //
 //	offset size field
 //	0      4    magic "SAIP"
-//	4      1    kind (hello, helloBack, lend, giveBack, bye)
+//	4      1    kind (hello, helloBack, lend, giveBack, bye, lendVirtual)
 //	5      3    zero
-//	8      4    handle type (hello)
+//	8      4    handle type (hello; HandleNone: no pool, Virtual memory)
 //	12     4    zero
-//	16     8    id (lend, giveBack)
-//	24     8    size in bytes (lend)
+//	16     8    id (lend, giveBack, lendVirtual)
+//	24     8    size in bytes (lend, lendVirtual)
 //	32     64   a: the pool's fabric handle (hello), the allocation's
-//	            export data (lend)
+//	            export data (lend); zero in a lendVirtual
 //	96     64   b: an event handle (hello: the exporter's lend event;
-//	            helloBack: the importer's return event)
+//	            helloBack: the importer's return event); zero in a
+//	            lendVirtual
 //
-// A frame with another magic, an unknown kind, non-zero padding or a lend
-// of a size that is not a positive int is ErrProtocol.
+// A lendVirtual frame is followed at once by the range's export in
+// virtual_wire.go's encoding (a header, then one message per piece with
+// its descriptor), written under the same write lock, so that nothing
+// comes between them.
+//
+// A frame with another magic, an unknown kind, non-zero padding, a lend
+// of a size that is not a positive int, or a lendVirtual with data in a
+// or b is ErrProtocol.
 
 package ipc
 
@@ -41,6 +48,8 @@ const (
 	kindLend      kind = 3 // exporter -> importer
 	kindGiveBack  kind = 4 // importer -> exporter
 	kindBye       kind = 5 // either way: no more frames but the answering bye
+	// exporter -> importer, followed by the export of a Virtual range
+	kindLendVirtual kind = 6
 )
 
 type frame struct {
@@ -72,18 +81,21 @@ func parseFrame(b []byte) (frame, error) {
 		return f, fmt.Errorf("ipc: frame padding not zero: %w", ErrProtocol)
 	}
 	f.kind = kind(b[4])
-	if f.kind < kindHello || f.kind > kindBye {
+	if f.kind < kindHello || f.kind > kindLendVirtual {
 		return f, fmt.Errorf("ipc: frame kind %d: %w", f.kind, ErrProtocol)
 	}
 	f.handle = int32(binary.LittleEndian.Uint32(b[8:]))
 	f.id = binary.LittleEndian.Uint64(b[16:])
 	f.size = binary.LittleEndian.Uint64(b[24:])
-	if f.kind == kindLend && (f.size == 0 || f.size > math.MaxInt) {
+	if (f.kind == kindLend || f.kind == kindLendVirtual) && (f.size == 0 || f.size > math.MaxInt) {
 		// An allocation's size is positive and an int (Import.Size).
 		return f, fmt.Errorf("ipc: lend of %d bytes: %w", f.size, ErrProtocol)
 	}
 	copy(f.a[:], b[32:96])
 	copy(f.b[:], b[96:160])
+	if f.kind == kindLendVirtual && (f.a != [64]byte{} || f.b != [64]byte{}) {
+		return f, fmt.Errorf("ipc: a virtual lend with export data in the frame: %w", ErrProtocol)
+	}
 	return f, nil
 }
 
@@ -119,14 +131,39 @@ var errFrameCut = errors.New("frame cut short")
 // reads the connection's end rather than half a frame followed by
 // another.
 func writeLocked(ctx context.Context, c *net.UnixConn, f frame) error {
+	return writeMsgsLocked(ctx, c, []message{{b: f.marshal()}})
+}
+
+// message is bytes to write, and the descriptor that travels with them
+// (nil: none).
+type message struct {
+	b    []byte
+	file *os.File
+}
+
+// writeMsgsLocked is writeLocked of several messages, which the peer
+// reads as one unit: a write that ctx ends after any byte of the first
+// has gone cuts the unit (errFrameCut), and shuts c's write side.
+func writeMsgsLocked(ctx context.Context, c *net.UnixConn, msgs []message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if ctx.Done() == nil { // never ends: no deadline to set
-		if _, err := c.Write(f.marshal()); err != nil {
-			return lostIfEOF(err)
+	var total, sent int
+	for _, m := range msgs {
+		total += len(m.b)
+	}
+	write := func() error {
+		for _, m := range msgs {
+			n, err := writeMessage(c, m)
+			sent += n
+			if err != nil {
+				return err
+			}
 		}
 		return nil
+	}
+	if ctx.Done() == nil { // never ends: no deadline to set
+		return lostIfEOF(write())
 	}
 	d, _ := ctx.Deadline() // zero: none
 	if err := c.SetWriteDeadline(d); err != nil {
@@ -137,8 +174,7 @@ func writeLocked(ctx context.Context, c *net.UnixConn, f frame) error {
 		c.SetWriteDeadline(time.Unix(1, 0)) // in the past: the write returns
 		close(fired)
 	})
-	b := f.marshal()
-	n, err := c.Write(b)
+	err := write()
 	if !stop() {
 		<-fired
 	}
@@ -152,9 +188,9 @@ func writeLocked(ctx context.Context, c *net.UnixConn, f frame) error {
 		cerr = context.DeadlineExceeded
 	}
 	if cerr != nil {
-		if n > 0 {
+		if sent > 0 {
 			c.CloseWrite()
-			return fmt.Errorf("%w after %d of %d bytes: %w", errFrameCut, n, len(b), cerr)
+			return fmt.Errorf("%w after %d of %d bytes: %w", errFrameCut, sent, total, cerr)
 		}
 		return cerr
 	}

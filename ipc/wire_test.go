@@ -14,6 +14,7 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add(good)
 	f.Add(make([]byte, frameSize))
 	f.Add((&frame{kind: kindHello, handle: 1, b: [64]byte{9}}).marshal())
+	f.Add((&frame{kind: kindLendVirtual, id: 2, size: 2 << 20}).marshal())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := parseFrame(b)
 		if err != nil {
@@ -38,10 +39,13 @@ func TestParseFrameRefusals(t *testing.T) {
 		{"short", func(b []byte) []byte { return b[:frameSize-1] }},
 		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }},
 		{"kind 0", func(b []byte) []byte { b[4] = 0; return b }},
-		{"kind 6", func(b []byte) []byte { b[4] = 6; return b }},
+		{"kind 7", func(b []byte) []byte { b[4] = 7; return b }},
 		{"padding", func(b []byte) []byte { b[13] = 1; return b }},
 		{"lend of 0 bytes", func(b []byte) []byte { return lendOf(b, 0) }},
 		{"lend of more bytes than an int holds", func(b []byte) []byte { return lendOf(b, 1<<63) }},
+		{"virtual lend of 0 bytes", func(b []byte) []byte { return virtualLendOf(b, 0) }},
+		{"virtual lend with export data", func(b []byte) []byte { b = virtualLendOf(b, 4096); b[40] = 1; return b }},
+		{"virtual lend with an event handle", func(b []byte) []byte { b = virtualLendOf(b, 4096); b[159] = 1; return b }},
 	} {
 		b := c.edit(append([]byte(nil), good...))
 		if _, err := parseFrame(b); !errors.Is(err, ErrProtocol) {
@@ -51,6 +55,16 @@ func TestParseFrameRefusals(t *testing.T) {
 	if _, err := parseFrame(good); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := parseFrame(virtualLendOf(append([]byte(nil), good...), 4096)); err != nil {
+		t.Fatalf("a virtual lend: %v", err)
+	}
+}
+
+// virtualLendOf turns frame b into a virtual lend of size bytes.
+func virtualLendOf(b []byte, size uint64) []byte {
+	b[4] = byte(kindLendVirtual)
+	binary.LittleEndian.PutUint64(b[24:], size)
+	return b
 }
 
 // lendOf turns frame b into a lend of size bytes.

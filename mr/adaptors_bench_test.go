@@ -141,7 +141,15 @@ func BenchmarkTrackingDeep(b *testing.B) {
 // add and compare-and-swap (the locked instructions of Limit's charge and
 // refund, Stats' counters, Aligned's slots), a mutex's lock and unlock
 // (the log writer's, twice a pair), a reading of the runtime's monotonic
-// clock (time.Since) and of Logging's clock (internal/cpuclock).
+// clock (time.Since) and of Logging's clock (internal/cpuclock). Then the
+// locked work of a pair through an adaptor, alone: Limit's (a
+// compare-and-swap under the peak and an add), a design's that would keep
+// a credit per stream (two adds), Aligned's slots' (two
+// compare-and-swaps); and logging-floor, what a pair's two lines in RMM's
+// format cost before any formatting: two readings of Logging's clock, the
+// writer's lock taken twice, and the two lines' 98 bytes copied into a
+// 64 KiB buffer written to a file through a bufio.Writer, as
+// AdaptorsOverPool/logging-file writes them.
 func BenchmarkHostCosts(b *testing.B) {
 	var word atomic.Uint64
 	var mu sync.Mutex
@@ -182,6 +190,60 @@ func BenchmarkHostCosts(b *testing.B) {
 			s += cpuclock.Now()
 		}
 		hostSink = s
+	})
+	b.Run("limit-locked-pair", func(b *testing.B) {
+		for b.Loop() {
+			v := word.Load()
+			word.CompareAndSwap(v, v+1024)
+			word.Add(^uint64(1024 - 1))
+		}
+	})
+	b.Run("two-adds", func(b *testing.B) {
+		for b.Loop() {
+			word.Add(1024)
+			word.Add(^uint64(1024 - 1))
+		}
+	})
+	b.Run("two-compare-and-swaps", func(b *testing.B) {
+		for b.Loop() {
+			v := word.Load()
+			word.CompareAndSwap(v, v+1)
+			v = word.Load()
+			word.CompareAndSwap(v, v+1)
+		}
+	})
+	b.Run("logging-floor", func(b *testing.B) {
+		f, err := os.Create(filepath.Join(b.TempDir(), "log.csv"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		w := bufio.NewWriterSize(f, 1<<16)
+		const alloc = "0,21:56:55.123456,allocate,0x7f0000000000,1024,0x1\n"
+		const free = "0,21:56:55.123512,free,0x7f0000000000,1024,0x1\n"
+		buf := make([]byte, 0, 64<<10)
+		line := func(text string) {
+			mu.Lock()
+			if len(buf)+len(text) > cap(buf) {
+				if _, err := w.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				buf = buf[:0]
+			}
+			buf = append(buf, text...)
+			mu.Unlock()
+		}
+		var s time.Duration
+		for b.Loop() {
+			s += cpuclock.Now()
+			line(alloc)
+			s += cpuclock.Now()
+			line(free)
+		}
+		hostSink = s
+		if err := w.Flush(); err != nil {
+			b.Fatal(err)
+		}
 	})
 }
 

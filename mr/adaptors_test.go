@@ -90,7 +90,7 @@ func adaptorCases() []adaptorCase {
 				}
 				return a
 			},
-			func(a mr.Resource) string { return "" }},
+			func(a mr.Resource) string { return a.(*mr.Aligned).String() }},
 	}
 }
 

@@ -17,7 +17,7 @@
 // Over such an upstream, Allocate at the adaptor's alignment and every
 // free of an allocation in the slots make one call into the adaptor (the
 // hot path written out in Allocate and Deallocate), with the upstream's
-// call and the slots' three locked instructions; the rest is out of line.
+// call and the slots' two locked instructions; the rest is out of line.
 //
 // Invariants: every live returned address q is recorded, in the slots or
 // in the table, with its block (base, upstream size), and in the table
@@ -215,20 +215,55 @@ func (a *Aligned) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if a.slots != nil && p != 0 && size >= 0 {
 		// A live allocation of the slots: the upstream checks the stream
 		// before anything else, as args.go orders the checks.
-		if sl, w := a.slots.take(p, uint64(a.mask)); sl != nil {
-			var err error
-			if size <= a.most {
-				base := p - gpu.DevicePtr(w&uint64(a.mask))*Alignment
-				if err = a.oup.DeallocateOwned(base, size+a.pad, s, a.owner); err != nil {
-					err = a.freeRefused(p, base, size, err)
-				}
-			} else {
-				err = a.freeTooLarge(p, size, s)
+		if sl, w := a.slots.find(p, uint64(a.mask)); sl != nil {
+			if size > a.most {
+				return a.freeTooLarge(p, size, s)
 			}
-			a.slots.end(sl, w, err == nil)
-			return err
+			base := p - gpu.DevicePtr(w&uint64(a.mask))*Alignment
+			if err := a.oup.DeallocateOwned(base, size+a.pad, s, a.owner); err != nil {
+				return a.freeRefused(p, base, size, s, w, err)
+			}
+			if !a.slots.bury(sl, w) {
+				a.buryStale(p, w)
+			}
+			return nil
 		}
 	}
+	return a.freeInTable(p, size, s)
+}
+
+// errOtherBlock refuses, in buryStale, a table record of another block.
+var errOtherBlock = errors.New("aligned: another block")
+
+// buryStale makes dead a record of p with w's block after a free freed
+// that block through w, found stale in its slot: another free of p found
+// w first and buried it, having freed through it the block of p's next
+// allocation, which the upstream placed as w's (aligned_slots.go). That
+// allocation's record is a word equal to w or, if it found no slot free,
+// the table's; a record of p with w's block in the table goes first, as
+// it holds a size and a word does not: what is left records a live
+// allocation of p with w's block, if there is one, whatever its size.
+//
+//go:noinline
+func (a *Aligned) buryStale(p gpu.DevicePtr, w uint64) {
+	base := p - gpu.DevicePtr(w&uint64(a.mask))*Alignment
+	if r, ok := a.live.lookup(p); ok && r.v.base == base {
+		_, err := a.live.take(p, r.size, func(b alignedBlock) error {
+			if b.base != base {
+				return errOtherBlock
+			}
+			return nil
+		})
+		if err == nil {
+			return
+		}
+	}
+	a.slots.buryEqual(p, w)
+}
+
+// freeInTable frees p, which the slots do not hold live, through the
+// adaptor's pointer table.
+func (a *Aligned) freeInTable(p gpu.DevicePtr, size int, s gpu.Stream) error {
 	if null, err := a.known.checkFree("aligned", a.dev, p, size, s); null || err != nil {
 		return err
 	}
@@ -257,14 +292,54 @@ func (a *Aligned) freeTooLarge(p gpu.DevicePtr, size int, s gpu.Stream) error {
 		uint64(p), size, ErrSizeMismatch)
 }
 
-// freeRefused is the error of a free of p, live in the slots with its
-// block at base, as size bytes, that the upstream refused with err.
+// freeRefused is the outcome of a free of p as size bytes whose live
+// word w, the first in p's slots, names a block at base that the upstream
+// refused with err.
+//
+// The word may be stale (aligned_slots.go): another free of p freed its
+// block and has not buried it yet, and the upstream handed p out again
+// at another offset, recorded in another slot or, with none free, in the
+// table. The upstream refuses the stale block (as unknown, freed, or of
+// another size), so before the free is refused, p's other live words and
+// the table are tried: if one of them is p's record, the free frees it.
+// Otherwise the error is the upstream's first refusal, or its size
+// mismatch if another record of p was refused for its size. A free that
+// lost a race with another free of p is refused by the upstream as a
+// double free, or as an unknown pointer once the block was merged or
+// reused: that is a double free too if the winner buried p's word.
 //
 //go:noinline
-func (a *Aligned) freeRefused(p, base gpu.DevicePtr, size int, err error) error {
-	if errors.Is(err, ErrSizeMismatch) {
+func (a *Aligned) freeRefused(p, base gpu.DevicePtr, size int, s gpu.Stream, w uint64, err error) error {
+	if errors.Is(err, ErrUnknownPointer) || errors.Is(err, ErrDoubleFree) || errors.Is(err, ErrSizeMismatch) {
+		tried := [alignedProbe]uint64{w}
+		for n := 1; n < len(tried); n++ {
+			sl, v := a.slots.findOther(p, uint64(a.mask), tried[:n])
+			if sl == nil {
+				break
+			}
+			tried[n] = v
+			b := p - gpu.DevicePtr(v&uint64(a.mask))*Alignment
+			e := a.oup.DeallocateOwned(b, size+a.pad, s, a.owner)
+			if e == nil {
+				if !a.slots.bury(sl, v) {
+					a.buryStale(p, v)
+				}
+				return nil
+			}
+			if errors.Is(e, ErrSizeMismatch) && !errors.Is(err, ErrSizeMismatch) {
+				base, err = b, e
+			}
+		}
+		if _, ok := a.live.lookup(p); ok {
+			return a.freeInTable(p, size, s)
+		}
+	}
+	switch {
+	case errors.Is(err, ErrSizeMismatch):
 		return fmt.Errorf("aligned: deallocate: pointer %#x freed as %d bytes, not its size (its block %#x as %d): %w",
 			uint64(p), size, uint64(base), size+a.pad, err)
+	case errors.Is(err, ErrUnknownPointer) && a.slots.freed(p, uint64(a.mask)):
+		err = pointerError(p, ErrDoubleFree)
 	}
 	return fmt.Errorf("aligned: deallocate: %w", err)
 }

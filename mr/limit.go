@@ -49,6 +49,16 @@
 // 22-24 ns over the pool's; the stream check skipped was an interface
 // call and 5-10 ns).
 //
+// Why the budget is one word. Credit drawn from the budget in batches by
+// each stream, so that a pair changes only its stream's word, would still
+// take two locked instructions a pair (a stream may be used by several
+// goroutines): two atomic adds cost 22-24 ns alone on the H100 machine's
+// host, against 25-30 ns for this pair's compare-and-swap and add
+// (BenchmarkHostCosts), a few nanoseconds at most. And it would give up
+// the budget's exact Used and Peak: credit a stream holds is neither used
+// nor free, and the peak of the streams' sum is not known without a word
+// they all change.
+//
 // Invariants: budget.used (without budgetShared) is the sum of the charges
 // of the live allocations of every Limit sharing it plus the charges of
 // allocations in flight, and never exceeds the budget's limit (a charge is

@@ -69,7 +69,9 @@
 // pool with MaxSize or more than 64 streams, releaseBeforeGrowth in
 // pool_grow.go). So the peak of reserved memory is reached only with
 // every chunk in use, which is what keeps it close to the peak of live
-// memory. Before it fails with out of
+// memory. ReservedSlack moves that mark up to a share above the peak of
+// used bytes where the high-water mark is lower: idle chunks are then kept
+// through growths that stay under it. Before it fails with out of
 // memory (from upstream, or MaxSize), it steals even working chunks, then
 // releases every idle chunk and tries once more. Release gives every idle
 // chunk back; ReleaseThreshold does the same whenever a free leaves a
@@ -180,6 +182,26 @@ type PoolOptions struct {
 	// Zero: no margin (the high-water mark of reserved bytes alone);
 	// negative, NaN or above 1: ErrInvalidValue.
 	MappedSlack float64
+	// ReservedSlack lets a growth over chunks keep idle chunks, where
+	// the high-water rule would give them back first, as long as the
+	// pool reserves at most (1+ReservedSlack) times its peak of used
+	// bytes so far (Usage.PeakUsed) after the growth: the release before
+	// a growth gives idle chunks back only down to max(high-water mark,
+	// (1+ReservedSlack) x peak used) less the growth. So the high-water
+	// mark of reserved bytes passes (1+ReservedSlack) times peak used
+	// only at a growth that finds no idle chunk left to give back, as
+	// without the option. A loop whose steps need chunks of other sizes
+	// at their peak then keeps them from step to step, where they fit in
+	// that share, rather than free them (a cuMemFree waits for the
+	// device) and allocate them again; the price is up to that share of
+	// the peak of used bytes held idle. GPT-2 training grows chunks of
+	// 3-12% of its peak there, so a slack of a few percent leaves its
+	// churn as it is (BENCHMARKS.md). Over an upstream that grows in
+	// place (Grower) it applies only to small chunks (MappedSlack is the
+	// margin there). With several streams the peak of used bytes may be
+	// off by up to 1 MiB a stream (Usage). Zero: the high-water mark
+	// alone; negative, NaN or above 1: ErrInvalidValue.
+	ReservedSlack float64
 }
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It
@@ -283,6 +305,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	if !(opts.MappedSlack >= 0 && opts.MappedSlack <= 1) {
 		return nil, fmt.Errorf("pool: MappedSlack %v outside [0, 1]: %w", opts.MappedSlack, gpu.ErrInvalidValue)
+	}
+	if !(opts.ReservedSlack >= 0 && opts.ReservedSlack <= 1) {
+		return nil, fmt.Errorf("pool: ReservedSlack %v outside [0, 1]: %w", opts.ReservedSlack, gpu.ErrInvalidValue)
 	}
 	if opts.SplitGiantAtMark && !opts.SplitBig {
 		return nil, fmt.Errorf("pool: SplitGiantAtMark without SplitBig: %w", gpu.ErrInvalidValue)

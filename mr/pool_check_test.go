@@ -749,6 +749,8 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{}, 1 << 30, true},
 	{PoolOptions{MaxSize: 96 << 20}, 1 << 30, true},
 	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30, true},
+	{PoolOptions{SplitBig: true, ReservedSlack: 0.25, ChunkSize: 4 << 20}, 1 << 30, false},
+	{PoolOptions{ReservedSlack: 1, MaxSize: 96 << 20, ReleaseThreshold: 32 << 20}, 1 << 30, false},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add

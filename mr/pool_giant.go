@@ -34,7 +34,16 @@
 // torch.compile, three-stream and out-of-memory traces hold more (1.1766,
 // 1.0796, 1.0977 and 1.0397 where the default holds 1.0813, 1.0563,
 // 1.0889 and 1.0304): their long-lived blocks come in sizes seen before
-// (BENCHMARKS.md, "Chunk churn under CuPy").
+// (BENCHMARKS.md, "Chunk churn under CuPy"). Rules that would let the
+// split through only where it is safe were replayed on every recorded
+// trace (the size's past lifetimes, no recent rise of the mark or of
+// live bytes, whether the size was live when a giant chunk's own scale
+// was last requested, the splits not made judged in hindsight): each
+// left at least two traces above the default, because a split made
+// before a step's peak pins the chunk that peak needs, and even a block
+// freed at once keeps a giant chunk the default would have traded for
+// one of the request's size, which changes the later steps' chunks
+// (BENCHMARKS.md, "Gates for split_giant").
 //
 // The memory of sizes seen is a direct-mapped table of poolSeenSlots
 // exact sizes, so a program of ever-new sizes costs no more memory; a

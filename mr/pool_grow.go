@@ -16,9 +16,11 @@
 // before whose growth would give back idle chunks, a free block of a
 // giant chunk (splitGiantAtMark, pool_giant.go); grow (first
 // releasing idle chunks, largest first, as far as needed for the growth
-// not to raise the high-water mark of reserved memory, nor cross MaxSize
-// or ReleaseThreshold; other streams' idle working chunks too in a pool
-// of few streams without MaxSize, releaseBeforeGrowth); and on out of
+// not to raise the high-water mark of reserved memory, or with
+// ReservedSlack not to pass (1+ReservedSlack) times the peak of used
+// bytes where that is higher, nor cross MaxSize or ReleaseThreshold;
+// other streams' idle working chunks too in a pool of few streams
+// without MaxSize, releaseBeforeGrowth); and on out of
 // memory, steal even a working chunk, else release every idle chunk and
 // go through it all once more.
 
@@ -28,6 +30,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -285,10 +288,16 @@ func (p *Pool) growthSize(rounded int, small bool) int {
 // releaseTarget is the most the pool may reserve before a growth of g
 // bytes: the growth first gives back idle chunks down to it
 // (releaseBeforeGrowth), so as not to raise the high-water mark of
-// reserved bytes (but keeping InitialSize) nor cross ReleaseThreshold or
-// MaxSize. Caller holds p.mu.
+// reserved bytes, or with ReservedSlack the higher of that mark and
+// (1+ReservedSlack) times the peak of used bytes (but keeping
+// InitialSize), nor cross ReleaseThreshold or MaxSize. Caller holds p.mu.
 func (p *Pool) releaseTarget(g int) int {
-	target := max(int(p.usage.peakReserved.Load())-g, p.opts.InitialSize)
+	mark := int(p.usage.peakReserved.Load())
+	if s := p.opts.ReservedSlack; s > 0 {
+		p.flushDirty() // pool_walk.go: the streams' unflushed used bytes
+		mark = max(mark, int(math.Ceil((1+s)*float64(p.usage.peakUsed.Load()))))
+	}
+	target := max(mark-g, p.opts.InitialSize)
 	if p.opts.ReleaseThreshold > 0 {
 		target = min(target, p.opts.ReleaseThreshold-g)
 	}

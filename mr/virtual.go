@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -190,6 +191,10 @@ type Virtual struct {
 	// only when handleTypes is not HandleNone (otherwise a handle is
 	// released as soon as it is mapped).
 	handles map[uint64]gpu.Physical
+	// exported holds, per physical allocation exported as a POSIX
+	// descriptor and not yet released, a descriptor of its export, which
+	// later exports duplicate (virtual_export.go).
+	exported map[gpu.Physical]*os.File
 
 	// Growable allocations (virtual_grow.go), by address, and their
 	// pieces with every granule decommitted, waiting for the decommits'
@@ -505,6 +510,7 @@ func (v *Virtual) reapFreesLocked(wait bool) error {
 			if err == nil {
 				if h, ok := v.handles[f.off]; ok {
 					delete(v.handles, f.off)
+					v.forgetExportLocked(h)
 					if rerr := v.vm.ReleasePhysical(h); rerr != nil {
 						errs = append(errs, fmt.Errorf("%s: release the memory of [%#x, +%d): %w", virtualName, uint64(v.base)+f.off, f.n, rerr))
 					}
@@ -601,5 +607,9 @@ func (v *Virtual) Close() error {
 	}
 	v.closed = true
 	v.stats.Reserved = 0
+	// Every allocation was released, and its kept descriptor with it.
+	for h := range v.exported {
+		v.forgetExportLocked(h)
+	}
 	return v.events.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
@@ -244,4 +245,77 @@ func TestVirtualExportPoolBlock(t *testing.T) {
 	done()
 	ok(t, pool.Deallocate(p, size, ss[0]))
 	ok(t, pool.Deallocate(first, 1<<20, ss[0]))
+}
+
+// openFiles counts this process's open descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
+// TestVirtualExportKeptDescriptor: the first POSIX export of a physical
+// allocation asks the driver and keeps a descriptor; a second export of
+// it makes no driver call (every call fails meanwhile, and it succeeds)
+// and gives a descriptor of the same memory, which another process reads.
+// The kept descriptors, one per allocation (a plain one, two pieces of a
+// growable one), are closed when the allocations are released, and the
+// device's memory all goes back.
+func TestVirtualExportKeptDescriptor(t *testing.T) {
+	dev, v, ss := newSimVirtualOpts(t, 1<<30, mr.VirtualOptions{HandleTypes: gpu.HandlePOSIX, PiecesPerCommit: 1})
+	imp := otherProcess(t)
+	si := importerStream(t, imp)
+	fds := openFiles(t)
+	g := int(v.Stats().Granularity)
+	p, err := v.Allocate(g, ss[0])
+	ok(t, err)
+	gp, err := v.AllocateGrowable(g, 4*g, ss[0])
+	ok(t, err)
+	ok(t, v.Commit(gp, g, 2*g, ss[0])) // a second piece
+	want := exportPattern(3*g, 9)
+	ok(t, dev.CopyHtoDAsync(p, want[:g], ss[0]))
+	ok(t, dev.CopyHtoDAsync(gp, want, ss[0]))
+	ok(t, ss[0].Synchronize())
+	for _, r := range []struct {
+		what   string
+		p      gpu.DevicePtr
+		n      int
+		pieces int
+	}{
+		{"a plain allocation", p, g, 1},
+		{"a growable allocation", gp, 3 * g, 2},
+	} {
+		x1, err := v.Export(r.p, r.n, gpu.HandlePOSIX)
+		ok(t, err)
+		ok(t, x1.Close())
+		dev.SetInjector(sim.FailCall(1, errors.New("injected")))
+		x2, err := v.Export(r.p, r.n, gpu.HandlePOSIX)
+		dev.SetInjector(nil)
+		if err != nil {
+			t.Fatalf("a second export of %s: %v, want no driver call", r.what, err)
+		}
+		if len(x2.Pieces) != r.pieces {
+			t.Fatalf("a second export of %s: %d pieces, want %d", r.what, len(x2.Pieces), r.pieces)
+		}
+		q, done := importInto(t, imp, x2)
+		if got := readImported(t, imp, q, r.n, si); !bytes.Equal(got, want[:r.n]) {
+			t.Errorf("the importer does not read the exporter's bytes of %s through a kept descriptor", r.what)
+		}
+		done()
+	}
+	if n := openFiles(t); n != fds+3 {
+		t.Errorf("%d descriptors open with three allocations exported, want %d (one kept each)", n, fds+3)
+	}
+	ok(t, v.Deallocate(p, g, ss[0]))
+	ok(t, v.Deallocate(gp, 4*g, ss[0]))
+	ok(t, v.ReleaseContext(context.Background()))
+	if n := openFiles(t); n != fds {
+		t.Errorf("%d descriptors open after the frees, %d before the exports", n, fds)
+	}
+	if n := inUse(t, dev); n != 0 {
+		t.Errorf("%d bytes of the device in use after the frees", n)
+	}
 }

@@ -604,6 +604,7 @@ func (v *Virtual) unmapPieceLocked(pc *vpiece) (unmapped bool, err error) {
 			// that one gives it back when it is unmapped.
 			d.handed = false
 		} else {
+			v.forgetExportLocked(pc.h)
 			if rerr := v.vm.ReleasePhysical(pc.h); rerr != nil {
 				err = fmt.Errorf("release the memory of a piece of %#x: %w", uint64(gr.p), rerr)
 			}

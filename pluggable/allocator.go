@@ -306,7 +306,7 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 	popts := mr.PoolOptions{ChunkSize: int(c.ChunkSize), InitialSize: int(c.InitialSize),
 		MaxSize: int(c.MaxSize), ReleaseThreshold: int(c.ReleaseThreshold), SplitBig: c.SplitBig,
-		SplitGiantAtMark: c.SplitGiant}
+		SplitGiantAtMark: c.SplitGiant, ReservedSlack: c.Slack}
 	var up mr.Resource
 	switch c.Upstream {
 	case "vmm":

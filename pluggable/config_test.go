@@ -56,6 +56,12 @@ func TestParseConfig(t *testing.T) {
 		{"pool,split_giant", with(func(c *Config) { c.SplitGiant = true })},
 		{"split_giant=false", d},
 		{"pool,upstream=vmm,in_place=false,split_giant", with(func(c *Config) { c.Upstream, c.Chunked, c.SplitGiant = "vmm", true, true })},
+		{"pool,slack=0.02", with(func(c *Config) { c.Slack = 0.02 })},
+		{"slack=1,split_giant", with(func(c *Config) { c.Slack, c.SplitGiant = 1, true })},
+		{"pool,slack=0", d},
+		{"pool,slack=-0", d},
+		{"pool,slack=3e-2,upstream=async", with(func(c *Config) { c.Slack, c.Upstream = 0.03, "async" })},
+		{"pool,upstream=vmm,in_place=false,slack=.005", with(func(c *Config) { c.Upstream, c.Chunked, c.Slack = "vmm", true, 0.005 })},
 	} {
 		got, err := ParseConfig(c.in)
 		if err != nil || got != c.want {
@@ -118,6 +124,15 @@ func TestParseConfigErrors(t *testing.T) {
 		"upstream=vmm,wait_frees",                    // the same
 		"upstream=vmm,in_place=true,wait_frees",      // the same
 		"upstream=vmm,in_place=false,wait_frees=yes", // not a boolean
+		"pool,slack=-0.01",                           // negative
+		"pool,slack=1.5",                             // above MaxSlack
+		"pool,slack=lots",                            // not a number
+		"pool,slack=NaN",                             // not a number from 0 to 1
+		"pool,slack=Inf",                             // the same
+		"pool,slack=",                                // no number
+		"pool,slack",                                 // no value
+		"async,slack=0.02",                           // an option of pool
+		"pool,upstream=vmm,slack=0.02",               // growth in place: mapped_slack is its margin
 	} {
 		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
@@ -140,6 +155,13 @@ func TestParseConfigErrorText(t *testing.T) {
 		"pool,in_place=false":                      `pluggable: bad configuration: in_place is an option of upstream=vmm`,
 		"upstream=vmm,wait_frees":                  `pluggable: bad configuration: wait_frees is an option of upstream=vmm,in_place=false`,
 		"upstream=vmm,in_place=false,mapped_slack": `pluggable: bad configuration: wait_decommits, mapped_slack and pieces= are options of growth in place, not of in_place=false`,
+		"pool,slack=-0.01":                         `pluggable: bad configuration: "slack=-0.01": want a number from 0 to 1`,
+		"pool,slack=1.5":                           `pluggable: bad configuration: "slack=1.5": want a number from 0 to 1`,
+		"pool,slack=lots":                          `pluggable: bad configuration: "slack=lots": want a number from 0 to 1`,
+		"pool,slack=NaN":                           `pluggable: bad configuration: "slack=NaN": want a number from 0 to 1`,
+		"pool,slack":                               `pluggable: bad configuration: "slack": want key=value`,
+		"async,slack=0.02":                         `pluggable: bad configuration: slack= is an option of pool over chunks (not async, not upstream=vmm growing in place, where mapped_slack is the margin)`,
+		"pool,upstream=vmm,slack=0.02":             `pluggable: bad configuration: slack= is an option of pool over chunks (not async, not upstream=vmm growing in place, where mapped_slack is the margin)`,
 	} {
 		_, err := ParseConfig(in)
 		if !errors.Is(err, ErrConfig) || err.Error() != want {
@@ -173,7 +195,7 @@ func TestParseSize(t *testing.T) {
 // the same configuration.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{"", "pool", "async,pool=current", "pool,release_threshold=2GiB,track", "pool,split_big=false", "async,split_big=0", "pool,upstream=vmm,max_size=1G",
-		"pool,upstream=vmm,wait_decommits", "pool,upstream=vmm,mapped_slack", "pool,upstream=vmm,pieces=2", "pool,upstream=vmm,in_place=false", "pool,upstream=vmm,in_place=false,wait_frees", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
+		"pool,upstream=vmm,wait_decommits", "pool,upstream=vmm,mapped_slack", "pool,upstream=vmm,pieces=2", "pool,upstream=vmm,in_place=false", "pool,upstream=vmm,in_place=false,wait_frees", "pool,slack=0.02", "pool,split_giant,slack=1e-3", "backend=sim,sim_capacity=1M,log=x", "pool,,", "=", "k=v=w"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -189,4 +211,20 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("ParseConfig(%q) = %+v, printed %q, parsed back %+v, %v", s, c, c.String(), back, err)
 		}
 	})
+}
+
+// TestConfigStringSlack: slack= prints as the shortest number that parses
+// back to the same value, and not at all when zero.
+func TestConfigStringSlack(t *testing.T) {
+	for in, want := range map[string]string{
+		"pool,slack=3e-2":          "pool,slack=0.03",
+		"pool,slack=0.020":         "pool,slack=0.02",
+		"pool,slack=0":             "pool",
+		"pool,split_giant,slack=1": "pool,split_giant,slack=1",
+	} {
+		c, err := ParseConfig(in)
+		if err != nil || c.String() != want {
+			t.Errorf("ParseConfig(%q).String() = %q, %v; want %q", in, c.String(), err, want)
+		}
+	}
 }

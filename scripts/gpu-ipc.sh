@@ -10,7 +10,12 @@
 #     512 MiB of loans, then the exporter's pool and the device's free
 #     memory (TestKilledImporter); the round trip of a loan against the
 #     legacy cuIpcGetMemHandle path (TestRoundTripCost, figures in the
-#     log); the simulator's tests of the protocol run too;
+#     log); a Virtual range of three pieces shared with a child
+#     (TestTwoProcessesVirtual); eight Virtual ranges of 4 KiB to 128 MiB
+#     lent through a Link, checked, rewritten and unmapped by a child, and
+#     a 2 MiB Virtual loan's round trip (TestTwoProcessesVirtualLend); the
+#     driver calls of a Virtual loan timed (TestVirtualImportCost); the
+#     simulator's tests of the protocol run too;
 #   - gpu_cudagpu: the one-process interprocess refusals (RunIPCBadInput)
 #     and the handle types the device offers; the peer-access suite, which
 #     skips with one GPU;

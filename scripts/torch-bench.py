@@ -27,10 +27,24 @@ Deterministic settings: fixed seeds, data drawn on the GPU from a seeded
 generator, torch.use_deterministic_algorithms(True, warn_only=True),
 cuDNN deterministic without benchmarking, CUBLAS_WORKSPACE_CONFIG=:4096:8.
 
+Step times: the host of the GPU machine is a virtual machine whose speed
+varies by tens of percent from step to step and from process to process,
+and these workloads are paced by the host, so one process's median step
+time against another's cannot resolve 2%. The lockstep protocol
+(lockstep, lockstep-table) keeps one process per configuration alive and
+lets them take turns step by step, pairing each step with the same step
+of the reference run just before or after it (BENCHMARKS.md, "Where the
+spread between processes comes from").
+
 usage: torch-bench.py run WORKLOAD ALLOCATOR --out RESULTS.jsonl [--lib PATH]
                           [--control-lib PATH] [--conf CONF] [--warmup N] [--steps N]
+                          [--serve] [--gc on|freeze]
+       torch-bench.py lockstep WORKLOAD --configs 'native; streamalloc pool' --out RESULTS.jsonl
+                          --blocks-out BLOCKS.jsonl [--lib PATH] [--warmup N] [--blocks N]
+                          [--block-steps N] [--pairs N] [--pin CPUS] [--gc on|freeze]
        torch-bench.py table RESULTS.jsonl
        torch-bench.py rounds RESULTS.jsonl
+       torch-bench.py lockstep-table BLOCKS.jsonl
 """
 
 import argparse
@@ -44,6 +58,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The program the lockstep driver starts for each configuration (this
+# file; a test replaces it by a stand-in that speaks the protocol).
+WORKER = os.path.abspath(__file__)
 
 
 class _CtlStats(ctypes.Structure):
@@ -191,6 +208,55 @@ def workload_generate(torch):
     return step, len(batches)
 
 
+def drive(args, step, sync, warm):
+    """Runs args.warmup untimed steps, calls warm(), then the timed steps,
+    each synchronized at its end and timed by the host's clock; returns
+    every step's result and the timed steps' seconds.
+
+    With args.serve the timed steps are run on request (the lockstep
+    protocol, torch-bench.py lockstep): the process writes "LOCKSTEP
+    ready" on its standard output after the warm-up, then for each line
+    "go N" on its standard input runs the next N steps and writes
+    "LOCKSTEP [ms, ...]", and stops at "end" or the end of its input.
+
+    With args.gc == "freeze", after the warm-up Python's cyclic collector
+    collects once and freezes every object then alive (gc.freeze), so a
+    collection inside a timed step walks only the objects made since: the
+    collector's cost no longer depends on how many objects the imports of
+    torch and transformers left behind (see BENCHMARKS.md, "Where the
+    spread between processes comes from")."""
+    losses, times = [], []
+    i = 0
+
+    def one():
+        nonlocal i
+        t0 = time.perf_counter()
+        losses.append(step(i))
+        sync()
+        i += 1
+        return time.perf_counter() - t0
+    for _ in range(args.warmup):
+        one()
+    if args.gc == "freeze":
+        import gc
+        gc.collect()
+        gc.freeze()
+    warm()
+    if not args.serve:
+        for _ in range(args.steps):
+            times.append(one())
+        return losses, times
+    print("LOCKSTEP ready", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] == "end":
+            break
+        block = [one() for _ in range(int(words[1]))]
+        times.extend(block)
+        print("LOCKSTEP " + json.dumps([round(1e3 * t, 4) for t in block]), flush=True)
+    return losses, times
+
+
 def flush_log(sa, conf):
     """Writes streamalloc's memory history to its file if conf asks for one
     (log=PATH): the library buffers it and nothing flushes it at the
@@ -221,18 +287,13 @@ def run_torch(args):
         st = torch.cuda.memory_stats(0)
         return st.get("num_device_alloc", -1), st.get("num_device_free", -1)
 
-    losses, times = [], []
-    for i in range(args.warmup + args.steps):
-        if i == args.warmup:
-            before = device_calls()
-            ctl_before = ctl.stats() if ctl is not None else None
-        t0 = time.perf_counter()
-        loss = step(i)
-        torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        losses.append(loss)
-        if i >= args.warmup:
-            times.append(dt)
+    marks = {}
+
+    def warm():
+        marks["before"] = device_calls()
+        marks["ctl_before"] = ctl.stats() if ctl is not None else None
+    losses, times = drive(args, step, torch.cuda.synchronize, warm)
+    before, ctl_before = marks["before"], marks["ctl_before"]
     after = device_calls()
     flush_log(sa, args.conf)
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
@@ -308,17 +369,12 @@ def run_cupy(args):
         st = sa.stats(0)
         return st["device_allocs"], st["device_frees"]
 
-    losses, times = [], []
-    before = (-1, -1)
-    for i in range(args.warmup + args.steps):
-        if i == args.warmup:
-            before = device_calls()
-        t0 = time.perf_counter()
-        losses.append(step(i))
-        cp.cuda.Device(0).synchronize()
-        dt = time.perf_counter() - t0
-        if i >= args.warmup:
-            times.append(dt)
+    marks = {}
+
+    def warm():
+        marks["before"] = device_calls()
+    losses, times = drive(args, step, cp.cuda.Device(0).synchronize, warm)
+    before = marks["before"]
     flush_log(sa, args.conf)
     result = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cupy": cp.__version__}
     if sa is not None:
@@ -340,7 +396,8 @@ def finish(args, result, losses, times, cycle):
     result.update(workload=args.workload, allocator=args.allocator, env=env,
                   round=int(os.environ.get("BENCH_ROUND", "0")),
                   conf=args.conf if args.allocator in ("streamalloc", "control") else "",
-                  warmup=args.warmup, steps=args.steps, cycle=cycle,
+                  warmup=args.warmup, steps=len(times), cycle=cycle, gc=args.gc,
+                  pair=int(os.environ.get("BENCH_PAIR", "0")),
                   step_ms_median=1e3 * statistics.median(times), step_ms_min=1e3 * min(times),
                   step_ms_max=1e3 * max(times), times_ms=[round(1e3 * t, 3) for t in times],
                   final_loss=repr(losses[-1]),
@@ -356,7 +413,8 @@ def mib(n):
 
 
 def table(path):
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     order = ["native", "expandable", "native-async", "cupy-pool", "control", "streamalloc"]
     print("| workload | allocator | step ms (median) | vs native | peak reserved MiB | peak allocated MiB"
           " | reserved / allocated | device allocs+frees in timed steps | losses vs native |")
@@ -473,7 +531,8 @@ def rounds(path):
     way: where steps differ by design (GPT-2 cycles six sequence lengths),
     a process's median falls between two kinds of step, and the total is
     what a run costs."""
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     rows = [r for r in rows if r.get("round")]
     print("| workload | configuration | processes | median step ms | spread of processes | "
           "ratio to reference, paired by round: median [min, max] | verdict at 2% | "
@@ -513,6 +572,219 @@ def rounds(path):
                                        ", ".join(sorted({"%s %d+%d" % (r["workload"], r["warmup"], r["steps"]) for r in rows}))))
 
 
+def parse_spec(spec):
+    """An interleave or lockstep configuration "ALLOCATOR [CONF [VAR=VALUE ...]]"
+    as (allocator, conf, {VAR: VALUE})."""
+    words = spec.split()
+    env = dict(w.split("=", 1) for w in words[2:])
+    return words[0], (words[1] if len(words) > 1 else "pool"), env
+
+
+def lockstep(args):
+    """The lockstep protocol: one process per configuration, all alive at
+    once, taking turns. Each process builds its model and warms up
+    (concurrently), then the driver asks them in turn for one block of
+    steps (the same steps of the workload, in the same order, in every
+    process), in ABBA order from block to block, so that only one process
+    runs at any time and two blocks compared are seconds apart. The
+    host's speed, which drifts over tens of seconds on these machines,
+    then weighs on both sides of each pair of blocks alike. --pairs runs
+    that many such groups of processes one after the other, to see how
+    much a process's own lot (its addresses, its threads' placement)
+    moves the result. Writes one line per block to --blocks-out and each
+    process's usual result row (round = block group) to --out."""
+    import subprocess
+    specs = [parse_spec(x) for x in args.configs.split(";") if x.strip()]
+    if len(specs) < 2:
+        print("lockstep: needs at least two configurations", file=sys.stderr)
+        return 2
+    # One step a block, so that the steps compared are one step apart in
+    # time; CuPy's steps take under a millisecond, so its blocks are a
+    # cycle of its sizes.
+    block = args.block_steps or (5 if args.workload == "cupy" else 1)
+    status = 0
+    for pair in range(1, args.pairs + 1):
+        procs = []
+        for k, (alloc, conf, env) in enumerate(specs):
+            e = dict(os.environ, **env, BENCH_ROUND=str(pair), BENCH_PAIR=str(pair), PYTHONUNBUFFERED="1")
+            cmd = [sys.executable, WORKER, "run", args.workload, alloc, "--out", args.out,
+                   "--conf", conf, "--warmup", str(args.warmup), "--steps", "0", "--serve", "--gc", args.gc]
+            if args.lib:
+                cmd += ["--lib", args.lib]
+            if args.pin:
+                cmd = ["taskset", "-c", args.pin] + cmd
+            log = open("%s.%s.pair%d.%d.log" % (args.blocks_out, args.workload, pair, k), "w")
+            procs.append((subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                           text=True, env=e), log))
+        names = [config_name(dict(allocator=a, conf=c if a in ("streamalloc", "control") else "",
+                                  env=" ".join("%s=%s" % kv for kv in env.items()))) for a, c, env in specs]
+
+        def reply(p):
+            for line in p.stdout:
+                if line.startswith("LOCKSTEP "):
+                    return line[len("LOCKSTEP "):].strip()
+            return None
+        ok = all(reply(p) == "ready" for p, _ in procs)
+        with open(args.blocks_out, "a") as f:
+            for b in range(args.blocks if ok else 0):
+                order = list(range(len(procs))) if b % 2 == 0 else list(range(len(procs)))[::-1]
+                for pos, k in enumerate(order):
+                    p = procs[k][0]
+                    p.stdin.write("go %d\n" % block)
+                    p.stdin.flush()
+                    got = reply(p)
+                    if got is None:
+                        ok = False
+                        break
+                    f.write(json.dumps(dict(workload=args.workload, pair=pair, block=b, config=names[k],
+                                            position=pos, first_step=args.warmup + b * block,
+                                            ms=json.loads(got))) + "\n")
+                if not ok:
+                    break
+        for p, log in procs:
+            try:
+                p.stdin.write("end\n")
+                p.stdin.close()
+            except OSError:
+                pass
+            for _ in p.stdout:
+                pass
+            p.stdout.close()
+            if p.wait() != 0:
+                ok = False
+            log.close()
+        if not ok:
+            print("lockstep: pair %d failed; see %s.%s.pair%d.*.log" % (pair, args.blocks_out, args.workload, pair),
+                  file=sys.stderr)
+            status = 1
+    return status
+
+
+def median_ci(xs, level=0.95):
+    """The median of xs and a distribution-free confidence interval for
+    the population's median: the order statistics (k, n+1-k) whose
+    binomial(n, 1/2) coverage is at least level (None if n is too small)."""
+    xs = sorted(xs)
+    n = len(xs)
+    med = statistics.median(xs)
+    best = None
+    for k in range(1, n // 2 + 1):
+        # P(X_(k) <= m <= X_(n+1-k)) = 1 - 2 P(Bin(n, 1/2) <= k - 1)
+        tail = sum(math.comb(n, j) for j in range(k)) / 2 ** n
+        if 1 - 2 * tail >= level:
+            best = (xs[k - 1], xs[n - k])
+        else:
+            break
+    return med, best
+
+
+def verdict(ci, bound=1.02):
+    if ci is None:
+        return "too few blocks"
+    lo, hi = ci
+    if hi <= bound:
+        return "within 2%"
+    if lo > bound:
+        return "slower by more than 2%"
+    return "not resolved"
+
+
+# The cycle of each workload's steps (GPT-2's sequence lengths,
+# generation's batch sizes, CuPy's array sizes).
+CYCLES = {"gpt2": len(GPT2_SEQS), "resnet50": 1, "generate": 5, "cupy": 5}
+
+
+def by_place(ms, ref, c, w):
+    """The median ratio of c's steps to ref's by place in the workload's
+    cycle, as (median, pairs) per place; None without the blocks' first
+    steps or with a cycle of one step."""
+    cycle = CYCLES.get(w, 1)
+    if cycle < 2:
+        return None
+    out = [[] for _ in range(cycle)]
+    for (g, b, cc), v in ms.items():
+        if cc != c or (g, b, ref) not in ms:
+            continue
+        if v.first_step is None:
+            return None
+        for j, (x, y) in enumerate(zip(v, ms[(g, b, ref)])):
+            out[(v.first_step + j) % cycle].append(x / y)
+    return [(statistics.median(o), len(o)) if o else (float("nan"), 0) for o in out]
+
+
+class _Block(list):
+    """A block's step times with the index of its first step."""
+    first_step = None
+
+
+def lockstep_table(path):
+    """The lockstep protocol's table. For each configuration against the
+    first (the reference), in the same group of processes: the ratio of
+    each step to the reference's same step (the same sequence length,
+    batch or size, run within a block of it in time), and of each block's
+    total to the reference's block; each set of ratios' median with its
+    95% distribution-free interval (median_ci), and the verdict at 2% from
+    the interval; the ratio of all timed steps' totals; and the step
+    ratios' median per group of processes (what a process's own lot
+    adds). A step that stalls (the host pauses the process for tens of
+    milliseconds, under every allocator) moves one step ratio and not the
+    median of hundreds, where it moves a block's total by its whole
+    length."""
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    print("| workload | configuration | step pairs | ratio to reference by step: median, 95% CI | verdict at 2% | "
+          "steps slower | block pairs | ratio by block: median, 95% CI | verdict at 2% | ratio of totals | "
+          "by group of processes: median of step ratios | reference's median step ms |")
+    print("|---|---|---:|---|---|---:|---:|---|---|---:|---|---:|")
+    places = []
+    for w in ["gpt2", "resnet50", "generate", "cupy"]:
+        rs = [r for r in rows if r["workload"] == w]
+        if not rs:
+            continue
+        configs = []
+        for r in rs:
+            if r["config"] not in configs:
+                configs.append(r["config"])
+        ref = configs[0]
+        ms = {}
+        for r in rs:
+            v = _Block(r["ms"])
+            v.first_step = r.get("first_step")
+            ms[(r["pair"], r["block"], r["config"])] = v
+        groups = sorted({r["pair"] for r in rs})
+        ref_step = statistics.median(t for k, v in ms.items() if k[2] == ref for t in v)
+        for c in configs[1:]:
+            steps, blocks, per, tot = [], [], [], [0.0, 0.0]
+            for g in groups:
+                sg = []
+                for (p, b, cc), v in ms.items():
+                    if p != g or cc != c or (g, b, ref) not in ms:
+                        continue
+                    rv = ms[(g, b, ref)]
+                    sg += [x / y for x, y in zip(v, rv)]
+                    blocks.append(sum(v) / sum(rv))
+                    tot[0] += sum(v)
+                    tot[1] += sum(rv)
+                if sg:
+                    steps += sg
+                    per.append("%.3f (%d)" % (statistics.median(sg), len(sg)))
+            if not steps:
+                continue
+            smed, sci = median_ci(steps)
+            bmed, bci = median_ci(blocks)
+            print("| %s | %s | %d | %.3f %s | %s | %d | %d | %.3f %s | %s | %.3f | %s | %.2f |" % (
+                w, c, len(steps), smed, "[%.3f, %.3f]" % sci if sci else "-", verdict(sci),
+                sum(x > 1 for x in steps), len(blocks), bmed, "[%.3f, %.3f]" % bci if bci else "-", verdict(bci),
+                tot[0] / tot[1], "; ".join(per), ref_step))
+            places.append((w, c, by_place(ms, ref, c, w)))
+    for w, c, med in places:
+        if med:
+            names = GPT2_SEQS if w == "gpt2" else range(len(med))
+            print("\n%s, %s: median step ratio by place in the cycle (%s): %s" % (
+                w, c, "sequence length" if w == "gpt2" else "place",
+                ", ".join("%s: %.3f (%d)" % (n, m, k) for n, (m, k) in zip(names, med))))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -525,11 +797,35 @@ def main():
     r.add_argument("--conf", default="pool")
     r.add_argument("--warmup", type=int, default=6)
     r.add_argument("--steps", type=int, default=24)
+    r.add_argument("--serve", action="store_true",
+                   help="after the warm-up, run timed steps as standard input asks (the lockstep protocol)")
+    r.add_argument("--gc", choices=["on", "freeze"], default="on",
+                   help="freeze: collect and gc.freeze() after the warm-up")
     t = sub.add_parser("table")
     t.add_argument("results")
     t = sub.add_parser("rounds")
     t.add_argument("results")
+    ls = sub.add_parser("lockstep")
+    ls.add_argument("workload", choices=["gpt2", "resnet50", "generate", "cupy"])
+    ls.add_argument("--configs", required=True,
+                    help='configurations separated by ";", each "ALLOCATOR [CONF [VAR=VALUE ...]]", the first the reference')
+    ls.add_argument("--out", required=True, help="each process's result row")
+    ls.add_argument("--blocks-out", required=True, help="one line per block")
+    ls.add_argument("--lib", default=None)
+    ls.add_argument("--warmup", type=int, default=18)
+    ls.add_argument("--blocks", type=int, default=200)
+    ls.add_argument("--block-steps", type=int, default=0, help="steps a block (default 1; CuPy 5, a cycle)")
+    ls.add_argument("--pairs", type=int, default=1, help="groups of processes, one after the other")
+    ls.add_argument("--pin", default="", help="taskset -c this CPU list for every process")
+    ls.add_argument("--gc", choices=["on", "freeze"], default="on")
+    t = sub.add_parser("lockstep-table")
+    t.add_argument("blocks")
     args = p.parse_args()
+    if args.cmd == "lockstep":
+        return lockstep(args)
+    if args.cmd == "lockstep-table":
+        lockstep_table(args.blocks)
+        return 0
     if args.cmd == "table":
         table(args.results)
         return 0

@@ -30,6 +30,17 @@
 #   and prints rounds.md: per configuration the median of its processes'
 #   median step times, their spread, and the ratio to the reference paired
 #   round by round (torch-bench.py rounds).
+#   LOCKSTEP, the protocol that resolves step times where the host is
+#   noisy (BENCHMARKS.md, "Where the spread between processes comes
+#   from"): configurations as in INTERLEAVE, the first the reference; for
+#   each workload of WORKLOADS one process per configuration, all alive at
+#   once and taking turns, BLOCKS blocks (default 200) of BLOCK_STEPS steps
+#   (default 1; CuPy 5) after WARMUP (default 18) untimed steps, PAIRS groups
+#   of processes (default 1); prints lockstep.md (torch-bench.py
+#   lockstep-table: the ratio to the reference paired step by step, its
+#   median and 95% interval, the verdict at 2%) and table.md (the
+#   processes' memory, device calls and losses). PIN (a taskset CPU list)
+#   and GC (on or freeze) pass to every process.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -75,7 +86,26 @@ run() {
 	fi
 }
 
-if [ -n "${INTERLEAVE:-}" ]; then
+if [ -n "${LOCKSTEP:-}" ]; then
+	for w in ${WORKLOADS:-gpt2 resnet50 generate cupy}; do
+		start=$(date +%s)
+		if [ -n "${DEADLINE:-}" ] && [ $((start - began)) -ge "$DEADLINE" ]; then
+			echo "$w lockstep: SKIPPED (DEADLINE $DEADLINE s reached)"
+			continue
+		fi
+		if timeout "${RUN_TIMEOUT:-600}" python3 "$here/torch-bench.py" lockstep "$w" --configs "$LOCKSTEP" \
+			--out "$results" --blocks-out "$out/blocks.jsonl" --lib "$lib" --warmup "${WARMUP:-18}" \
+			--blocks "${BLOCKS:-200}" --block-steps "${BLOCK_STEPS:-0}" --pairs "${PAIRS:-1}" \
+			--pin "${PIN:-}" --gc "${GC:-on}" >"$out/$w-lockstep.log" 2>&1; then
+			echo "$w lockstep: ok in $(($(date +%s) - start)) s"
+		else
+			echo "$w lockstep: FAILED in $(($(date +%s) - start)) s; last lines of $out/$w-lockstep.log:"
+			tail -15 "$out/$w-lockstep.log"
+			status=1
+		fi
+	done
+	python3 "$here/torch-bench.py" lockstep-table "$out/blocks.jsonl" | tee "$out/lockstep.md"
+elif [ -n "${INTERLEAVE:-}" ]; then
 	IFS=';' read -ra specs <<<"$INTERLEAVE"
 	for w in ${WORKLOADS:-gpt2 resnet50 generate cupy}; do
 		for r in $(seq "${ROUNDS:-5}"); do

@@ -11,8 +11,10 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import tempfile
 import unittest
+import unittest.mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("torch_bench", os.path.join(HERE, "torch-bench.py"))
@@ -92,6 +94,127 @@ class FlushLogTest(unittest.TestCase):
 
     def test_no_library_no_flush(self):
         self.assertFalse(tb.flush_log(None, "pool,log=/tmp/h.csv"))
+
+
+class DriveTest(unittest.TestCase):
+    def args(self, **kw):
+        a = dict(warmup=2, steps=3, serve=False, gc="on")
+        a.update(kw)
+        return type("Args", (), a)
+
+    def test_warmup_then_timed_steps(self):
+        seen, warm_at = [], []
+        losses, times = tb.drive(self.args(), lambda i: seen.append(i) or float(i), lambda: None,
+                                 lambda: warm_at.append(len(seen)))
+        self.assertEqual(seen, [0, 1, 2, 3, 4])
+        self.assertEqual(warm_at, [2])
+        self.assertEqual(losses, [0.0, 1.0, 2.0, 3.0, 4.0])
+        self.assertEqual(len(times), 3)
+
+    def test_serve_runs_the_steps_asked_for(self):
+        seen = []
+        out = io.StringIO()
+        stdin = io.StringIO("go 2\ngo 3\nend\ngo 9\n")
+        with contextlib.redirect_stdout(out), unittest.mock.patch.object(tb.sys, "stdin", stdin):
+            losses, times = tb.drive(self.args(serve=True), lambda i: seen.append(i) or 0.0, lambda: None,
+                                     lambda: None)
+        self.assertEqual(seen, list(range(7)))
+        self.assertEqual(len(times), 5)
+        lines = out.getvalue().splitlines()
+        self.assertEqual(lines[0], "LOCKSTEP ready")
+        self.assertEqual([len(json.loads(x[len("LOCKSTEP "):])) for x in lines[1:]], [2, 3])
+
+    def test_gc_freeze_after_warmup(self):
+        frozen = []
+        with unittest.mock.patch("gc.freeze", lambda: frozen.append(True)):
+            tb.drive(self.args(gc="freeze"), lambda i: 0.0, lambda: None, lambda: None)
+            tb.drive(self.args(), lambda i: 0.0, lambda: None, lambda: None)
+        self.assertEqual(frozen, [True])
+
+
+# A stand-in for torch-bench.py run --serve: its step i takes a made-up
+# time, 10 ms under native and 10.5 under streamalloc, plus 5 ms more in
+# odd blocks of its own for both (a drift the pairing must cancel).
+FAKE_WORKER = r"""
+import json, sys
+alloc = sys.argv[3]
+base = 10.0 if alloc == "native" else 10.5
+print("LOCKSTEP ready", flush=True)
+b = 0
+for line in sys.stdin:
+    w = line.split()
+    if w[0] == "end":
+        break
+    print("LOCKSTEP " + json.dumps([base + (5.0 if b % 2 else 0.0)] * int(w[1])), flush=True)
+    b += 1
+"""
+
+
+class LockstepTest(unittest.TestCase):
+    def test_driver_pairs_blocks_and_table_judges(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        worker = os.path.join(d, "worker.py")
+        with open(worker, "w") as f:
+            f.write(FAKE_WORKER)
+        blocks = os.path.join(d, "blocks.jsonl")
+        args = type("Args", (), dict(configs="native; streamalloc pool", workload="gpt2", out=os.path.join(d, "r"),
+                                     blocks_out=blocks, lib=None, warmup=1, blocks=9, block_steps=6, pairs=2,
+                                     pin="", gc="on"))
+        with unittest.mock.patch.object(tb, "WORKER", worker):
+            self.assertEqual(tb.lockstep(args), 0)
+        with open(blocks) as f:
+            rows = [json.loads(x) for x in f]
+        self.assertEqual(len(rows), 2 * 9 * 2)
+        self.assertEqual({len(r["ms"]) for r in rows}, {6})
+        # ABBA: native first in even blocks, second in odd ones.
+        first = [r["config"] for r in rows if r["pair"] == 1 and r["position"] == 0]
+        self.assertEqual(first[:3], ["native", "streamalloc `pool`", "native"])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            tb.lockstep_table(blocks)
+        text = out.getvalue()
+        # Blocks 0, 2, .., 8 of each group: 10.5/10 = 1.05; blocks 1, 3, 5,
+        # 7: 15.5/15 = 1.033. So 60 of 108 steps at 1.05 (the median),
+        # every one slower; totals (5*10.5 + 4*15.5) / (5*10 + 4*15) = 1.041;
+        # the reference's steps 10 ms in 60 of 108.
+        self.assertIn("| gpt2 | streamalloc `pool` | 108 | 1.050 [1.033, 1.050] | slower by more than 2% | 108 | "
+                      "18 | 1.050 [1.033, 1.050] | slower by more than 2% | 1.041 | 1.050 (54); 1.050 (54) | 10.00 |",
+                      text)
+        # Each place of the cycle holds one step of every block: 10 at
+        # 1.05, 8 at 1.033.
+        self.assertEqual([r["first_step"] for r in rows if r["pair"] == 1 and r["position"] == 0][:3], [1, 7, 13])
+        self.assertIn("gpt2, streamalloc `pool`: median step ratio by place in the cycle (sequence length): "
+                      "256: 1.050 (18), 512: 1.050 (18), 1024: 1.050 (18), 384: 1.050 (18), 768: 1.050 (18), "
+                      "128: 1.050 (18)", text)
+
+    def test_failed_worker_is_reported(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        worker = os.path.join(d, "worker.py")
+        with open(worker, "w") as f:
+            f.write("import sys\nsys.exit(3)\n")
+        args = type("Args", (), dict(configs="native; streamalloc pool", workload="gpt2", out=os.path.join(d, "r"),
+                                     blocks_out=os.path.join(d, "b"), lib=None, warmup=1, blocks=3, block_steps=0,
+                                     pairs=1, pin="", gc="on"))
+        with unittest.mock.patch.object(tb, "WORKER", worker), contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(tb.lockstep(args), 1)
+
+
+class MedianCITest(unittest.TestCase):
+    def test_interval_by_order_statistics(self):
+        # n = 9: P(Bin(9, 1/2) <= 1) = 10/512, coverage 0.961 for (x2, x8);
+        # (x3, x7) covers 0.820 only.
+        med, ci = tb.median_ci([float(k) for k in range(1, 10)])
+        self.assertEqual(med, 5.0)
+        self.assertEqual(ci, (2.0, 8.0))
+        self.assertIsNone(tb.median_ci([1.0, 2.0, 3.0, 4.0, 5.0])[1])
+
+    def test_verdicts(self):
+        self.assertEqual(tb.verdict((0.99, 1.02)), "within 2%")
+        self.assertEqual(tb.verdict((1.021, 1.05)), "slower by more than 2%")
+        self.assertEqual(tb.verdict((0.99, 1.03)), "not resolved")
+        self.assertEqual(tb.verdict(None), "too few blocks")
 
 
 if __name__ == "__main__":

@@ -15,15 +15,18 @@
 // measured against the monotonic clock over the first millisecond after
 // the first call (which reads the monotonic clock itself meanwhile), and
 // then every millisecond the first reader past the anchor's millisecond
-// anchors again: it reads the monotonic clock and the counter, takes the
-// rate over the whole time since the first anchor (a baseline that grows,
-// so the rate is known better with time), and, if the clock ran ahead of
-// the monotonic clock, keeps it where it was and slows the rate so that
-// the two meet at the next anchor (a clock behind steps forward). So the
-// clock never steps back, and it stays within one period's error of the
-// monotonic clock: the monotonic clock's rate change over a millisecond
-// (the kernel's slew is at most 500 ppm: 0.5 us), and the counter's
-// rounding.
+// anchors again: it reads the counter between two readings of the
+// monotonic clock and pairs it with the second (pair: the narrowest of a
+// few such brackets, so an anchor's time is never before its counter
+// value's, and after it by at most the bracket, under 0.5 us unless every
+// try was descheduled), takes the rate over the whole time since the
+// first anchor (a baseline that grows, so the rate is known better with
+// time), and, if the clock ran ahead of the monotonic clock, keeps it
+// where it was and slows the rate so that the two meet at the next anchor
+// (a clock behind steps forward). So the clock never steps back, and it
+// stays within one period's error of the monotonic clock: the monotonic
+// clock's rate change over a millisecond (the kernel's slew is at most
+// 500 ppm: 0.5 us), the bracket's width, and the counter's rounding.
 //
 // The anchor is kept twice and published under a count (a latch): a
 // writer, one at a time, makes the count odd (readers use the second
@@ -165,7 +168,7 @@ func (c *clock) anchor(ta uint64, na int64) (int64, bool) {
 	if s := c.seq.Load(); c.a[s&1].ticks.Load() != ta {
 		return 0, false
 	}
-	t, n := rdtsc(), monotonic()
+	t, n := pair()
 	at := max(n, na+period)
 	r := rate(n-c.n0.Load(), t-c.t0.Load())
 	if ahead := at - n; ahead > 0 {
@@ -188,6 +191,38 @@ func (c *clock) publish(t uint64, n int64, m uint64) {
 		a.ns.Store(n)
 		a.mult.Store(m)
 	}
+}
+
+// pairTries is how many times pair reads the two clocks at most, and
+// pairWindow the width of a bracket it takes at once.
+const (
+	pairTries  = 8
+	pairWindow = 500 // ns
+)
+
+// pair reads the counter and the monotonic clock at one moment: the
+// counter between two readings of the monotonic clock, paired with the
+// second, so the anchor is never behind the monotonic clock (a reader that
+// read the monotonic clock before the anchor reads no less from it) and
+// ahead by at most the bracket's width. A thread descheduled between the
+// readings would otherwise pair a counter value with a time tens of
+// microseconds later, and every reading until the next anchors would carry
+// that error; pair takes the narrowest of up to pairTries brackets,
+// stopping at one narrower than pairWindow.
+func pair() (ticks uint64, ns int64) {
+	best := int64(-1)
+	for range pairTries {
+		n1 := monotonic()
+		t := rdtsc()
+		n2 := monotonic()
+		if w := n2 - n1; best < 0 || w < best {
+			best, ticks, ns = w, t, n2
+		}
+		if best < pairWindow {
+			break
+		}
+	}
+	return ticks, ns
 }
 
 // rate is n nanoseconds over d ticks, 32.32 fixed point (d > 0, n >= 0).
@@ -216,8 +251,7 @@ func (c *clock) uncalibrated() (int64, bool) {
 			c.state.Store(stateMonotonic)
 			return n, true
 		}
-		t := rdtsc()
-		n = monotonic()
+		t, n := pair()
 		c.t0.Store(t)
 		c.n0.Store(n)
 		c.state.Store(stateMeasuring)
@@ -233,8 +267,7 @@ func (c *clock) uncalibrated() (int64, bool) {
 		if c.state.Load() != stateMeasuring {
 			return 0, false // measured since: read the anchor
 		}
-		t := rdtsc()
-		n = monotonic()
+		t, n := pair()
 		r := rate(n-n0, t-c.t0.Load())
 		// A counter of 100 MHz to 20 GHz; anything else is not a clock.
 		if r < 1<<32/20 || r > 10<<32 {
