@@ -1,9 +1,10 @@
-// Holes in pinned granules: over a Grower, with blocks placed by
-// predicted lifetime (pool_lifetime.go), a request smaller than a granule
-// first takes a free piece that it fills exactly, up to a granule
-// boundary or up to the next block, beside a block that keeps its
-// granule mapped; and a freed block of a growable chunk is filed free at
-// once instead of kept whole in the quick cache.
+// Holes in pinned granules (PoolOptions.PackHoles, off by default): over
+// a Grower, with blocks placed by predicted lifetime (pool_lifetime.go),
+// a request smaller than a granule first takes a free piece that it
+// fills exactly, up to a granule boundary or up to the next block,
+// beside a block that keeps its granule mapped; and a freed block of a
+// growable chunk is filed free at once instead of kept whole in the
+// quick cache.
 //
 // Over a Grower the pool's peak of mapped memory is its live blocks
 // rounded out to granules (pool_vgrow.go): a granule that holds a live
@@ -54,8 +55,8 @@
 // request of 11.8 MiB, predicted short and live at the peak, now lies
 // alone in the short chunk) and oom-h100's 1.0009 (now 1.0011).
 //
-// What it costs, only over a Grower with the lifetime placement (the
-// registry's pool_vmm): a request of more than the small classes and less
+// What it costs, only over a Grower with the lifetime placement and the
+// option set (the registry's pool_vmm_holes): a request of more than the small classes and less
 // than a granule that the quick cache does not serve checks up to
 // poolHoles descriptors; a free of a growable chunk's block that the fast
 // slot does not keep coalesces at once, and the next request of its size
@@ -63,7 +64,13 @@
 // Requests up to 1 MiB freed right after they were allocated (the fast
 // slot) are served as before; a pair of 1.5 MiB through the lists took
 // about twice as long as with the quick cache on the development machine
-// (BENCHMARKS.md).
+// (66 to 120 ns; 4 MiB 20% and random churn 38% slower, BENCHMARKS.md).
+// A pair served from the pool's lists must not get slower by default, so
+// the three rules are an option, each hook behind one test of
+// poolStream.packHoles (set at the stream's creation when the pool places
+// by lifetime and PackHoles is set): serve, takeFrom, putFree,
+// removeHomed and quickPut. Without it the pool behaves as if this file
+// were not there.
 //
 // Invariants, under the stream's mutex: takeHole returns a block of
 // exactly rounded bytes, in no list, cut from a free block of a growable
@@ -89,8 +96,8 @@ const poolHoles = 16
 // lifetime t indexes, a piece of rounded bytes that fills the block's
 // room beside a neighbour that pins its granule (holeIn). It returns nil
 // if the request is not smaller than a granule or no such room is
-// exactly rounded bytes. Caller holds st.mu; st.life is set (the pool
-// places by lifetime).
+// exactly rounded bytes. Caller holds st.mu; st.packHoles is set (the
+// pool places by lifetime and packs holes).
 func (st *poolStream) takeHole(t *tlsf, rounded int) *poolBlock {
 	gran := st.pool.grower.GrowGranularity()
 	if rounded >= gran {

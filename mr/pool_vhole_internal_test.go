@@ -63,14 +63,16 @@ func TestPoolHoleIn(t *testing.T) {
 // room a live block leaves in its granule when the request fills it
 // exactly, where the tlsf's fit would take another free block; a request
 // that fills no room exactly, or of a granule, takes the fit; freed
-// blocks of the growable chunk are filed free at once, not cached. Over
-// a Virtual that refuses commits (no lifetime placement) the quick cache
-// keeps a freed block whole and the fit is taken, as before.
+// blocks of the growable chunk are filed free at once, not cached: all
+// with PoolOptions.PackHoles. Without the option, or over a Virtual that
+// refuses commits (no lifetime placement), the quick cache keeps a freed
+// block whole and the fit is taken.
 func TestPoolFillsHoles(t *testing.T) {
 	const MiB = 1 << 20
 	for _, tc := range []struct {
 		name  string
 		wait  bool
+		holes bool // PoolOptions.PackHoles
 		req   int
 		at    int // the block's offset from the chunk's base
 		state BlockState
@@ -78,13 +80,14 @@ func TestPoolFillsHoles(t *testing.T) {
 		// The layout before the request, from the base: a [0, 1.5 MiB),
 		// free [1.5, 6) (b freed), c [6, 7), free [7, 7.75) (d freed),
 		// e [7.75, 9), free [9, 10).
-		{"fills the room after a", true, MiB / 2, MiB + MiB/2, BlockFree},
-		{"no exact room: the fit", true, MiB/2 + MiB/8, 7 * MiB, BlockFree},
-		{"a granule: the fit", true, 2 * MiB, MiB + MiB/2, BlockFree},
-		{"refusing Virtual: cached, the fit", false, MiB / 2, 7 * MiB, BlockCached},
+		{"fills the room after a", true, true, MiB / 2, MiB + MiB/2, BlockFree},
+		{"no exact room: the fit", true, true, MiB/2 + MiB/8, 7 * MiB, BlockFree},
+		{"a granule: the fit", true, true, 2 * MiB, MiB + MiB/2, BlockFree},
+		{"refusing Virtual: cached, the fit", false, true, MiB / 2, 7 * MiB, BlockCached},
+		{"default: cached, the fit", true, false, MiB / 2, 7 * MiB, BlockCached},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, p, s := poolOverVirtual(t, tc.wait)
+			v, p, s := poolOverVirtualOpts(t, tc.wait, PoolOptions{PackHoles: tc.holes})
 			defer v.Close()
 			defer p.Close()
 			defer s.Destroy()
