@@ -56,15 +56,17 @@
 // alone in the short chunk) and oom-h100's 1.0009 (now 1.0011).
 //
 // What it costs, only over a Grower with the lifetime placement and the
-// option set (the registry's pool_vmm_holes): a request of more than the small classes and less
-// than a granule that the quick cache does not serve checks up to
-// poolHoles descriptors; a free of a growable chunk's block that the fast
-// slot does not keep coalesces at once, and the next request of its size
-// splits a free block, where the quick cache handed the block back whole.
-// Requests up to 1 MiB freed right after they were allocated (the fast
-// slot) are served as before; a pair of 1.5 MiB through the lists took
-// about twice as long as with the quick cache on the development machine
-// (66 to 120 ns; 4 MiB 20% and random churn 38% slower, BENCHMARKS.md).
+// option set (the registry's pool_vmm_holes): a request of more than the
+// small classes and less than a granule that the quick cache does not
+// serve checks up to poolHoles descriptors; a free of a growable
+// chunk's block that the fast slot does not keep coalesces at once, and
+// the next request of its size splits a free block, where the quick
+// cache handed the block back whole. Requests up to 1 MiB freed right
+// after they were allocated (the fast slot) are served as before; a pair
+// of 1.5 MiB through the lists took about twice as long as with the
+// quick cache on the development machine (66 to 120 ns; 62 to 98 ns in
+// a later A/B of pool_vmm against pool_vmm_holes; 4 MiB 20% and random
+// churn 38% slower, BENCHMARKS.md).
 // A pair served from the pool's lists must not get slower by default, so
 // the three rules are an option, each hook behind one test of
 // poolStream.packHoles (set at the stream's creation when the pool places
