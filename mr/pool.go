@@ -202,6 +202,29 @@ type PoolOptions struct {
 	// off by up to 1 MiB a stream (Usage). Zero: the high-water mark
 	// alone; negative, NaN or above 1: ErrInvalidValue.
 	ReservedSlack float64
+	// PackHoles applies over an upstream that grows in place (Grower)
+	// and never refuses a commit (a Virtual with WaitForDecommits), where
+	// the pool places blocks by predicted lifetime (pool_lifetime.go; the
+	// registry's pool_vmm, and pool_vmm_holes with this option). A
+	// request of more than 256 KiB and less than a granule (2 MiB) first
+	// takes a free piece it fills exactly beside a block that keeps its
+	// granule mapped, among the stream's last 16 filed free blocks;
+	// blocks of growable chunks are not kept in the quick cache; and a
+	// request predicted short-lived never falls back to a free block of
+	// the long-lived range (pool_vhole.go). It lowers the peak of mapped
+	// memory where pairs of sub-granule blocks leave half-empty granules:
+	// on the simulator llama-generate-h100 goes from 1.0289 to 1.0086 of
+	// peak live and resnet50-amp from 1.0096 to 1.0050, and both
+	// ResNet-50 traces, gpt-b, compile and GPT-2 go lower, while
+	// torch-serve-varlen-b rises from 1.0107 to 1.0178 and oom-h100 from
+	// 1.0009 to 1.0011 (BENCHMARKS.md, "Holes in pinned granules"). The
+	// price is time: a pair served from the pool's lists goes through the
+	// tlsf instead of the quick cache, about twice as slow at 1.5 MiB
+	// (66 to 120 ns on the development machine), 4 MiB about 20% and
+	// random churn about 38% slower, hence off by default. Over chunks,
+	// or a Grower without the lifetime placement, it does nothing.
+	// False: off.
+	PackHoles bool
 }
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It

@@ -751,6 +751,7 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{ReleaseThreshold: 4 << 20, InitialSize: 10 << 20}, 1 << 30, true},
 	{PoolOptions{SplitBig: true, ReservedSlack: 0.25, ChunkSize: 4 << 20}, 1 << 30, false},
 	{PoolOptions{ReservedSlack: 1, MaxSize: 96 << 20, ReleaseThreshold: 32 << 20}, 1 << 30, false},
+	{PoolOptions{PackHoles: true, MaxSize: 96 << 20}, 1 << 30, true},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add

@@ -26,7 +26,8 @@
 // index (poolStream.largeShort) first, then from the long ones' (so a
 // free block is never passed over for a commit), and commits granules of
 // its stream's short chunk; every other request of the large class goes
-// the usual way. The signature table has a fixed size (collisions only
+// the usual way. With PoolOptions.PackHoles it takes free blocks of the
+// short chunks only, and commits when none fits (pool_vhole.go). The signature table has a fixed size (collisions only
 // blur predictions), so a server of ever-new sizes costs no more memory.
 //
 // A short chunk keeps 1/poolShortShare of the address space a long one

@@ -14,6 +14,12 @@ import (
 // closes and destroys them.
 func poolOverVirtual(t *testing.T, wait bool) (*Virtual, *Pool, gpu.Stream) {
 	t.Helper()
+	return poolOverVirtualOpts(t, wait, PoolOptions{})
+}
+
+// poolOverVirtualOpts is poolOverVirtual with a pool of options opts.
+func poolOverVirtualOpts(t *testing.T, wait bool, opts PoolOptions) (*Virtual, *Pool, gpu.Stream) {
+	t.Helper()
 	d, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
 	if err != nil {
 		t.Fatal(err)
@@ -22,7 +28,7 @@ func poolOverVirtual(t *testing.T, wait bool) (*Virtual, *Pool, gpu.Stream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPool(v, PoolOptions{})
+	p, err := NewPool(v, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +257,8 @@ func TestPoolShortRange(t *testing.T) {
 // no free block of its own size on its stream until the blocks other
 // streams freed are absorbed, takes an absorbed block of a long-lived
 // chunk in serve itself, as it takes one that was free before: a free
-// block is not passed over (for the slow path and a commit).
+// block is not passed over (for the slow path and a commit). With
+// PoolOptions.PackHoles it is (TestPoolShortKeepsApart).
 func TestPoolShortTakesAbsorbed(t *testing.T) {
 	v, p, s := poolOverVirtual(t, true)
 	defer v.Close()
@@ -301,6 +308,83 @@ func TestPoolShortTakesAbsorbed(t *testing.T) {
 		t.Fatalf("serve after absorbing gave %v, want the absorbed block %#x", b, x)
 	}
 	if err := p.Deallocate(x, size, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPoolShortKeepsApart: a request predicted short-lived takes free
+// blocks of the short chunks only. Here its stream has none, and the only
+// free block, of a long-lived chunk, becomes free when serve absorbs the
+// blocks other streams freed: serve absorbs it (it is free in the long
+// chunks' index afterwards) but does not hand it out, and the request,
+// through Allocate, is served from a short chunk's commit, with
+// PoolOptions.PackHoles (pool_vhole.go; without it, TestPoolShortTakesAbsorbed).
+func TestPoolShortKeepsApart(t *testing.T) {
+	v, p, s := poolOverVirtualOpts(t, true, PoolOptions{PackHoles: true})
+	defer v.Close()
+	defer p.Close()
+	defer s.Destroy()
+	s2, err := p.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Destroy()
+	// A whole granule, so that the long-lived chunk keeps no free rest.
+	size := v.GrowGranularity()
+	x, err := p.Allocate(size, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Deallocate(x, size, s2); err != nil { // pending on s
+		t.Fatal(err)
+	}
+	st := p.streams.lookup(s.ID())
+	// serve of the request, predicted short-lived, under the stream's
+	// mutex.
+	err = func() error {
+		st.lock()
+		defer st.mu.Unlock()
+		if st.life == nil || st.life.shortSig == nil {
+			return fmt.Errorf("no predictor over a Virtual that waits for decommits")
+		}
+		// The request's signature: short-lived, as if its last block had
+		// died at once.
+		h := st.life.sig(size)
+		st.life.shortSig[h/64] |= 1 << (h % 64)
+		if !st.life.short(size) || st.pendingBytes != size || st.large.find(size) != nil || st.largeShort.find(size) != nil {
+			return fmt.Errorf("setup: short %v, pending %d, free long %v, free short %v; want true, %d, none, none",
+				st.life.short(size), st.pendingBytes, st.large.find(size) != nil, st.largeShort.find(size) != nil, size)
+		}
+		b, err := st.serve(size)
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			return fmt.Errorf("serve gave %#x, want none (the only free block is long-lived)", b.ptr)
+		}
+		if st.pendingBytes != 0 {
+			return fmt.Errorf("%d bytes still pending after serve, want 0 (absorbed)", st.pendingBytes)
+		}
+		if f := st.large.find(size); f == nil || f.ptr != x {
+			return fmt.Errorf("long free block after serve: %v, want the absorbed block %#x", f, x)
+		}
+		return nil
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := p.Allocate(size, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, ok := p.chunks.find(y)
+	if !ok || !c.short || y == x {
+		t.Errorf("the short request got %#x (short chunk %v), want a block of a short chunk, not %#x", y, ok && c.short, x)
+	}
+	if err := p.Deallocate(y, size, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.checkInvariants(); err != nil {

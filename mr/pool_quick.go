@@ -27,6 +27,12 @@
 // the request, and Release gives back every chunk whose blocks are all
 // free or cached.
 //
+// With PoolOptions.PackHoles, a pool growing in place over a Grower with
+// the lifetime placement does not cache the blocks of its growable
+// chunks: freed, they coalesce at once, so that a request smaller than a
+// granule can fill the room they leave beside a live block
+// (pool_vhole.go).
+//
 // Invariants, under the stream's mutex: quick[:nquick] are exactly the
 // blocks of state blockCached homed at the stream, oldest first, and
 // c.cached counts those of chunk c; quick[nquick:] is nil.
@@ -64,8 +70,14 @@ func (st *poolStream) quickTake(rounded int) *poolBlock {
 }
 
 // quickPut caches b, which was live and is in no list now. A full cache
-// first files its oldest block in the tlsf.
+// first files its oldest block in the tlsf. A block of a growable chunk
+// of a pool that packs holes (PoolOptions.PackHoles) is filed free
+// instead (pool_vhole.go).
 func (st *poolStream) quickPut(b *poolBlock) {
+	if st.packHoles && b.c.limit > 0 {
+		st.putFree(b) // a growable chunk's block is not kept whole (pool_vhole.go)
+		return
+	}
 	if st.nquick == poolQuick {
 		old := st.quick[0]
 		for j := range poolQuick - 1 {

@@ -121,6 +121,13 @@ type poolStream struct {
 	// pool_vborrow.go: the small blocks this stream took from other
 	// streams' small chunks (under Pool.mu).
 	borrows int
+	// pool_vhole.go: the pool packs holes (PoolOptions.PackHoles over a
+	// Grower with the lifetime placement; set once, at creation), and the
+	// free blocks of growable chunks filed lately, where a request
+	// smaller than a granule may fill a hole.
+	packHoles bool
+	holes     [poolHoles]*poolBlock
+	holesPos  int
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
@@ -129,6 +136,7 @@ func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
 	st := &poolStream{id: s.ID(), s: s, pool: p, gated: gpu.CaptureGated(s)}
 	if p.lifetimes {
 		st.life = new(poolLife) // pool_lifetime.go
+		st.packHoles = p.opts.PackHoles
 	}
 	return st
 }
@@ -185,11 +193,16 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 	} else if st.life != nil && st.life.short(rounded) {
 		t = &st.largeShort
 	}
+	if st.packHoles && t != &st.small { // PoolOptions.PackHoles, pool_vhole.go
+		if b := st.takeHole(t, rounded); b != nil {
+			return b, nil
+		}
+	}
 	// take, written out: the common case costs no call of its own.
 	if b := t.find(rounded); b != nil && b.size-rounded <= st.pool.slack(rounded) {
 		return st.split(t, b, rounded), nil
 	}
-	if t == &st.largeShort { // as takeFrom, without its call
+	if t == &st.largeShort && !st.packHoles { // as takeFrom, without its call
 		if b := st.take(&st.large, rounded); b != nil {
 			return b, nil
 		}
@@ -203,9 +216,11 @@ func (st *poolStream) serve(rounded int) (*poolBlock, error) {
 
 // takeFrom is take from t and, if t is the index of the short-lived
 // chunks, then from the long-lived ones': a request predicted short-lived
-// takes a free block of either rather than a commit (pool_lifetime.go).
+// takes a free block of either rather than a commit (pool_lifetime.go),
+// unless the pool packs holes (PoolOptions.PackHoles), which keeps it in
+// the short chunks (pool_vhole.go).
 func (st *poolStream) takeFrom(t *tlsf, rounded int) *poolBlock {
-	if b := st.take(t, rounded); b != nil || t != &st.largeShort {
+	if b := st.take(t, rounded); b != nil || t != &st.largeShort || st.packHoles {
 		return b
 	}
 	return st.take(&st.large, rounded)
@@ -288,6 +303,9 @@ func (st *poolStream) putFree(b *poolBlock) {
 		b = p
 	}
 	t.insert(b)
+	if st.packHoles && b.c.limit > 0 {
+		st.noteHole(b) // pool_vhole.go
+	}
 }
 
 // unlive takes live block b out of the live map and the counters.
@@ -509,6 +527,9 @@ func (st *poolStream) removeHomed(c *poolChunk, next *poolStream) {
 	last.homeIdx = c.homeIdx
 	st.homed[len(st.homed)-1] = nil
 	st.homed = st.homed[:len(st.homed)-1]
+	if st.packHoles && c.limit > 0 {
+		st.forgetHoles(c) // pool_vhole.go
+	}
 	c.home.Store(next)
 }
 

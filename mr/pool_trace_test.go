@@ -27,10 +27,19 @@ import (
 // on the pipeline without) and the second stream's few small requests
 // served from the first one's small chunk (pool_vborrow.go; 1.0058
 // without).
-var poolTraceBounds = map[string]struct{ chunked, virtual, virtualWait float64 }{
-	"torch-pipeline-2stream-b.csv.gz": {1.038, 1.025, 1.0015},
-	"torch-serve-varlen-b.csv.gz":     {1.033, 1.02, 1.011},
-	"torch-train-gpt-b.csv.gz":        {1.084, 1.035, 1.031},
+//
+// virtualHoles is the bound with PoolOptions.PackHoles over the Virtual
+// that waits (pool_vhole.go): requests smaller than a granule fill the
+// holes live blocks leave in their granules and short-lived requests stay
+// out of the long-lived range, which takes the training trace from 1.0308
+// to 1.0281 and leaves the pipeline at 1.0014, but on the serving trace
+// (1.0178) a request of 11.8 MiB predicted short-lived, live at the peak,
+// lies alone in the short range, a granule more (BENCHMARKS.md, "Holes in
+// pinned granules").
+var poolTraceBounds = map[string]struct{ chunked, virtual, virtualWait, virtualHoles float64 }{
+	"torch-pipeline-2stream-b.csv.gz": {1.038, 1.025, 1.0015, 1.0015},
+	"torch-serve-varlen-b.csv.gz":     {1.033, 1.02, 1.011, 1.0179},
+	"torch-train-gpt-b.csv.gz":        {1.084, 1.035, 1.031, 1.0282},
 }
 
 // poolSplitBigBound is the same bound with PoolOptions.SplitBig, which
@@ -97,28 +106,34 @@ func TestPoolTraces(t *testing.T) {
 // pool's peak of reserved (committed) memory and Virtual's peak of mapped
 // physical memory, decommits still in flight included, both stay within
 // the bound over peak live, with commits at addresses still mapped
-// refused or waited for (WaitForDecommits). Under the race detector the
-// waiting kind replays the pipeline alone, the trace of two streams (3-4 s
-// a replay there).
+// refused or waited for (WaitForDecommits), and with PackHoles over the
+// waiting kind. Under the race detector the waiting kinds replay the
+// pipeline alone, the trace of two streams (3-4 s a replay there).
 func TestPoolVirtualTraces(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.csv.gz")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no traces in testdata: %v", err)
 	}
 	for _, file := range files {
-		for _, wait := range []bool{false, true} {
-			t.Run(filepath.Base(file)+map[bool]string{false: "/refuse", true: "/wait"}[wait], func(t *testing.T) {
+		bounds := poolTraceBounds[filepath.Base(file)]
+		for _, c := range []struct {
+			name        string
+			wait, holes bool
+			bound       float64
+		}{
+			{"refuse", false, false, bounds.virtual},
+			{"wait", true, false, bounds.virtualWait},
+			{"wait/PackHoles", true, true, bounds.virtualHoles},
+		} {
+			wait := c.wait
+			t.Run(filepath.Base(file)+"/"+c.name, func(t *testing.T) {
 				if wait && raceDetector && filepath.Base(file) != "torch-pipeline-2stream-b.csv.gz" {
 					t.Skip("seconds more under the race detector")
 				}
-				bounds := poolTraceBounds[filepath.Base(file)]
-				bound := bounds.virtual
-				if wait {
-					bound = bounds.virtualWait
-				}
+				bound := c.bound
 				dev := testdev.Device(t)
 				v := newVirtual(t, dev, mr.VirtualOptions{WaitForDecommits: wait})
-				r := replayPoolOver(t, dev, v, file, mr.PoolOptions{})
+				r := replayPoolOver(t, dev, v, file, mr.PoolOptions{PackHoles: c.holes})
 				mapped := float64(v.Stats().PeakMapped) / float64(r.PeakLiveBytes)
 				t.Logf("peak live %d, peak reserved %d: ratio %.4f, peak mapped %.4f, %d failures, %d host waits",
 					r.PeakLiveBytes, r.PeakReservedBytes, r.Fragmentation, mapped, r.Failures, v.Stats().HostWaits)

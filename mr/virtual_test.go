@@ -59,6 +59,20 @@ func TestVirtualConformance(t *testing.T) {
 				mr.Releaser
 			}{p, p, releaseOverVirtual{p, up}}
 		}, mrtest.Options{}},
+		// The lifetime placement (a Virtual that waits for decommits)
+		// with the holes in pinned granules filled (pool_vhole.go).
+		{"pool-over-vmm-holes", func(tb testing.TB, dev gpu.Device) mr.Resource {
+			up := newVirtual(tb, dev, mr.VirtualOptions{WaitForDecommits: true})
+			p, err := mr.NewPool(up, mr.PoolOptions{PackHoles: true})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return struct {
+				mr.Resource
+				mr.UsageReporter
+				mr.Releaser
+			}{p, p, releaseOverVirtual{p, up}}
+		}, mrtest.Options{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.DetectsDoubleFree = true

@@ -163,13 +163,21 @@ var table = []Resource{
 	{Name: "arena", over: func(up mr.Resource, _ Options) (mr.Resource, error) {
 		return mr.NewArena(up, mr.ArenaOptions{})
 	}},
-	// vmm and pool_vmm map physical memory into a reserved range
+	// vmm, pool_vmm and pool_vmm_holes map physical memory into a reserved range
 	// (mr.Virtual): variants of direct and pool for the workloads that
 	// compare them.
 	{Name: "vmm", Variant: true, alone: func(dev gpu.Device, _ Options) (mr.Resource, error) {
 		return mr.NewVirtual(dev, mr.VirtualOptions{})
 	}},
-	{Name: "pool_vmm", Variant: true, alone: newPoolOverVirtual},
+	{Name: "pool_vmm", Variant: true, alone: func(dev gpu.Device, _ Options) (mr.Resource, error) {
+		return newPoolOverVirtual(dev, mr.PoolOptions{})
+	}},
+	// pool_vmm_holes is pool_vmm that fills the holes live blocks leave
+	// in their granules (mr.PoolOptions.PackHoles): less mapped memory
+	// on most traces, a slower pair through the pool's lists.
+	{Name: "pool_vmm_holes", Variant: true, alone: func(dev gpu.Device, _ Options) (mr.Resource, error) {
+		return newPoolOverVirtual(dev, mr.PoolOptions{PackHoles: true})
+	}},
 	{Name: "async_noreturnwait", Variant: true, alone: func(dev gpu.Device, o Options) (mr.Resource, error) {
 		return newAsync(dev, o, true)
 	}},
@@ -204,12 +212,12 @@ type poolOverVirtual struct {
 	up *mr.Virtual
 }
 
-func newPoolOverVirtual(dev gpu.Device, _ Options) (mr.Resource, error) {
+func newPoolOverVirtual(dev gpu.Device, opts mr.PoolOptions) (mr.Resource, error) {
 	up, err := mr.NewVirtual(dev, mr.VirtualOptions{WaitForDecommits: true})
 	if err != nil {
 		return nil, err
 	}
-	p, err := mr.NewPool(up, mr.PoolOptions{})
+	p, err := mr.NewPool(up, opts)
 	if err != nil {
 		return nil, errors.Join(err, up.Close())
 	}
