@@ -65,6 +65,15 @@ func pairConns(t testing.TB, exp, imp gpu.Device) (*ipc.Exporter, *ipc.Link, *ip
 	t.Helper()
 	e, err := ipc.NewExporter(exp, ipc.ExporterOptions{})
 	must(t, err)
+	l, im, ce, ci := connect(t, e, imp)
+	return e, l, im, ce, ci
+}
+
+// connect serves e at one end of a socket pair and accepts at the other
+// on imp, within 10 s: the link, the importer, and the exporter's and the
+// importer's sockets.
+func connect(t testing.TB, e *ipc.Exporter, imp gpu.Device) (*ipc.Link, *ipc.Importer, *net.UnixConn, *net.UnixConn) {
+	t.Helper()
 	ce, ci := socketPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -80,7 +89,7 @@ func pairConns(t testing.TB, exp, imp gpu.Device) (*ipc.Exporter, *ipc.Link, *ip
 	wg.Wait()
 	must(t, err)
 	must(t, ierr)
-	return e, l, im, ce, ci
+	return l, im, ce, ci
 }
 
 // closeEmpty checks, once the exporter's stream se has run, that the

@@ -21,26 +21,11 @@ func virtualPair(t testing.TB, v *mr.Virtual, r mr.Resource, imp gpu.Device) (*i
 	t.Helper()
 	e, err := ipc.NewVirtualExporter(v, ipc.VirtualExporterOptions{Resource: r})
 	must(t, err)
-	ce, ci := socketPair(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type accepted struct {
-		im  *ipc.Importer
-		err error
-	}
-	ch := make(chan accepted, 1)
-	go func() {
-		im, err := ipc.Accept(ctx, imp, ci)
-		ch <- accepted{im, err}
-	}()
-	l, err := e.Serve(ctx, ce)
-	a := <-ch
-	must(t, err)
-	must(t, a.err)
-	if a.im.Pool() != nil {
+	l, im, _, _ := connect(t, e, imp)
+	if im.Pool() != nil {
 		t.Errorf("an importer of Virtual memory has a pool")
 	}
-	return e, l, a.im
+	return e, l, im
 }
 
 // newSharedVirtual is a Virtual on dev whose memory is exportable as POSIX
@@ -354,20 +339,7 @@ func TestLendVirtualLostPeers(t *testing.T) {
 		v := newSharedVirtual(t, exp, mr.VirtualOptions{})
 		e, err := ipc.NewVirtualExporter(v, ipc.VirtualExporterOptions{})
 		must(t, err)
-		ce, ci := socketPair(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ch := make(chan *ipc.Importer, 1)
-		go func() {
-			im, err := ipc.Accept(ctx, imp, ci)
-			if err != nil {
-				t.Error(err)
-			}
-			ch <- im
-		}()
-		l, err := e.Serve(ctx, ce)
-		must(t, err)
-		im := <-ch
+		l, im, _, ci := connect(t, e, imp)
 		se, _ := exp.NewStream()
 		si, _ := imp.NewStream()
 		p, err := e.Allocate(4096, se)
@@ -393,20 +365,7 @@ func TestLendVirtualLostPeers(t *testing.T) {
 		v := newSharedVirtual(t, exp, mr.VirtualOptions{})
 		e, err := ipc.NewVirtualExporter(v, ipc.VirtualExporterOptions{})
 		must(t, err)
-		ce, ci := socketPair(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ch := make(chan *ipc.Importer, 1)
-		go func() {
-			im, err := ipc.Accept(ctx, imp, ci)
-			if err != nil {
-				t.Error(err)
-			}
-			ch <- im
-		}()
-		l, err := e.Serve(ctx, ce)
-		must(t, err)
-		im := <-ch
+		l, im, ce, _ := connect(t, e, imp)
 		se, _ := exp.NewStream()
 		si, _ := imp.NewStream()
 		ki, _ := kernels.Load(imp)

@@ -27,7 +27,9 @@ func TestLendImporterNotReceiving(t *testing.T) {
 	for i := 0; i < 5000 && lendErr == nil; i++ {
 		p, err := e.Allocate(size, se)
 		must(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		// Long enough that a Lend the queue has room for does not run
+		// out of it on a loaded machine (50 ms did, under -race).
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		ln, err := l.Lend(ctx, p, size, se)
 		cancel()
 		if err != nil {
