@@ -4,8 +4,19 @@
  * builds and runs it.
  *
  * usage: capi_bench [pairs] [threads]
- * Prints one line per case: the case, pairs, nanoseconds per pair. */
+ * Prints one line per case: the case, pairs, nanoseconds per pair.
+ *
+ * Besides the pair of one size on the legacy default stream, it times the
+ * pair on the calling thread's per-thread default stream and, when
+ * CAPI_BENCH_CUDA is set (a GPU: the library adopts the handle, which the
+ * simulator would refuse), on a stream made with cuStreamCreate: both are
+ * adopted streams that the library asks the driver about capture, where
+ * the legacy stream needs no question. And a ring of live allocations of
+ * varied sizes, as a training step makes them, on the legacy stream: the
+ * pool's path beyond its quick cache. */
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -31,6 +42,62 @@ static double run(size_t size, void *s, long n) {
 		sa_torch_free(p, size, 0, s);
 	}
 	return (now_ns() - t0) / (double)n;
+}
+
+/* ring times n steps of a ring of 64 live allocations whose sizes (512 B
+ * to 8 MiB, multiples of 512) come from a fixed generator: each step
+ * frees the oldest and allocates a new one; ns per pair, or -1. */
+static double ring(void *s, long n) {
+	enum { RING = 64 };
+	void *live[RING] = {0};
+	size_t sz[RING] = {0};
+	uint64_t x = 88172645463325252ull;
+	double t0 = now_ns();
+	for (long i = 0; i < n; i++) {
+		int k = (int)(i % RING);
+		if (live[k] != NULL) {
+			sa_torch_free(live[k], sz[k], 0, s);
+		}
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		sz[k] = (size_t)(1 + (x >> 11) % (8 << 11)) * 512; /* up to 8 MiB */
+		if ((x >> 5) % 4 != 0) {
+			sz[k] = (size_t)(1 + (x >> 17) % 256) * 512; /* most are small */
+		}
+		live[k] = sa_torch_alloc(sz[k], 0, s);
+		if (live[k] == NULL) {
+			return -1;
+		}
+	}
+	double ns = (now_ns() - t0) / (double)n;
+	for (int k = 0; k < RING; k++) {
+		if (live[k] != NULL) {
+			sa_torch_free(live[k], sz[k], 0, s);
+		}
+	}
+	return ns;
+}
+
+/* created returns a stream made with cuStreamCreate in device 0's primary
+ * context (made current on this thread), or NULL. */
+static void *created(void) {
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	if (h == NULL) {
+		return NULL;
+	}
+	int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+	int (*get)(int *, int) = (int (*)(int *, int))dlsym(h, "cuDeviceGet");
+	int (*retain)(void **, int) = (int (*)(void **, int))dlsym(h, "cuDevicePrimaryCtxRetain");
+	int (*set)(void *) = (int (*)(void *))dlsym(h, "cuCtxSetCurrent");
+	int (*mk)(void **, unsigned) = (int (*)(void **, unsigned))dlsym(h, "cuStreamCreate");
+	int dev;
+	void *ctx, *s = NULL;
+	if (init == NULL || get == NULL || retain == NULL || set == NULL || mk == NULL || init(0) != 0 ||
+	    get(&dev, 0) != 0 || retain(&ctx, dev) != 0 || set(ctx) != 0 || mk(&s, 1 /* non-blocking */) != 0) {
+		return NULL;
+	}
+	return s;
 }
 
 static void *worker(void *arg) {
@@ -72,6 +139,29 @@ int main(int argc, char **argv) {
 		}
 		printf("%s\t%ld\t%.1f\n", names[i], pairs, ns);
 	}
+	/* Adopted streams, which the library asks about capture. */
+	run(1 << 20, (void *)2, 10000);
+	printf("pair-1MiB-per-thread-stream\t%ld\t%.1f\n", pairs, run(1 << 20, (void *)2, pairs));
+	if (getenv("CAPI_BENCH_CUDA") != NULL) {
+		void *cs = created();
+		if (cs == NULL) {
+			fprintf(stderr, "cuStreamCreate failed\n");
+			return 1;
+		}
+		run(1 << 20, cs, 10000);
+		printf("pair-1MiB-created-stream\t%ld\t%.1f\n", pairs, run(1 << 20, cs, pairs));
+		ring(cs, 10000);
+		printf("ring-varied-created-stream\t%ld\t%.1f\n", pairs, ring(cs, pairs));
+	}
+	/* Varied sizes, several live, as a training step: beyond the quick cache. */
+	ring(NULL, 10000);
+	double rn = ring(NULL, pairs);
+	if (rn < 0) {
+		sa_last_error(msg, sizeof msg);
+		fprintf(stderr, "ring failed: %s\n", msg);
+		return 1;
+	}
+	printf("ring-varied-legacy\t%ld\t%.1f\n", pairs, rn);
 	/* The CuPy interface: no stream, a size table. */
 	t0 = now_ns();
 	for (long i = 0; i < pairs; i++) {
