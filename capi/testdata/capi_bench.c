@@ -79,6 +79,125 @@ static double ring(void *s, long n) {
 	return ns;
 }
 
+/* A ring whose calls are timed one by one, with work between them that a
+ * host would do: evict, touching EVICT bytes (the caches' lines the call
+ * needs are then gone, as after a kernel launch's host work), or handing
+ * the ring to the other of two threads every TURN steps (the lines then
+ * live in another core's cache, as between PyTorch's Python thread and
+ * its autograd thread). Reports ns per allocation and per free. */
+enum { CRING = 64, EVICT = 8 << 20, TURN = 8 };
+
+typedef struct {
+	void *live[CRING];
+	size_t sz[CRING];
+	uint64_t x;
+	long i, n;
+	double alloc_ns, free_ns;
+	int evict;
+	int turn; /* whose turn, for two threads */
+} cring_t;
+
+static volatile unsigned char *evict_buf;
+
+static void evict_caches(void) {
+	for (size_t i = 0; i < EVICT; i += 64) {
+		evict_buf[i]++;
+	}
+}
+
+/* cstep runs one timed ring step; 0, or -1 if the allocation failed. */
+static int cstep(cring_t *r) {
+	int k = (int)(r->i % CRING);
+	double t0;
+	if (r->live[k] != NULL) {
+		if (r->evict) {
+			evict_caches();
+		}
+		t0 = now_ns();
+		sa_torch_free(r->live[k], r->sz[k], 0, NULL);
+		r->free_ns += now_ns() - t0;
+	}
+	r->x ^= r->x << 13;
+	r->x ^= r->x >> 7;
+	r->x ^= r->x << 17;
+	r->sz[k] = (size_t)(1 + (r->x >> 11) % (8 << 11)) * 512;
+	if ((r->x >> 5) % 4 != 0) {
+		r->sz[k] = (size_t)(1 + (r->x >> 17) % 256) * 512;
+	}
+	if (r->evict) {
+		evict_caches();
+	}
+	t0 = now_ns();
+	r->live[k] = sa_torch_alloc(r->sz[k], 0, NULL);
+	r->alloc_ns += now_ns() - t0;
+	r->i++;
+	return r->live[k] == NULL ? -1 : 0;
+}
+
+static void cring_drain(cring_t *r) {
+	for (int k = 0; k < CRING; k++) {
+		if (r->live[k] != NULL) {
+			sa_torch_free(r->live[k], r->sz[k], 0, NULL);
+			r->live[k] = NULL;
+		}
+	}
+}
+
+typedef struct {
+	cring_t *r;
+	int me;
+	int failed;
+} turn_arg_t;
+
+static void *turns(void *arg) {
+	turn_arg_t *a = arg;
+	cring_t *r = a->r;
+	for (;;) {
+		while (__atomic_load_n(&r->turn, __ATOMIC_ACQUIRE) != a->me) {
+		}
+		if (r->i >= r->n) {
+			__atomic_store_n(&r->turn, 1 - a->me, __ATOMIC_RELEASE);
+			return NULL;
+		}
+		for (int j = 0; j < TURN && r->i < r->n; j++) {
+			if (cstep(r) != 0) {
+				a->failed = 1;
+				r->n = r->i;
+			}
+		}
+		__atomic_store_n(&r->turn, 1 - a->me, __ATOMIC_RELEASE);
+	}
+}
+
+/* cring times n steps: on one thread, evicting the caches before each
+ * call if evict, or on two threads taking turns if two. */
+static int cring(long n, int evict, int two, const char *name) {
+	cring_t r = {.x = 88172645463325252ull, .n = n, .evict = evict};
+	if (two) {
+		pthread_t th[2];
+		turn_arg_t a[2] = {{&r, 0, 0}, {&r, 1, 0}};
+		for (int t = 0; t < 2; t++) {
+			pthread_create(&th[t], NULL, turns, &a[t]);
+		}
+		for (int t = 0; t < 2; t++) {
+			pthread_join(th[t], NULL);
+		}
+		if (a[0].failed || a[1].failed) {
+			return -1;
+		}
+	} else {
+		for (long i = 0; i < n; i++) {
+			if (cstep(&r) != 0) {
+				return -1;
+			}
+		}
+	}
+	long frees = n > CRING ? n - CRING : 0;
+	printf("%s\t%ld\talloc %.1f\tfree %.1f\n", name, n, r.alloc_ns / (double)n, frees ? r.free_ns / (double)frees : 0.0);
+	cring_drain(&r);
+	return 0;
+}
+
 /* created returns a stream made with cuStreamCreate in device 0's primary
  * context (made current on this thread), or NULL. */
 static void *created(void) {
@@ -162,6 +281,15 @@ int main(int argc, char **argv) {
 		return 1;
 	}
 	printf("ring-varied-legacy\t%ld\t%.1f\n", pairs, rn);
+	/* The same ring, each call timed: hot, after evicting the caches, and
+	 * handed between two threads. */
+	evict_buf = calloc(EVICT, 1);
+	if (evict_buf == NULL || cring(pairs, 0, 0, "ring-timed-hot") != 0 ||
+	    cring(pairs / 40, 1, 0, "ring-timed-evicted") != 0 || cring(pairs, 0, 1, "ring-timed-two-threads") != 0) {
+		sa_last_error(msg, sizeof msg);
+		fprintf(stderr, "timed ring failed: %s\n", msg);
+		return 1;
+	}
 	/* The CuPy interface: no stream, a size table. */
 	t0 = now_ns();
 	for (long i = 0; i < pairs; i++) {
