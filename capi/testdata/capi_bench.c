@@ -198,6 +198,33 @@ static int cring(long n, int evict, int two, const char *name) {
 	return 0;
 }
 
+/* crossing times n calls into Go and back that do nothing (sa_last_error
+ * without a buffer), evicting the caches before each if evict: the part
+ * of a cold call that is the crossing and the Go runtime, not the pool. */
+static void crossing_idle(long n, int evict, double idle_ns, const char *name);
+
+static void crossing(long n, int evict, const char *name) {
+	crossing_idle(n, evict, 0, name);
+}
+
+/* crossing_idle is crossing with idle_ns of spinning on the clock, which
+ * touches no memory, before each call: whether time alone between calls
+ * (the Go runtime's state, not the caches) makes the crossing dearer. */
+static void crossing_idle(long n, int evict, double idle_ns, const char *name) {
+	double ns = 0;
+	for (long i = 0; i < n; i++) {
+		if (evict) {
+			evict_caches();
+		}
+		for (double t = now_ns(); now_ns() - t < idle_ns;) {
+		}
+		double t0 = now_ns();
+		sa_last_error(NULL, 0);
+		ns += now_ns() - t0;
+	}
+	printf("%s\t%ld\t%.1f\n", name, n, ns / (double)n);
+}
+
 /* created returns a stream made with cuStreamCreate in device 0's primary
  * context (made current on this thread), or NULL. */
 static void *created(void) {
@@ -290,6 +317,12 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "timed ring failed: %s\n", msg);
 		return 1;
 	}
+	crossing(pairs, 0, "crossing-hot");
+	crossing(pairs / 40, 1, "crossing-evicted");
+	crossing_idle(pairs / 40, 0, 10e3, "crossing-after-10us-idle");
+	crossing_idle(pairs / 40, 0, 50e3, "crossing-after-50us-idle");
+	crossing_idle(pairs / 100, 0, 200e3, "crossing-after-200us-idle");
+	crossing_idle(pairs / 200, 0, 2e6, "crossing-after-2ms-idle");
 	/* The CuPy interface: no stream, a size table. */
 	t0 = now_ns();
 	for (long i = 0; i < pairs; i++) {
