@@ -48,7 +48,7 @@ func compile(t *testing.T, dir, src string) string {
 	t.Helper()
 	exe := filepath.Join(dir, strings.TrimSuffix(src, ".c"))
 	cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", exe, filepath.Join("testdata", src),
-		"-I", dir, "-L", dir, "-lstreamalloc", "-lpthread", "-Wl,-rpath,"+dir)
+		"-I", dir, "-L", dir, "-lstreamalloc", "-lpthread", "-ldl", "-Wl,-rpath,"+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s: %v\n%s", src, err, out)
 	}

@@ -17,6 +17,6 @@ CGO_ENABLED=1 go build -buildmode=c-shared -trimpath -ldflags=-s -o "$out/libstr
 rm -f "$out/libstreamalloc.h" # cgo's own header; streamalloc.h is the public one
 cp capi/streamalloc.h "$out/"
 gcc -O2 -Wall -Wextra -o "$out/capi_bench" capi/testdata/capi_bench.c -I "$out" -L "$out" \
-	-lstreamalloc -lpthread '-Wl,-rpath,$ORIGIN'
+	-lstreamalloc -lpthread -ldl '-Wl,-rpath,$ORIGIN'
 gcc -O2 -Wall -Wextra -shared -fPIC -o "$out/libtorch_control.so" capi/testdata/torch_control.c -ldl -lpthread
 echo "build-capi: $(ls -1 "$out" | tr '\n' ' ')in $out"

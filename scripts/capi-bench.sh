@@ -11,6 +11,8 @@
 #   whether an adopted stream is capturing): the GPU runs then alternate
 #   between dir and AB_DIR, REPEAT times (default 3), each a process of its
 #   own, so that the two builds are compared on one machine in one run.
+# On the GPU, CAPI_BENCH_CUDA=1 adds the cases on a stream made with
+# cuStreamCreate (capi_bench.c says what each case times).
 set -euo pipefail
 
 dir=${1:-build/capi}
@@ -22,13 +24,13 @@ if [ -e /dev/nvidiactl ] || command -v nvidia-smi >/dev/null 2>&1; then
 	for conf in ${CONFS:-pool}; do
 		if [ -z "${AB_DIR:-}" ]; then
 			echo "== GPU, $conf"
-			STREAMALLOC_CONF=$conf "$dir/capi_bench" "$pairs" "$threads"
+			CAPI_BENCH_CUDA=1 STREAMALLOC_CONF=$conf "$dir/capi_bench" "$pairs" "$threads"
 			continue
 		fi
 		for rep in $(seq "${REPEAT:-3}"); do
 			for d in "$dir" "$AB_DIR"; do
 				echo "== GPU, $conf, $d, round $rep"
-				STREAMALLOC_CONF=$conf "$d/capi_bench" "$pairs" "$threads"
+				CAPI_BENCH_CUDA=1 STREAMALLOC_CONF=$conf "$d/capi_bench" "$pairs" "$threads"
 			done
 		done
 	done

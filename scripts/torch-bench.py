@@ -94,6 +94,16 @@ class Control:
         alloc = torch.cuda.memory.CUDAPluggableAllocator(self.path, "ctl_alloc", "ctl_free")
         torch.cuda.memory.change_current_allocator(alloc)
 
+    def detail_reset(self):
+        """Forgets the per-stream detail so far (the warm-up's)."""
+        self.lib.ctl_detail_reset()
+
+    def detail_write(self, path):
+        """Writes the per-stream, per-thread detail of the calls since
+        detail_reset to path (torch_control.c, ctl_detail_write)."""
+        if self.lib.ctl_detail_write(path.encode()) != 0:
+            raise RuntimeError("torch_control: cannot write %s" % path)
+
     def stats(self):
         st = _CtlStats()
         if self.lib.ctl_stats(ctypes.byref(st)) != 0:
@@ -292,9 +302,13 @@ def run_torch(args):
     def warm():
         marks["before"] = device_calls()
         marks["ctl_before"] = ctl.stats() if ctl is not None else None
+        if ctl is not None:
+            ctl.detail_reset()
     losses, times = drive(args, step, torch.cuda.synchronize, warm)
     before, ctl_before = marks["before"], marks["ctl_before"]
     after = device_calls()
+    if ctl is not None and os.environ.get("TORCH_CONTROL_DETAIL"):
+        ctl.detail_write(os.environ["TORCH_CONTROL_DETAIL"])
     flush_log(sa, args.conf)
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "device_allocs": after[0], "device_frees": after[1],

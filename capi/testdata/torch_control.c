@@ -24,6 +24,16 @@
  *
  * ctl_stats reports the calls, the nanoseconds spent in them, the
  * failures, and the default pool's reserved and used high-water marks.
+ *
+ * Detail (ctl_detail_reset, ctl_detail_write): for each pair of stream
+ * handle and calling thread (the first DETAIL_SLOTS pairs seen), the
+ * calls and their nanoseconds, and a histogram of every call's time in
+ * powers of two, allocations and frees apart. It answers where a call's
+ * mean comes from: the stream PyTorch passes (the legacy default stream
+ * or another, which streamalloc asks about capture), the thread (the
+ * autograd engine's or Python's), and whether the mean is the typical
+ * call or a few long ones. Recording happens outside the timed window,
+ * under a lock.
  * Like streamalloc, an allocation that fails returns NULL and is counted.
  */
 #include <dlfcn.h>
@@ -81,6 +91,86 @@ static uint64_t now_ns(void) {
 }
 
 static void add(uint64_t *n, uint64_t v) { __atomic_fetch_add(n, v, __ATOMIC_RELAXED); }
+
+enum { DETAIL_SLOTS = 32, HIST_BUCKETS = 40 };
+
+/* detail is one (stream, thread) pair's calls. */
+typedef struct {
+	void *stream;
+	pthread_t thread;
+	uint64_t n[2], ns[2]; /* [0] allocations, [1] frees */
+} detail_t;
+
+static pthread_mutex_t detail_mu = PTHREAD_MUTEX_INITIALIZER;
+static detail_t details[DETAIL_SLOTS];
+static int ndetails;
+static uint64_t detail_other[2];           /* calls of pairs past the table */
+static uint64_t hist[2][HIST_BUCKETS];     /* calls by floor(log2(ns)) */
+
+static void record(int kind, void *stream, uint64_t ns) {
+	pthread_t self = pthread_self();
+	int b = 0;
+	while (b < HIST_BUCKETS - 1 && (ns >> (b + 1)) != 0) {
+		b++;
+	}
+	pthread_mutex_lock(&detail_mu);
+	hist[kind][b]++;
+	int i = 0;
+	for (; i < ndetails; i++) {
+		if (details[i].stream == stream && pthread_equal(details[i].thread, self)) {
+			break;
+		}
+	}
+	if (i == ndetails && ndetails < DETAIL_SLOTS) {
+		details[ndetails].stream = stream;
+		details[ndetails].thread = self;
+		ndetails++;
+	}
+	if (i < ndetails) {
+		details[i].n[kind]++;
+		details[i].ns[kind] += ns;
+	} else {
+		detail_other[kind]++;
+	}
+	pthread_mutex_unlock(&detail_mu);
+}
+
+/* ctl_detail_reset forgets the detail recorded so far (the warm-up's). */
+void ctl_detail_reset(void) {
+	pthread_mutex_lock(&detail_mu);
+	memset(details, 0, sizeof details);
+	ndetails = 0;
+	memset(detail_other, 0, sizeof detail_other);
+	memset(hist, 0, sizeof hist);
+	pthread_mutex_unlock(&detail_mu);
+}
+
+/* ctl_detail_write writes the detail to path as text: one line per
+ * (stream, thread) pair, then the histograms; 0, or -1 if it cannot. */
+int ctl_detail_write(const char *path) {
+	FILE *f = fopen(path, "w");
+	if (f == NULL) {
+		return -1;
+	}
+	pthread_mutex_lock(&detail_mu);
+	fprintf(f, "# stream\tthread\tallocs\talloc_ns_mean\tfrees\tfree_ns_mean\n");
+	for (int i = 0; i < ndetails; i++) {
+		detail_t *d = &details[i];
+		fprintf(f, "pair\t%p\t%lx\t%llu\t%.0f\t%llu\t%.0f\n", d->stream, (unsigned long)d->thread,
+		        (unsigned long long)d->n[0], d->n[0] ? (double)d->ns[0] / (double)d->n[0] : 0.0,
+		        (unsigned long long)d->n[1], d->n[1] ? (double)d->ns[1] / (double)d->n[1] : 0.0);
+	}
+	fprintf(f, "other\t%llu\t%llu\n", (unsigned long long)detail_other[0], (unsigned long long)detail_other[1]);
+	fprintf(f, "# histogram: bucket b holds calls of [2^b, 2^(b+1)) ns\n");
+	for (int b = 0; b < HIST_BUCKETS; b++) {
+		if (hist[0][b] || hist[1][b]) {
+			fprintf(f, "hist\t%llu\t%llu\t%llu\n", 1ull << b, (unsigned long long)hist[0][b],
+			        (unsigned long long)hist[1][b]);
+		}
+	}
+	pthread_mutex_unlock(&detail_mu);
+	return fclose(f) == 0 ? 0 : -1;
+}
 
 #define SYM(h, name)                                                   \
 	do {                                                               \
@@ -195,8 +285,10 @@ void *ctl_alloc(size_t size, int dev, void *stream) {
 		}
 		break;
 	}
-	add(&alloc_ns, now_ns() - t0);
+	uint64_t ns = now_ns() - t0;
+	add(&alloc_ns, ns);
 	add(p != NULL ? &allocs : &failures, 1);
+	record(0, stream, ns);
 	return p;
 }
 
@@ -216,8 +308,10 @@ void ctl_free(void *p, size_t size, int dev, void *stream) {
 		ok = p != NULL && device(dev) != NULL && p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, (CUstream)stream) == 0;
 		break;
 	}
-	add(&free_ns, now_ns() - t0);
+	uint64_t ns = now_ns() - t0;
+	add(&free_ns, ns);
 	add(ok ? &frees : &failures, 1);
+	record(1, stream, ns);
 }
 
 /* ctl_stats fills out; it returns 0, or -1 before a successful setup. */
