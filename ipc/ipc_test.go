@@ -199,36 +199,7 @@ func TestLentRefusals(t *testing.T) {
 	must(t, err)
 	ln, err := l.Lend(context.Background(), p, 4096, se)
 	must(t, err)
-	if err := e.Deallocate(p, 4096, se); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("freeing a lent allocation: %v, want ipc.ErrLent", err)
-	}
-	if _, err := l.Lend(context.Background(), p, 4096, se); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("lending it twice: %v, want ipc.ErrLent", err)
-	}
-	if err := e.Close(); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("closing the exporter with a loan out: %v, want ipc.ErrLent", err)
-	}
-	if err := l.Close(); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("closing the link with a loan out: %v, want ipc.ErrLent", err)
-	}
-	q, err := e.Allocate(512, se)
-	must(t, err)
-	for _, c := range []struct {
-		what string
-		p    gpu.DevicePtr
-		n    int
-		s    gpu.Stream
-		want error
-	}{
-		{"an unknown pointer", p + 256, 256, se, ipc.ErrNotLendable},
-		{"the null pointer", 0, 0, se, ipc.ErrNotLendable},
-		{"a wrong size", q, 256, se, mr.ErrSizeMismatch},
-		{"a nil stream", q, 512, nil, gpu.ErrInvalidHandle},
-	} {
-		if _, err := l.Lend(context.Background(), c.p, c.n, c.s); !errors.Is(err, c.want) {
-			t.Errorf("lending %s: %v, want %v", c.what, err, c.want)
-		}
-	}
+	q := checkLentRefusals(t, e, l, p, 4096, se)
 	x, err := im.Receive(context.Background(), si)
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
@@ -512,4 +483,45 @@ func TestReceiveDuringClose(t *testing.T) {
 		<-l.Done()
 		must(t, e.Close())
 	}
+}
+
+// checkLentRefusals checks, with p of n bytes lent on l, that freeing and
+// lending p again and closing e or l are refused with ipc.ErrLent, and
+// that a lend of an address inside p, of the null pointer, of a wrong size
+// and on a nil stream each fail with its exact error. It returns q, a
+// 512-byte allocation of e on se made for the last two, for the caller to
+// free.
+func checkLentRefusals(t *testing.T, e *ipc.Exporter, l *ipc.Link, p gpu.DevicePtr, n int, se gpu.Stream) gpu.DevicePtr {
+	t.Helper()
+	if err := e.Deallocate(p, n, se); !errors.Is(err, ipc.ErrLent) {
+		t.Errorf("freeing a lent allocation: %v, want ipc.ErrLent", err)
+	}
+	if _, err := l.Lend(context.Background(), p, n, se); !errors.Is(err, ipc.ErrLent) {
+		t.Errorf("lending it twice: %v, want ipc.ErrLent", err)
+	}
+	if err := e.Close(); !errors.Is(err, ipc.ErrLent) {
+		t.Errorf("closing the exporter with a loan out: %v, want ipc.ErrLent", err)
+	}
+	if err := l.Close(); !errors.Is(err, ipc.ErrLent) {
+		t.Errorf("closing the link with a loan out: %v, want ipc.ErrLent", err)
+	}
+	q, err := e.Allocate(512, se)
+	must(t, err)
+	for _, c := range []struct {
+		what string
+		p    gpu.DevicePtr
+		n    int
+		s    gpu.Stream
+		want error
+	}{
+		{"an address inside an allocation", p + 256, 256, se, ipc.ErrNotLendable},
+		{"the null pointer", 0, 0, se, ipc.ErrNotLendable},
+		{"a wrong size", q, 256, se, mr.ErrSizeMismatch},
+		{"a nil stream", q, 512, nil, gpu.ErrInvalidHandle},
+	} {
+		if _, err := l.Lend(context.Background(), c.p, c.n, c.s); !errors.Is(err, c.want) {
+			t.Errorf("lending %s: %v, want %v", c.what, err, c.want)
+		}
+	}
+	return q
 }

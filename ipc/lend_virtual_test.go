@@ -208,36 +208,7 @@ func TestLendVirtualRefusals(t *testing.T) {
 	must(t, err)
 	ln, err := l.Lend(context.Background(), p, g, se)
 	must(t, err)
-	if err := e.Deallocate(p, g, se); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("freeing a lent range: %v, want ipc.ErrLent", err)
-	}
-	if _, err := l.Lend(context.Background(), p, g, se); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("lending it twice: %v, want ipc.ErrLent", err)
-	}
-	if err := e.Close(); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("closing the exporter with a loan out: %v, want ipc.ErrLent", err)
-	}
-	if err := l.Close(); !errors.Is(err, ipc.ErrLent) {
-		t.Errorf("closing the link with a loan out: %v, want ipc.ErrLent", err)
-	}
-	q, err := e.Allocate(512, se)
-	must(t, err)
-	for _, c := range []struct {
-		what string
-		p    gpu.DevicePtr
-		n    int
-		s    gpu.Stream
-		want error
-	}{
-		{"an address inside an allocation", p + 256, 256, se, ipc.ErrNotLendable},
-		{"the null pointer", 0, 0, se, ipc.ErrNotLendable},
-		{"a wrong size", q, 256, se, mr.ErrSizeMismatch},
-		{"a nil stream", q, 512, nil, gpu.ErrInvalidHandle},
-	} {
-		if _, err := l.Lend(context.Background(), c.p, c.n, c.s); !errors.Is(err, c.want) {
-			t.Errorf("lending %s: %v, want %v", c.what, err, c.want)
-		}
-	}
+	q := checkLentRefusals(t, e, l, p, g, se)
 	// The export fails (its first driver call): nothing is lent, and q
 	// can still be freed.
 	injected := errors.New("injected")
