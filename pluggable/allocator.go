@@ -22,7 +22,10 @@
 // # Streams
 //
 // The host's stream (a cudaStream_t) is adopted on every call
-// (gpu.Adopter): a lock-free map lookup once seen. PyTorch frees on the
+// (gpu.Adopter): a lock-free map lookup once seen, and for the legacy
+// default stream (0), on which PyTorch makes every call of a program that
+// uses no stream of its own, and CuPy all of its calls, the wrapper kept
+// in the device's state after its first adoption. PyTorch frees on the
 // stream it allocated on (CUDAPluggableAllocator passes the allocation's
 // stream to free), so its frees are same-stream frees that the next
 // allocation on that stream reuses at once; a free on another stream is
@@ -134,9 +137,14 @@ type device struct {
 	ooms, badFrees atomic.Uint64
 	liveAllocs     atomic.Int64
 	noSize         sizeTable // sizes of allocations freed without one (CuPy)
-	legacyMu       sync.Mutex
-	legacy         gpu.Stream // adopted legacy stream, for CuPy
+	// legacy is the adopted legacy default stream once adopted: the
+	// stream of every PyTorch call on the default stream and of every
+	// CuPy call, served without the adoption's lookup.
+	legacy atomic.Pointer[adopted]
 }
+
+// adopted holds an adopted stream, for an atomic pointer.
+type adopted struct{ s gpu.Stream }
 
 // Default is the allocator of the process, the one the C ABI calls.
 var Default = New()
@@ -422,7 +430,7 @@ func (a *Allocator) Alloc(size uint64, ordinal int, stream uintptr) (p uintptr) 
 		a.fail(fmt.Errorf("pluggable: alloc %d bytes: %w", size, err))
 		return 0
 	}
-	s, err := d.dev.AdoptStream(stream)
+	s, err := d.stream(stream)
 	if err != nil {
 		a.fail(fmt.Errorf("pluggable: alloc %d bytes on device %d: %w", size, ordinal, err))
 		return 0
@@ -476,7 +484,7 @@ func (a *Allocator) Free(ptr uintptr, size uint64, ordinal int, stream uintptr) 
 	if err != nil {
 		return a.badFree(nil, fmt.Errorf("pluggable: free %#x: %w", ptr, err))
 	}
-	s, err := d.dev.AdoptStream(stream)
+	s, err := d.stream(stream)
 	if err != nil {
 		return a.badFree(d, fmt.Errorf("pluggable: free %#x on device %d: %w", ptr, ordinal, err))
 	}
@@ -567,14 +575,31 @@ func (a *Allocator) legacyStream(ordinal int) (*device, gpu.Stream, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	d.legacyMu.Lock()
-	defer d.legacyMu.Unlock()
-	if d.legacy == nil {
-		if d.legacy, err = d.dev.AdoptStream(gpu.StreamLegacy); err != nil {
-			return d, nil, err
-		}
+	s, err := d.stream(gpu.StreamLegacy)
+	if err != nil {
+		return d, nil, err
 	}
-	return d, d.legacy, nil
+	return d, s, nil
+}
+
+// stream adopts raw, a stream handle of the host: the legacy default
+// stream from d.legacy once adopted, any other through the device's
+// adoption (a lock-free lookup once seen). The adopted legacy stream is
+// never destroyed here, and adopting a handle twice gives the same
+// wrapper, so the kept one is the one AdoptStream would return.
+func (d *device) stream(raw uintptr) (gpu.Stream, error) {
+	if raw != gpu.StreamLegacy {
+		return d.dev.AdoptStream(raw)
+	}
+	if l := d.legacy.Load(); l != nil {
+		return l.s, nil
+	}
+	s, err := d.dev.AdoptStream(raw)
+	if err != nil {
+		return nil, err
+	}
+	d.legacy.CompareAndSwap(nil, &adopted{s})
+	return s, nil
 }
 
 // Recover, deferred by an entry point of the C ABI, turns a panic in that

@@ -418,3 +418,82 @@ func TestAllocFreeAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// streamLog is a resource that records the stream of each call.
+type streamLog struct {
+	mr.Resource
+	streams []gpu.Stream
+}
+
+func (r *streamLog) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	r.streams = append(r.streams, s)
+	return r.Resource.Allocate(size, s)
+}
+
+func (r *streamLog) Deallocate(p gpu.DevicePtr, size int, s gpu.Stream) error {
+	r.streams = append(r.streams, s)
+	return r.Resource.Deallocate(p, size, s)
+}
+
+// TestStreamsAsAdopted: every call reaches the resource on the stream the
+// device's adoption gives for its handle: the legacy stream, which the
+// allocator keeps once adopted, for handle 0 and for CuPy's calls, and
+// the adopted wrapper for a raw handle of another library; a handle the
+// device refuses fails as the adoption does, and counts.
+func TestStreamsAsAdopted(t *testing.T) {
+	a, _ := newSim(t, "")
+	var rec *streamLog
+	a.wrap = func(r mr.Resource) mr.Resource { rec = &streamLog{Resource: r}; return rec }
+	raw, err := a.SimNewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := a.Alloc(256, 0, gpu.StreamLegacy)
+	q := a.Alloc(512, 0, raw)
+	c := a.AllocNoStream(1024, 0)
+	if p == 0 || q == 0 || c == 0 {
+		t.Fatalf("allocations %#x %#x %#x: %s", p, q, c, a.LastError())
+	}
+	if err := errors.Join(a.Free(p, 256, 0, gpu.StreamLegacy), a.Free(q, 512, 0, raw), a.FreeNoSize(c, 0)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := a.device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := d.dev.AdoptStream(gpu.StreamLegacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := d.dev.AdoptStream(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := d.legacy.Load(); l == nil || l.s != legacy {
+		t.Fatalf("kept legacy stream %v, want the adopted %v", l, legacy)
+	}
+	want := []gpu.Stream{legacy, other, legacy, legacy, other, legacy}
+	if len(rec.streams) != len(want) {
+		t.Fatalf("%d calls reached the resource, want %d", len(rec.streams), len(want))
+	}
+	for i, s := range rec.streams {
+		if s != want[i] {
+			t.Errorf("call %d on stream %v, want %v", i, s, want[i])
+		}
+	}
+	// A handle the simulator does not know: refused by the adoption.
+	const bogus = 0xdead0
+	_, wantErr := d.dev.AdoptStream(bogus)
+	if !errors.Is(wantErr, gpu.ErrInvalidHandle) {
+		t.Fatalf("AdoptStream(%#x): %v", bogus, wantErr)
+	}
+	if p := a.Alloc(256, 0, bogus); p != 0 || !strings.Contains(a.LastError(), wantErr.Error()) {
+		t.Fatalf("Alloc on %#x = %#x, last error %q, want the adoption's %q", bogus, p, a.LastError(), wantErr)
+	}
+	if err := a.Free(0x1000, 256, 0, bogus); !errors.Is(err, gpu.ErrInvalidHandle) {
+		t.Fatalf("Free on %#x: %v", bogus, err)
+	}
+	if st := stats(t, a, 0); st.Errors != 1 || st.BadFrees != 1 || st.LiveAllocs != 0 {
+		t.Fatalf("after the refused handle: %+v", st)
+	}
+}

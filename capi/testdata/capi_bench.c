@@ -13,7 +13,10 @@
  * adopted streams that the library asks the driver about capture, where
  * the legacy stream needs no question. And a ring of live allocations of
  * varied sizes, as a training step makes them, on the legacy stream: the
- * pool's path beyond its quick cache. */
+ * pool's path beyond its quick cache; that ring with each call timed, hot,
+ * after evicting the caches, from two threads in turn, and after idle time
+ * in the host (where the Go runtime's state between calls shows); and an
+ * empty crossing into Go, hot, evicted and after idle time. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -94,7 +97,8 @@ typedef struct {
 	long i, n;
 	double alloc_ns, free_ns;
 	int evict;
-	int turn; /* whose turn, for two threads */
+	double idle_ns; /* spinning on the clock before each call */
+	int turn;       /* whose turn, for two threads */
 } cring_t;
 
 static volatile unsigned char *evict_buf;
@@ -102,6 +106,13 @@ static volatile unsigned char *evict_buf;
 static void evict_caches(void) {
 	for (size_t i = 0; i < EVICT; i += 64) {
 		evict_buf[i]++;
+	}
+}
+
+/* spin waits ns on the clock, touching no memory: time in the host between
+ * calls, as PyTorch spends it launching kernels. */
+static void spin(double ns) {
+	for (double t = now_ns(); now_ns() - t < ns;) {
 	}
 }
 
@@ -113,6 +124,7 @@ static int cstep(cring_t *r) {
 		if (r->evict) {
 			evict_caches();
 		}
+		spin(r->idle_ns);
 		t0 = now_ns();
 		sa_torch_free(r->live[k], r->sz[k], 0, NULL);
 		r->free_ns += now_ns() - t0;
@@ -127,6 +139,7 @@ static int cstep(cring_t *r) {
 	if (r->evict) {
 		evict_caches();
 	}
+	spin(r->idle_ns);
 	t0 = now_ns();
 	r->live[k] = sa_torch_alloc(r->sz[k], 0, NULL);
 	r->alloc_ns += now_ns() - t0;
@@ -170,9 +183,10 @@ static void *turns(void *arg) {
 }
 
 /* cring times n steps: on one thread, evicting the caches before each
- * call if evict, or on two threads taking turns if two. */
-static int cring(long n, int evict, int two, const char *name) {
-	cring_t r = {.x = 88172645463325252ull, .n = n, .evict = evict};
+ * call if evict and spinning idle_ns before each, or on two threads taking
+ * turns if two. */
+static int cring_idle(long n, int evict, int two, double idle_ns, const char *name) {
+	cring_t r = {.x = 88172645463325252ull, .n = n, .evict = evict, .idle_ns = idle_ns};
 	if (two) {
 		pthread_t th[2];
 		turn_arg_t a[2] = {{&r, 0, 0}, {&r, 1, 0}};
@@ -198,6 +212,10 @@ static int cring(long n, int evict, int two, const char *name) {
 	return 0;
 }
 
+static int cring(long n, int evict, int two, const char *name) {
+	return cring_idle(n, evict, two, 0, name);
+}
+
 /* crossing times n calls into Go and back that do nothing (sa_last_error
  * without a buffer), evicting the caches before each if evict: the part
  * of a cold call that is the crossing and the Go runtime, not the pool. */
@@ -216,8 +234,7 @@ static void crossing_idle(long n, int evict, double idle_ns, const char *name) {
 		if (evict) {
 			evict_caches();
 		}
-		for (double t = now_ns(); now_ns() - t < idle_ns;) {
-		}
+		spin(idle_ns);
 		double t0 = now_ns();
 		sa_last_error(NULL, 0);
 		ns += now_ns() - t0;
@@ -308,11 +325,14 @@ int main(int argc, char **argv) {
 		return 1;
 	}
 	printf("ring-varied-legacy\t%ld\t%.1f\n", pairs, rn);
-	/* The same ring, each call timed: hot, after evicting the caches, and
-	 * handed between two threads. */
+	/* The same ring, each call timed: hot, after evicting the caches,
+	 * handed between two threads, and after time spent in the host. */
 	evict_buf = calloc(EVICT, 1);
 	if (evict_buf == NULL || cring(pairs, 0, 0, "ring-timed-hot") != 0 ||
-	    cring(pairs / 40, 1, 0, "ring-timed-evicted") != 0 || cring(pairs, 0, 1, "ring-timed-two-threads") != 0) {
+	    cring(pairs / 40, 1, 0, "ring-timed-evicted") != 0 || cring(pairs, 0, 1, "ring-timed-two-threads") != 0 ||
+	    cring_idle(pairs / 20, 0, 0, 20e3, "ring-timed-after-20us-idle") != 0 ||
+	    cring_idle(pairs / 100, 0, 0, 200e3, "ring-timed-after-200us-idle") != 0 ||
+	    cring_idle(pairs / 800, 0, 0, 2e6, "ring-timed-after-2ms-idle") != 0) {
 		sa_last_error(msg, sizeof msg);
 		fprintf(stderr, "timed ring failed: %s\n", msg);
 		return 1;
