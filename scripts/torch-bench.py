@@ -44,7 +44,7 @@ usage: torch-bench.py run WORKLOAD ALLOCATOR --out RESULTS.jsonl [--lib PATH]
                           [--block-steps N] [--pairs N] [--pin CPUS] [--gc on|freeze]
        torch-bench.py table RESULTS.jsonl
        torch-bench.py rounds RESULTS.jsonl
-       torch-bench.py lockstep-table BLOCKS.jsonl
+       torch-bench.py lockstep-table BLOCKS.jsonl [--ref CONFIGURATION]
 """
 
 import argparse
@@ -731,9 +731,11 @@ class _Block(list):
     first_step = None
 
 
-def lockstep_table(path):
+def lockstep_table(path, ref_name=None):
     """The lockstep protocol's table. For each configuration against the
-    first (the reference), in the same group of processes: the ratio of
+    first (the reference; with ref_name, the configuration of that name,
+    as the table prints it or by its conf alone, in every workload that
+    ran it), in the same group of processes: the ratio of
     each step to the reference's same step (the same sequence length,
     batch or size, run within a block of it in time), and of each block's
     total to the reference's block; each set of ratios' median with its
@@ -750,7 +752,7 @@ def lockstep_table(path):
           "steps slower | block pairs | ratio by block: median, 95% CI | verdict at 2% | ratio of totals | "
           "by group of processes: median of step ratios | reference's median step ms |")
     print("|---|---|---:|---|---|---:|---:|---|---|---:|---|---:|")
-    places = []
+    places, missing = [], []
     for w in ["gpt2", "resnet50", "generate", "cupy"]:
         rs = [r for r in rows if r["workload"] == w]
         if not rs:
@@ -760,6 +762,12 @@ def lockstep_table(path):
             if r["config"] not in configs:
                 configs.append(r["config"])
         ref = configs[0]
+        if ref_name:
+            named = [c for c in configs if c in (ref_name, "streamalloc `%s`" % ref_name)]
+            if not named:
+                missing.append(w)
+                continue
+            ref = named[0]
         ms = {}
         for r in rs:
             v = _Block(r["ms"])
@@ -767,7 +775,7 @@ def lockstep_table(path):
             ms[(r["pair"], r["block"], r["config"])] = v
         groups = sorted({r["pair"] for r in rs})
         ref_step = statistics.median(t for k, v in ms.items() if k[2] == ref for t in v)
-        for c in configs[1:]:
+        for c in [c for c in configs if c != ref]:
             steps, blocks, per, tot = [], [], [], [0.0, 0.0]
             for g in groups:
                 sg = []
@@ -791,6 +799,8 @@ def lockstep_table(path):
                 sum(x > 1 for x in steps), len(blocks), bmed, "[%.3f, %.3f]" % bci if bci else "-", verdict(bci),
                 tot[0] / tot[1], "; ".join(per), ref_step))
             places.append((w, c, by_place(ms, ref, c, w)))
+    if ref_name:
+        print("\nReference: %s%s" % (ref_name, "; not run on %s" % ", ".join(missing) if missing else ""))
     for w, c, med in places:
         if med:
             names = GPT2_SEQS if w == "gpt2" else range(len(med))
@@ -834,11 +844,13 @@ def main():
     ls.add_argument("--gc", choices=["on", "freeze"], default="on")
     t = sub.add_parser("lockstep-table")
     t.add_argument("blocks")
+    t.add_argument("--ref", default=None,
+                   help='the reference configuration, as the table names it or by its conf ("pool"); default: each workload\'s first')
     args = p.parse_args()
     if args.cmd == "lockstep":
         return lockstep(args)
     if args.cmd == "lockstep-table":
-        lockstep_table(args.blocks)
+        lockstep_table(args.blocks, args.ref)
         return 0
     if args.cmd == "table":
         table(args.results)

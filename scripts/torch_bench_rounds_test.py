@@ -201,6 +201,41 @@ class LockstepTest(unittest.TestCase):
             self.assertEqual(tb.lockstep(args), 1)
 
 
+    def test_table_against_a_named_reference(self):
+        # GPT-2: native 10 ms, pool 11, pool over vmm 10.45 in each of 9
+        # one-step blocks; CuPy has no pool. Against pool: vmm 0.95,
+        # native 10/11 = 0.909, every step faster; CuPy is named as not run.
+        rows = []
+        for b in range(9):
+            for c, ms in [("native", 10.0), ("streamalloc `pool`", 11.0), ("streamalloc `pool,upstream=vmm`", 10.45)]:
+                rows.append(dict(workload="gpt2", pair=1, block=b, config=c, position=0, first_step=18 + b, ms=[ms]))
+            for c, ms in [("cupy-pool", 1.0), ("streamalloc `pool,upstream=vmm`", 1.0)]:
+                rows.append(dict(workload="cupy", pair=1, block=b, config=c, position=0, first_step=10 + b, ms=[ms]))
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        self.addCleanup(os.remove, f.name)
+        for ref in ["pool", "streamalloc `pool`"]:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                tb.lockstep_table(f.name, ref)
+            text = out.getvalue()
+            self.assertIn("| gpt2 | native | 9 | 0.909 [0.909, 0.909] | within 2% | 0 | 9 | 0.909 [0.909, 0.909] | "
+                          "within 2% | 0.909 | 0.909 (9) | 11.00 |", text)
+            self.assertIn("| gpt2 | streamalloc `pool,upstream=vmm` | 9 | 0.950 [0.950, 0.950] | within 2% | 0 | 9 | "
+                          "0.950 [0.950, 0.950] | within 2% | 0.950 | 0.950 (9) | 11.00 |", text)
+            self.assertNotIn("| gpt2 | streamalloc `pool` |", text)
+            self.assertNotIn("| cupy |", text)
+            self.assertIn("Reference: %s; not run on cupy" % ref, text)
+        # Without a reference each workload's first is the reference, as before.
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            tb.lockstep_table(f.name)
+        self.assertIn("| gpt2 | streamalloc `pool` | 9 | 1.100 [1.100, 1.100] | slower by more than 2% |", out.getvalue())
+        self.assertIn("| cupy | streamalloc `pool,upstream=vmm` | 9 | 1.000 [1.000, 1.000] | within 2% |", out.getvalue())
+        self.assertNotIn("Reference:", out.getvalue())
+
+
 class MedianCITest(unittest.TestCase):
     def test_interval_by_order_statistics(self):
         # n = 9: P(Bin(9, 1/2) <= 1) = 10/512, coverage 0.961 for (x2, x8);
