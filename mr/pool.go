@@ -225,6 +225,24 @@ type PoolOptions struct {
 	// or a Grower without the lifetime placement, it does nothing.
 	// False: off.
 	PackHoles bool
+	// SmallInRanges applies over a Grower that refuses commits at
+	// addresses still being decommitted (a Virtual without
+	// WaitForDecommits, whose pool places without lifetimes): a small
+	// request (256 KiB or less) that would grow a small chunk while the
+	// pool maps its high-water mark, so that the growth would first give
+	// memory back (release an idle chunk or decommit free granules),
+	// takes the smallest free block of its stream's growable chunks that
+	// holds it instead, memory already mapped; and a small chunk's
+	// growth keeps MappedSlack's margin, as a commit does
+	// (pool_vsmall.go). Replaying autoregressive generation recorded on
+	// an H100 it ends the small chunks released at one step's peak and
+	// grown back, with a decommit, at the next (no device call after the
+	// third of 15 steps, where the pool committed 5.2 times a step) and
+	// lowers the peak (1.0406-1.0474 of peak live to 1.0361 with
+	// MappedSlack); it raises the two-stream pipeline trace and
+	// resnet50-amp by a granule or two (BENCHMARKS.md, "Generation's
+	// commits and small chunks"), hence off by default. False: off.
+	SmallInRanges bool
 }
 
 // Pool is a stream-ordered suballocator over an upstream Resource. It

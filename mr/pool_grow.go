@@ -249,7 +249,17 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	// one). Keep them only as far as the growth stays under the
 	// high-water mark (but keep InitialSize), the threshold and MaxSize.
 	target := p.releaseTarget(g)
+	if small && p.opts.SmallInRanges && p.grower != nil {
+		target = p.smallTarget(g) // MappedSlack's margin, as a commit's
+	}
 	reserved := int(p.usage.reserved.Load())
+	if small && reserved > target && p.opts.SmallInRanges && p.grower != nil {
+		// Mapped free room in the stream's ranges before giving memory
+		// back for a small chunk (pool_vsmall.go).
+		if ptr, ok := p.smallInRanges(st, size, rounded); ok {
+			return ptr, nil
+		}
+	}
 	if reserved > target {
 		if _, err := p.releaseBeforeGrowth(st, max(target, 0)); err != nil {
 			return 0, err
