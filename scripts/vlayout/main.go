@@ -10,7 +10,7 @@
 // A run is printed as its blocks, in MiB: L live, F free, P pending,
 // C cached, with | at each 2 MiB granule boundary inside the run.
 //
-//	go run ./scripts/vlayout [-holes] [-blocks] [-steps] TRACE...
+//	go run ./scripts/vlayout [-holes] [-peak] [-blocks] [-steps] TRACE...
 package main
 
 import (
@@ -32,11 +32,12 @@ const mib = 1 << 20
 
 func main() {
 	holes := flag.Bool("holes", false, "PoolOptions.PackHoles (the registry's pool_vmm_holes)")
+	peak := flag.Bool("peak", false, "PoolOptions.SmallAtPeak")
 	blocks := flag.Bool("blocks", false, "print every run's blocks")
 	steps := flag.Bool("steps", false, "print each new peak of reserved bytes")
 	flag.Parse()
 	for _, file := range flag.Args() {
-		if err := run(file, mr.PoolOptions{PackHoles: *holes}, *blocks, *steps); err != nil {
+		if err := run(file, mr.PoolOptions{PackHoles: *holes, SmallAtPeak: *peak}, *blocks, *steps); err != nil {
 			fmt.Fprintln(os.Stderr, "vlayout:", err)
 			os.Exit(1)
 		}
