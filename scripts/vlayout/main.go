@@ -4,13 +4,21 @@
 // bytes, and prints where the bytes beyond the live ones lie at the last
 // such peak: per stream, its small chunks and each run of mapped memory
 // of its growable ranges, with the free bytes in the run's partial
-// granules. It is the measurement behind BENCHMARKS.md's tables of where
-// pool_vmm's excess lies.
+// granules (BENCHMARKS.md, "Small requests at a peak", uses it).
 //
 // A run is printed as its blocks, in MiB: L live, F free, P pending,
-// C cached, with | at each 2 MiB granule boundary inside the run.
+// C cached, with | before a block that starts on a 2 MiB granule
+// boundary and ~N after one that crosses N of them.
+//
+// With -perturb SEED it replays the trace without about 1 in 64 of its
+// small requests and their frees (dropSmall): the pool's figures move
+// with any change of where blocks land, so a placement rule's gain on
+// one trace says little until it holds on such neighbours of the trace
+// too; -quiet prints one line per trace, the trace, the seed and the
+// ratio.
 //
 //	go run ./scripts/vlayout [-holes] [-peak] [-blocks] [-steps] TRACE...
+//	go run ./scripts/vlayout -quiet [-peak] -perturb SEED TRACE...
 package main
 
 import (
@@ -35,9 +43,11 @@ func main() {
 	peak := flag.Bool("peak", false, "PoolOptions.SmallAtPeak")
 	blocks := flag.Bool("blocks", false, "print every run's blocks")
 	steps := flag.Bool("steps", false, "print each new peak of reserved bytes")
+	perturb := flag.Uint64("perturb", 0, "if not 0, the seed of a perturbation: drop about 1 in 64 small requests (at most 256 KiB) and their frees")
+	quiet := flag.Bool("quiet", false, "print the ratio alone, one line per trace")
 	flag.Parse()
 	for _, file := range flag.Args() {
-		if err := run(file, mr.PoolOptions{PackHoles: *holes, SmallAtPeak: *peak}, *blocks, *steps); err != nil {
+		if err := run(file, mr.PoolOptions{PackHoles: *holes, SmallAtPeak: *peak}, *blocks, *steps, *perturb, *quiet); err != nil {
 			fmt.Fprintln(os.Stderr, "vlayout:", err)
 			os.Exit(1)
 		}
@@ -68,7 +78,7 @@ func (w *peakWatch) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
 	return p, err
 }
 
-func run(file string, opts mr.PoolOptions, blocks, steps bool) error {
+func run(file string, opts mr.PoolOptions, blocks, steps bool, perturb uint64, quiet bool) error {
 	b, err := backend.Open("sim")
 	if err != nil {
 		return err
@@ -92,18 +102,62 @@ func run(file string, opts mr.PoolOptions, blocks, steps bool) error {
 		return err
 	}
 	defer f.Close()
-	fmt.Println(file)
+	var tr trace.Reader = f
+	if perturb != 0 {
+		tr = &dropSmall{Reader: f, seed: perturb, dropped: map[uint64]bool{}}
+	}
+	if !quiet {
+		fmt.Println(file)
+	}
 	w := &peakWatch{Pool: p, steps: steps}
-	r, err := replay.Run(context.Background(), f, dev, w, replay.Options{Resource: "pool_vmm"})
+	r, err := replay.Run(context.Background(), tr, dev, w, replay.Options{Resource: "pool_vmm"})
 	if err != nil {
 		return err
 	}
 	live := uint64(r.PeakLiveBytes)
+	if quiet {
+		fmt.Printf("%s %d %.4f\n", file, perturb, float64(w.peak)/float64(live))
+		return nil
+	}
 	fmt.Printf("  peak live %.2f MiB, peak reserved %.2f MiB (%.4f; 1.01 allows %.2f MiB), %d peaks; at the last: used %.2f MiB, beyond used %.2f MiB\n",
 		float64(live)/mib, float64(w.peak)/mib, float64(w.peak)/float64(live), float64(live)*1.01/mib,
 		w.n, float64(w.used)/mib, float64(w.peak-w.used)/mib)
 	report(w.layout, blocks)
 	return nil
+}
+
+// dropSmall is a trace without about 1 in 64 of its small requests (the
+// choice a hash of the request's address, line and seed), and without
+// their frees: a trace of the same workload that differs by a few KiB of
+// live bytes, to tell a placement rule's gains that hold from those that
+// a small change of the request stream undoes.
+type dropSmall struct {
+	trace.Reader
+	seed    uint64
+	dropped map[uint64]bool
+}
+
+func (d *dropSmall) Next() (trace.Event, error) {
+	for {
+		ev, err := d.Reader.Next()
+		if err != nil {
+			return ev, err
+		}
+		switch ev.Op {
+		case trace.Alloc:
+			h := (ev.Ptr ^ uint64(ev.Line)*0x9e3779b97f4a7c15 ^ d.seed*0xbf58476d1ce4e5b9) * 0x94d049bb133111eb
+			if ev.Size <= 256<<10 && h>>58 == 0 {
+				d.dropped[ev.Ptr] = true
+				continue
+			}
+		case trace.Free:
+			if d.dropped[ev.Ptr] {
+				delete(d.dropped, ev.Ptr)
+				continue
+			}
+		}
+		return ev, nil
+	}
 }
 
 const gran = 2 * mib
