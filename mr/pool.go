@@ -226,11 +226,11 @@ type PoolOptions struct {
 	// False: off.
 	PackHoles bool
 	// SmallAtPeak applies over a Grower that never refuses a commit, as
-	// PackHoles does, and does nothing with PackHoles set: a small request (256 KiB
-	// or less) that would grow a small chunk, and with it raise the
-	// pool's high-water mark of reserved bytes, takes the smallest free
-	// piece of its stream's growable chunks that holds it, memory already
-	// mapped, instead (pool_vpeak.go). On the simulator it takes
+	// PackHoles does, and does nothing with PackHoles set: a small
+	// request (256 KiB or less) that would grow a small chunk, and with it
+	// raise the pool's high-water mark of reserved bytes, takes the
+	// smallest free piece of its stream's growable chunks that holds it,
+	// memory already mapped, instead (pool_vpeak.go). On the simulator it takes
 	// cupy-cycle-h100 from 1.0333 of peak live to 1.0285, cuda-graph-h100
 	// from 1.0309 to 1.0253 and torch-train-gpt-b from 1.0308 to 1.0295,
 	// both ResNet-50 traces and GPT-2 through the C ABI lower, but

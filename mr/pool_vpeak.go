@@ -23,22 +23,25 @@
 // at a peak"), the rule takes cupy-cycle from 1.0333 of peak live to
 // 1.0285, cuda-graph from 1.0309 to 1.0253 and torch-train-gpt-b from
 // 1.0308 to 1.0295, and both ResNet-50 traces and GPT-2 through the C ABI
-// lower; oom-h100 holds two granules of 9 GiB more (1.0009 to 1.0013): its
-// small blocks placed in the runs during the growth of its first step
-// move where its large blocks lie at its last peak. The same on oom with
+// lower; oom-h100 holds two granules of 9 GiB more (1.0009 to 1.0013): in
+// the growth of its first step it places 74 small parameters in the runs
+// where the default grows one small chunk, and its layout 9 GiB of
+// requests later differs by two granules (with the rule for all but the
+// last of those 74, or from the 64th on only, it gives 1.0009). Taking
 // the largest piece, the piece's end, the lowest or the highest address
-// instead of the smallest piece; bounded to a stream's first 16 or 64
-// such requests, or after the pool's first decommits, oom keeps 1.0009
-// and cupy-cycle, cuda-graph or torch-train-gpt-b stay above 1.03. A rule
-// that trades one trace for others is not the default, hence the option.
-// With
-// PoolOptions.PackHoles, whose holes are filled by requests of more than
-// the small classes, the same rule raised torch-train-gpt-b from 1.0281 to
-// 1.0334 and resnet50-amp from 1.0050 to 1.0070, so a pool that packs holes
-// grows its small chunks as before. So does a pool over a Grower that
-// refuses commits (ErrGrowBlocked, a Virtual without WaitForDecommits),
-// which places without lifetimes too (pool_lifetime.go): there the layout
-// depends on when the device completes decommits, and the rule took
+// instead of the smallest piece leaves oom at 1.0013; bounded to a
+// stream's first 16 or 64 such requests oom keeps 1.0009 but cupy-cycle
+// and cuda-graph, or torch-train-gpt-b (1.0360), stay above 1.03; only
+// after the pool's first decommit oom is at 1.0013 and cuda-graph and
+// torch-train-gpt-b above 1.03. A rule that trades one trace for others
+// is not the default, hence the option. With PoolOptions.PackHoles, whose
+// holes are filled by requests of more than the small classes, the same
+// rule raised torch-train-gpt-b from 1.0281 to 1.0334 and resnet50-amp
+// from 1.0050 to 1.0070, so a pool that packs holes grows its small
+// chunks as before. So does a pool over a Grower that refuses commits
+// (ErrGrowBlocked, a Virtual without WaitForDecommits), which places
+// without lifetimes too (pool_lifetime.go): there the layout depends on
+// when the device completes decommits, and the rule took
 // torch-train-gpt-b from 1.0308 to 1.0334 in the run measured.
 //
 // It runs on the growth path only (under Pool.mu, where the growth would
@@ -60,11 +63,11 @@ import "github.com/streamalloc/streamalloc/gpu"
 // of st's growable chunks that holds it, or reports false. Caller holds
 // p.mu, and the growth it replaces would raise the high-water mark.
 func (p *Pool) smallAtPeak(st *poolStream, size, rounded int) (gpu.DevicePtr, bool) {
-	st.lock()
-	defer st.mu.Unlock()
 	if !p.opts.SmallAtPeak || st.life == nil || st.packHoles {
 		return 0, false // off, over a refusing Grower, or packing holes
 	}
+	st.lock()
+	defer st.mu.Unlock()
 	st.quickFlush()
 	t, b := &st.large, st.large.find(rounded)
 	if s := st.largeShort.find(rounded); s != nil && (b == nil || s.size < b.size) {
