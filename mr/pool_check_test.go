@@ -752,6 +752,8 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{SplitBig: true, ReservedSlack: 0.25, ChunkSize: 4 << 20}, 1 << 30, false},
 	{PoolOptions{ReservedSlack: 1, MaxSize: 96 << 20, ReleaseThreshold: 32 << 20}, 1 << 30, false},
 	{PoolOptions{PackHoles: true, MaxSize: 96 << 20}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add
@@ -780,6 +782,20 @@ func FuzzPoolOps(f *testing.F) {
 		for r := range 8 {
 			b = append(b, 0x00, 3, 24, 0x00, 3, 12, 0x04, byte(r+1), 0)
 		}
+		f.Add(b)
+	}
+	// With SmallAtPeak: a small chunk filled by eight requests of about
+	// 255 KB, a 3 MiB block, and small requests that would grow a small
+	// chunk at the high-water mark (pool_vpeak.go).
+	for c, o := range poolFuzzOptions {
+		if !o.opts.SmallAtPeak {
+			continue
+		}
+		b := []byte{byte(c)}
+		for range 8 {
+			b = append(b, 0x00, 1, 255)
+		}
+		b = append(b, 0x00, 3, 12, 0x00, 1, 255, 0x00, 0, 7, 0x04, 9, 0, 0x00, 1, 200)
 		f.Add(b)
 	}
 	r := rand.New(rand.NewPCG(1, 2))

@@ -262,6 +262,13 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 			return ptr, nil
 		}
 	}
+	if small && p.grower != nil && reserved > target {
+		// A small chunk would raise the high-water mark: mapped free
+		// room in the stream's growable chunks first (pool_vpeak.go).
+		if ptr, ok := p.smallAtPeak(st, size, rounded); ok {
+			return ptr, nil
+		}
+	}
 	if p.opts.MaxSize > 0 && g > p.opts.MaxSize-reserved {
 		room := (p.opts.MaxSize - reserved) &^ (Alignment - 1)
 		if room < rounded {

@@ -50,6 +50,11 @@ type PoolStats struct {
 	// from a free block of another stream's small chunk where their
 	// stream would have grown a small chunk of its own (pool_vborrow.go).
 	BorrowedSmall uint64
+	// SmallAtPeak counts the small requests served, over a Grower, from
+	// a free block of their stream's growable chunks where a small chunk
+	// would have raised the high-water mark of reserved bytes
+	// (pool_vpeak.go).
+	SmallAtPeak uint64
 }
 
 // poolStreamStats are the counters of one stream, guarded by its mutex.
@@ -65,6 +70,7 @@ type poolWideStats struct {
 	steals, growths, releases, bigSplits uint64
 	giantSplits                          uint64
 	inPlace, decommits, borrows          uint64
+	smallInRuns                          uint64
 }
 
 // Stats returns the pool's counters. It takes the pool's lock and each
@@ -82,6 +88,7 @@ func (p *Pool) Stats() PoolStats {
 		InPlaceGrowths:   p.wide.inPlace,
 		Decommits:        p.wide.decommits,
 		BorrowedSmall:    p.wide.borrows,
+		SmallAtPeak:      p.wide.smallInRuns,
 		AddressSpace:     p.addressSpace(),
 		Chunks:           p.chunks.len(),
 		Allocations:      f.allocs,
