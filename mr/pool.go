@@ -235,8 +235,10 @@ type PoolOptions struct {
 	// from 1.0309 to 1.0253 and torch-train-gpt-b from 1.0308 to 1.0295,
 	// both ResNet-50 traces and GPT-2 through the C ABI lower, but
 	// oom-h100 from 1.0009 to 1.0013 (BENCHMARKS.md, "Small requests at a
-	// peak"), hence off by default. It runs on the growth path only: a
-	// pair served from the pool's lists costs what it did. False: off.
+	// peak"), one granule more at a peak of 9 GiB, and keeps every
+	// recorded trace within 1.03: the registry's pool_vmm sets it. It runs
+	// on the growth path only: a pair served from the pool's lists costs
+	// what it did. False: off.
 	SmallAtPeak bool
 }
 
