@@ -13,9 +13,11 @@
 // mapped memory, now or at a later peak. So when a small request reaches
 // grow (its stream's lists, a steal and a borrow, pool_vborrow.go, could
 // not serve it) and the release before the growth could not bring the
-// reserved bytes under the mark, the request takes the smallest free
-// block of its stream's growable chunks, long or short-lived
-// (pool_lifetime.go), that holds it, from the block's start. At any other
+// reserved bytes under the mark, the request takes a good fit among the
+// free blocks of its stream's growable chunks, long or short-lived
+// (pool_lifetime.go): in each, the tlsf's first block of the smallest
+// size class that surely holds it, and of the two the smaller, cut
+// from the block's start. At any other
 // moment a small chunk costs no peak and grows as before, and so does
 // the stream's first small chunk if its ranges have no free piece.
 //
@@ -29,7 +31,7 @@
 // requests later differs by two granules (with the rule for all but the
 // last of those 74, or from the 64th on only, it gives 1.0009). Taking
 // the largest piece, the piece's end, the lowest or the highest address
-// instead of the smallest piece leaves oom at 1.0013; bounded to a
+// instead of the good fit leaves oom at 1.0013; bounded to a
 // stream's first 16 or 64 such requests oom keeps 1.0009 but cupy-cycle
 // and cuda-graph, or torch-train-gpt-b (1.0360), stay above 1.03; only
 // after the pool's first decommit oom is at 1.0013 and cuda-graph and
@@ -59,8 +61,9 @@ package mr
 
 import "github.com/streamalloc/streamalloc/gpu"
 
-// smallAtPeak serves a small request of st from the smallest free block
-// of st's growable chunks that holds it, or reports false. Caller holds
+// smallAtPeak serves a small request of st from a good fit among the
+// free blocks of st's growable chunks (the smaller of the two tlsfs'
+// finds), or reports false. Caller holds
 // p.mu, and the growth it replaces would raise the high-water mark.
 func (p *Pool) smallAtPeak(st *poolStream, size, rounded int) (gpu.DevicePtr, bool) {
 	if !p.opts.SmallAtPeak || st.life == nil || st.packHoles {

@@ -1,5 +1,6 @@
-// Command vlayout replays traces on a Pool over Virtual (the registry's
-// pool_vmm: Virtual waits for decommits, so the replay is deterministic)
+// Command vlayout replays traces on a Pool over Virtual (as the registry's
+// pool_vmm builds it, Virtual waiting for decommits, so the replay is
+// deterministic, but with SmallAtPeak only under -peak)
 // on the simulator, takes the pool's Layout at each new peak of reserved
 // bytes, and prints where the bytes beyond the live ones lie at the last
 // such peak: per stream, its small chunks and each run of mapped memory
