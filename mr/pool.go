@@ -228,8 +228,8 @@ type PoolOptions struct {
 	// SmallAtPeak applies over a Grower that never refuses a commit, as
 	// PackHoles does, and does nothing with PackHoles set: a small
 	// request (256 KiB or less) that would grow a small chunk, and with it
-	// raise the pool's high-water mark of reserved bytes, takes the
-	// free piece of its stream's growable chunks that holds it, a good fit,
+	// raise the pool's high-water mark of reserved bytes, takes
+	// a free piece of its stream's growable chunks that holds it (a good fit),
 	// memory already mapped, instead (pool_vpeak.go). On the simulator it takes
 	// cupy-cycle-h100 from 1.0333 of peak live to 1.0285, cuda-graph-h100
 	// from 1.0309 to 1.0253 and torch-train-gpt-b from 1.0308 to 1.0295,
