@@ -752,6 +752,8 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{SplitBig: true, ReservedSlack: 0.25, ChunkSize: 4 << 20}, 1 << 30, false},
 	{PoolOptions{ReservedSlack: 1, MaxSize: 96 << 20, ReleaseThreshold: 32 << 20}, 1 << 30, false},
 	{PoolOptions{PackHoles: true, MaxSize: 96 << 20}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
 	{PoolOptions{SmallInRanges: true}, 1 << 30, true},
 	{PoolOptions{SmallInRanges: true, MappedSlack: 0.01, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
 }
@@ -784,11 +786,12 @@ func FuzzPoolOps(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	// With SmallInRanges: a small chunk filled by eight requests of about
-	// 255 KB, a 3 MiB block, and small requests that would grow a small
-	// chunk at the mapped mark (pool_vsmall.go), freed and made again.
+	// With SmallAtPeak or SmallInRanges: a small chunk filled by eight
+	// requests of about 255 KB, a 3 MiB block, and small requests that
+	// would grow a small chunk at the high-water mark (pool_vpeak.go,
+	// pool_vsmall.go).
 	for c, o := range poolFuzzOptions {
-		if !o.opts.SmallInRanges {
+		if !o.opts.SmallAtPeak && !o.opts.SmallInRanges {
 			continue
 		}
 		b := []byte{byte(c)}

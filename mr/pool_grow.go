@@ -249,11 +249,12 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	// one). Keep them only as far as the growth stays under the
 	// high-water mark (but keep InitialSize), the threshold and MaxSize.
 	target := p.releaseTarget(g)
-	if small && p.opts.SmallInRanges && p.grower != nil {
+	inRanges := small && p.opts.SmallInRanges && p.grower != nil && !p.lifetimes
+	if inRanges {
 		target = p.smallTarget(g) // MappedSlack's margin, as a commit's
 	}
 	reserved := int(p.usage.reserved.Load())
-	if small && reserved > target && p.opts.SmallInRanges && p.grower != nil {
+	if inRanges && reserved > target {
 		// Mapped free room in the stream's ranges before giving memory
 		// back for a small chunk (pool_vsmall.go).
 		if ptr, ok := p.smallInRanges(st, size, rounded); ok {
@@ -269,6 +270,13 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	if small && p.grower != nil && st.borrows < poolBorrowMax {
 		// Another stream's small chunk may have room (pool_vborrow.go).
 		if ptr, ok := p.borrowSmall(st, size, rounded); ok {
+			return ptr, nil
+		}
+	}
+	if small && p.grower != nil && reserved > target {
+		// A small chunk would raise the high-water mark: mapped free
+		// room in the stream's growable chunks first (pool_vpeak.go).
+		if ptr, ok := p.smallAtPeak(st, size, rounded); ok {
 			return ptr, nil
 		}
 	}

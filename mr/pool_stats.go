@@ -50,6 +50,11 @@ type PoolStats struct {
 	// from a free block of another stream's small chunk where their
 	// stream would have grown a small chunk of its own (pool_vborrow.go).
 	BorrowedSmall uint64
+	// SmallAtPeak counts the small requests served, over a Grower, from
+	// a free block of their stream's growable chunks where a small chunk
+	// would have raised the high-water mark of reserved bytes
+	// (pool_vpeak.go).
+	SmallAtPeak uint64
 	// SmallInRanges counts the small requests served, over a Grower,
 	// from a free block of their stream's growable chunks where a small
 	// chunk's growth would have given memory back first
@@ -70,6 +75,7 @@ type poolWideStats struct {
 	steals, growths, releases, bigSplits uint64
 	giantSplits                          uint64
 	inPlace, decommits, borrows          uint64
+	smallInRuns                          uint64
 	smallInRanges                        uint64
 }
 
@@ -88,6 +94,7 @@ func (p *Pool) Stats() PoolStats {
 		InPlaceGrowths:   p.wide.inPlace,
 		Decommits:        p.wide.decommits,
 		BorrowedSmall:    p.wide.borrows,
+		SmallAtPeak:      p.wide.smallInRuns,
 		SmallInRanges:    p.wide.smallInRanges,
 		AddressSpace:     p.addressSpace(),
 		Chunks:           p.chunks.len(),

@@ -36,10 +36,16 @@ import (
 // (1.0178) a request of 11.8 MiB predicted short-lived, live at the peak,
 // lies alone in the short range, a granule more (BENCHMARKS.md, "Holes in
 // pinned granules").
-var poolTraceBounds = map[string]struct{ chunked, virtual, virtualWait, virtualHoles float64 }{
-	"torch-pipeline-2stream-b.csv.gz": {1.038, 1.025, 1.0015, 1.0015},
-	"torch-serve-varlen-b.csv.gz":     {1.033, 1.02, 1.011, 1.0179},
-	"torch-train-gpt-b.csv.gz":        {1.084, 1.035, 1.031, 1.0282},
+//
+// virtualPeak is the bound with PoolOptions.SmallAtPeak over the Virtual
+// that waits (pool_vpeak.go): a small request that would grow a small
+// chunk at the pool's high-water mark takes mapped free room in its
+// stream's growable chunks, which takes the training trace from 1.0308 to
+// 1.0295 and leaves the other two as they were.
+var poolTraceBounds = map[string]struct{ chunked, virtual, virtualWait, virtualHoles, virtualPeak float64 }{
+	"torch-pipeline-2stream-b.csv.gz": {1.038, 1.025, 1.0015, 1.0015, 1.0015},
+	"torch-serve-varlen-b.csv.gz":     {1.033, 1.02, 1.011, 1.0179, 1.0108},
+	"torch-train-gpt-b.csv.gz":        {1.084, 1.035, 1.031, 1.0282, 1.0296},
 }
 
 // poolSplitBigBound is the same bound with PoolOptions.SplitBig, which
@@ -106,9 +112,10 @@ func TestPoolTraces(t *testing.T) {
 // pool's peak of reserved (committed) memory and Virtual's peak of mapped
 // physical memory, decommits still in flight included, both stay within
 // the bound over peak live, with commits at addresses still mapped
-// refused or waited for (WaitForDecommits), and with PackHoles over the
-// waiting kind. Under the race detector the waiting kinds replay the
-// pipeline alone, the trace of two streams (3-4 s a replay there).
+// refused or waited for (WaitForDecommits), and with PackHoles or
+// SmallAtPeak over the waiting kind. Under the race detector the waiting
+// kinds replay the pipeline alone, the trace of two streams (3-4 s a
+// replay there).
 func TestPoolVirtualTraces(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.csv.gz")
 	if err != nil || len(files) == 0 {
@@ -117,13 +124,14 @@ func TestPoolVirtualTraces(t *testing.T) {
 	for _, file := range files {
 		bounds := poolTraceBounds[filepath.Base(file)]
 		for _, c := range []struct {
-			name        string
-			wait, holes bool
-			bound       float64
+			name              string
+			wait, holes, peak bool
+			bound             float64
 		}{
-			{"refuse", false, false, bounds.virtual},
-			{"wait", true, false, bounds.virtualWait},
-			{"wait/PackHoles", true, true, bounds.virtualHoles},
+			{"refuse", false, false, false, bounds.virtual},
+			{"wait", true, false, false, bounds.virtualWait},
+			{"wait/PackHoles", true, true, false, bounds.virtualHoles},
+			{"wait/SmallAtPeak", true, false, true, bounds.virtualPeak},
 		} {
 			wait := c.wait
 			t.Run(filepath.Base(file)+"/"+c.name, func(t *testing.T) {
@@ -133,7 +141,7 @@ func TestPoolVirtualTraces(t *testing.T) {
 				bound := c.bound
 				dev := testdev.Device(t)
 				v := newVirtual(t, dev, mr.VirtualOptions{WaitForDecommits: wait})
-				r := replayPoolOver(t, dev, v, file, mr.PoolOptions{PackHoles: c.holes})
+				r := replayPoolOver(t, dev, v, file, mr.PoolOptions{PackHoles: c.holes, SmallAtPeak: c.peak})
 				mapped := float64(v.Stats().PeakMapped) / float64(r.PeakLiveBytes)
 				t.Logf("peak live %d, peak reserved %d: ratio %.4f, peak mapped %.4f, %d failures, %d host waits",
 					r.PeakLiveBytes, r.PeakReservedBytes, r.Fragmentation, mapped, r.Failures, v.Stats().HostWaits)

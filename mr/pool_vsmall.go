@@ -41,16 +41,19 @@
 // 1.0406-1.0474 and 1.0406-1.0429 before; on the H100, no device call in
 // 80 timed steps where the pool made 416 commits and 96 decommits, at
 // 1.036 of peak allocated where it reached 1.032), llama-generate-h100
-// drops from 1.0339 to 1.0289, cupy-cycle from 1.0333 to 1.0238-1.0285
-// and torch-train-gpt-b with MappedSlack from 1.0308-1.0334 to 1.0295;
-// but the two-stream pipeline rises from 1.0081-1.0125 to 1.0125 with
-// MappedSlack (1.0081-1.0103 to 1.0125-1.0148 without),
-// torch-train-gpt-b without MappedSlack from 1.0268-1.0308 to 1.0347,
-// and resnet50-amp with MappedSlack from 1.0096 to 1.0103. A rule that trades traces is not the default, hence
-// the option. Over a Grower that never refuses a commit the pool places
-// by lifetime (pool_lifetime.go), and small requests in its long-lived
-// range raised the pipeline there from 1.0014 to 1.0058 and oom-h100 from
-// 1.0009 to 1.0015; so there the option does nothing.
+// drops from 1.0339 to 1.0289, cupy-cycle from 1.0333 to 1.0238-1.0285 and
+// torch-train-gpt-b with MappedSlack from 1.0308-1.0334 to 1.0295; but the
+// two-stream pipeline rises from 1.0081-1.0125 to 1.0125-1.0148 with
+// MappedSlack (1.0081-1.0103 to 1.0125-1.0148 without), torch-train-gpt-b
+// without MappedSlack from 1.0268-1.0308 to 1.0347, and resnet50-amp with
+// MappedSlack from 1.0096 to 1.0103. A rule that trades traces is not the
+// default, hence the option. Over a Grower that never refuses a commit the
+// pool places by lifetime (pool_lifetime.go), and small requests in its
+// long-lived range raised the pipeline there from 1.0014 to 1.0058 and
+// oom-h100 from 1.0009 to 1.0015; so there the option does nothing, and
+// PoolOptions.SmallAtPeak (pool_vpeak.go) is its counterpart: over the
+// Grower that never refuses, a small request takes mapped room only after
+// the release could not keep the growth under the mark.
 //
 // Cost: the rule runs on the growth path, under Pool.mu, where the
 // growth would have run; a stream whose small chunks are full while the
@@ -83,13 +86,11 @@ func (p *Pool) smallTarget(g int) int {
 
 // smallInRanges serves a small request of st from the smallest free
 // block of st's growable chunks that holds it, or reports false. Caller
-// holds p.mu; a small chunk's growth would give memory back first.
+// holds p.mu; a small chunk's growth would give memory back first, and
+// the pool does not place by lifetime (the option does nothing there).
 func (p *Pool) smallInRanges(st *poolStream, size, rounded int) (gpu.DevicePtr, bool) {
 	st.lock()
 	defer st.mu.Unlock()
-	if st.life != nil {
-		return 0, false // placed by lifetime: the option does nothing
-	}
 	st.quickFlush()
 	b := st.large.find(rounded)
 	if b == nil {

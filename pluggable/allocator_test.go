@@ -497,3 +497,38 @@ func TestStreamsAsAdopted(t *testing.T) {
 		t.Fatalf("after the refused handle: %+v", st)
 	}
 }
+
+// TestSimDestroyStreamDefaultStreams: the default streams' handles (0, the
+// legacy stream, which the allocator keeps once adopted, and the
+// per-thread stream) are not streams of SimNewStream: destroying one is
+// refused as the driver refuses it, and leaves the streams the allocator
+// uses as they were, so the calls on them that follow succeed.
+func TestSimDestroyStreamDefaultStreams(t *testing.T) {
+	for _, kind := range []string{"pool", "async"} {
+		t.Run(kind, func(t *testing.T) {
+			a, _ := newSim(t, kind)
+			p := a.Alloc(256, 0, gpu.StreamLegacy)
+			c := a.AllocNoStream(512, 0)
+			if p == 0 || c == 0 {
+				t.Fatalf("allocations %#x %#x: %s", p, c, a.LastError())
+			}
+			for _, raw := range []uintptr{gpu.StreamLegacy, gpu.StreamPerThread} {
+				if err := a.SimDestroyStream(0, raw); !errors.Is(err, gpu.ErrInvalidHandle) {
+					t.Fatalf("SimDestroyStream(%#x): %v, want ErrInvalidHandle", raw, err)
+				}
+			}
+			q := a.Alloc(1024, 0, gpu.StreamLegacy)
+			r := a.AllocNoStream(2048, 0)
+			if q == 0 || r == 0 {
+				t.Fatalf("allocations on the legacy stream after the refused destroys: %#x %#x: %s", q, r, a.LastError())
+			}
+			if err := errors.Join(a.Free(p, 256, 0, gpu.StreamLegacy), a.FreeNoSize(c, 0),
+				a.Free(q, 1024, 0, gpu.StreamLegacy), a.FreeNoSize(r, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if st := stats(t, a, 0); st.Errors != 0 || st.BadFrees != 0 || st.LiveAllocs != 0 || st.Allocs != 4 || st.Frees != 4 {
+				t.Fatalf("after the refused destroys: %+v", st)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 )
@@ -217,11 +218,18 @@ func (a *Allocator) SimNewStream(ordinal int) (uintptr, error) {
 	return sd.NewRawStream()
 }
 
-// SimDestroyStream destroys a stream of SimNewStream.
+// SimDestroyStream destroys a stream of SimNewStream. The default
+// streams' handles (0 and gpu.StreamPerThread) are refused with an error
+// matching gpu.ErrInvalidHandle, as the driver refuses them, before their
+// wrappers are touched: the device's state keeps the legacy stream's
+// wrapper (device.stream), which must not be forgotten.
 func (a *Allocator) SimDestroyStream(ordinal int, raw uintptr) error {
 	sd, err := a.simDevice(ordinal)
 	if err != nil {
 		return err
+	}
+	if raw == gpu.StreamLegacy || raw == gpu.StreamPerThread {
+		return fmt.Errorf("pluggable: destroy stream %#x on device %d: a default stream: %w", raw, ordinal, gpu.ErrInvalidHandle)
 	}
 	if s, err := sd.AdoptStream(raw); err == nil {
 		s.Destroy() // forget our wrapper before the owner destroys the stream

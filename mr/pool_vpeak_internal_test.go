@@ -1,0 +1,238 @@
+package mr
+
+import (
+	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/sim"
+)
+
+// TestPoolSmallAtPeak: with SmallAtPeak, over a Virtual that waits for
+// decommits, a small request whose stream's small chunk is full, at the
+// pool's high-water mark, takes the free end of the granule a large block
+// pins instead of a new small chunk; below the mark, without the option,
+// with PackHoles, or over a Virtual that refuses commits, it grows a
+// small chunk as before.
+func TestPoolSmallAtPeak(t *testing.T) {
+	const KiB, MiB = 1 << 10, 1 << 20
+	for _, tc := range []struct {
+		name  string
+		wait  bool
+		opts  PoolOptions
+		below bool // free the large block first: the growth raises no mark
+		// After the small request: reserved bytes, requests served at the
+		// peak, and whether the request lies right after the large block.
+		reserved int
+		atPeak   uint64
+		inRun    bool
+	}{
+		{"at the mark", true, PoolOptions{SmallAtPeak: true}, false, 6 * MiB, 1, true},
+		{"below the mark", true, PoolOptions{SmallAtPeak: true}, true, 4 * MiB, 0, false},
+		{"off", true, PoolOptions{}, false, 8 * MiB, 0, false},
+		{"PackHoles", true, PoolOptions{SmallAtPeak: true, PackHoles: true}, false, 8 * MiB, 0, false},
+		{"refusing Virtual", false, PoolOptions{SmallAtPeak: true}, false, 8 * MiB, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := NewVirtual(dev, VirtualOptions{WaitForDecommits: tc.wait})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := v.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			p, err := NewPool(v, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := p.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			s, err := dev.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Destroy()
+			alloc := func(n int) gpu.DevicePtr {
+				t.Helper()
+				ptr, err := p.Allocate(n, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ptr
+			}
+			// Eight blocks of the largest small class fill one small chunk.
+			var small []gpu.DevicePtr
+			for range poolSmallChunk / poolSmallMax {
+				small = append(small, alloc(poolSmallMax))
+			}
+			big := alloc(3 * MiB) // two granules: 1 MiB free after it
+			if u := p.Usage(); u.Reserved != 6*MiB || u.PeakReserved != 6*MiB {
+				t.Fatalf("a full small chunk and a 3 MiB block: %+v, want 6 MiB reserved at the peak", u)
+			}
+			if tc.below {
+				if err := p.Deallocate(big, 3*MiB, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			x := alloc(64 * KiB)
+			u, st := p.Usage(), p.Stats()
+			if int(u.Reserved) != tc.reserved || st.SmallAtPeak != tc.atPeak || (x == big+3*MiB) != tc.inRun {
+				t.Fatalf("the small request at %#x (large block %#x): reserved %d, %d served at the peak; want %d, %d, in the run %v",
+					uint64(x), uint64(big), u.Reserved, st.SmallAtPeak, tc.reserved, tc.atPeak, tc.inRun)
+			}
+			// Freed, the block goes back to the free bytes it came from.
+			if err := p.Deallocate(x, 64*KiB, s); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.below {
+				if err := p.Deallocate(big, 3*MiB, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, ptr := range small {
+				if err := p.Deallocate(ptr, poolSmallMax, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
+				t.Fatalf("after every free and a release: %+v", u)
+			}
+		})
+	}
+}
+
+// TestPoolSmallAtPeakPlacement: with SmallAtPeak over a Virtual that
+// waits for decommits, the small request at the high-water mark takes the
+// smallest free piece of its stream's growable chunk, from its start,
+// where a larger one would hold it too; and a small request whose growth
+// stays under the mark grows a small chunk although mapped free room is
+// left in the growable chunk (the release before the growth decommitted
+// enough of it).
+func TestPoolSmallAtPeakPlacement(t *testing.T) {
+	const KiB, MiB = 1 << 10, 1 << 20
+	for _, tc := range []struct {
+		name string
+		// setup makes the pool's state after a full small chunk and
+		// returns the address the small request must get (0: not in
+		// the growable chunk) and the pointers it left live.
+		setup func(alloc func(int) gpu.DevicePtr, free func(gpu.DevicePtr, int)) (want gpu.DevicePtr, live map[gpu.DevicePtr]int)
+		// After the small request: reserved bytes, the peak, requests
+		// served at the peak.
+		reserved, peak int
+		atPeak         uint64
+	}{
+		{"the smallest piece", func(alloc func(int) gpu.DevicePtr, free func(gpu.DevicePtr, int)) (gpu.DevicePtr, map[gpu.DevicePtr]int) {
+			// Two granules: x1 and x2 fill the first, x3 and x4
+			// the second; freed, x1 leaves 1.5 MiB and x4 512 KiB
+			// free, each in a granule a live block keeps mapped.
+			x1 := alloc(3 * MiB / 2)
+			x2 := alloc(MiB / 2)
+			x3 := alloc(3 * MiB / 2)
+			x4 := alloc(MiB / 2)
+			free(x1, 3*MiB/2)
+			free(x4, MiB/2)
+			return x4, map[gpu.DevicePtr]int{x2: MiB / 2, x3: 3 * MiB / 2}
+		}, 6 * MiB, 6 * MiB, 1},
+		{"below the mark with mapped room", func(alloc func(int) gpu.DevicePtr, free func(gpu.DevicePtr, int)) (gpu.DevicePtr, map[gpu.DevicePtr]int) {
+			// A peak of 10 MiB, then 5 MiB free after a 3 MiB block:
+			// the release before the small growth decommits the two
+			// whole free granules, the growth stays under the peak,
+			// and the 1 MiB after the block stays mapped and free.
+			big := alloc(3 * MiB)
+			y := alloc(4 * MiB)
+			free(y, 4*MiB)
+			return 0, map[gpu.DevicePtr]int{big: 3 * MiB}
+		}, 8 * MiB, 10 * MiB, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := NewVirtual(dev, VirtualOptions{WaitForDecommits: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := v.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			p, err := NewPool(v, PoolOptions{SmallAtPeak: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := p.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			s, err := dev.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Destroy()
+			alloc := func(n int) gpu.DevicePtr {
+				t.Helper()
+				ptr, err := p.Allocate(n, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ptr
+			}
+			free := func(ptr gpu.DevicePtr, n int) {
+				t.Helper()
+				if err := p.Deallocate(ptr, n, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			small := map[gpu.DevicePtr]bool{}
+			for range poolSmallChunk / poolSmallMax {
+				small[alloc(poolSmallMax)] = true
+			}
+			want, live := tc.setup(alloc, free)
+			x := alloc(64 * KiB)
+			u, st := p.Usage(), p.Stats()
+			if err := p.checkInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			c, _, ok := p.chunks.find(x)
+			inChunk := ok && c.limit > 0
+			if int(u.Reserved) != tc.reserved || int(u.PeakReserved) != tc.peak || st.SmallAtPeak != tc.atPeak ||
+				(want != 0 && x != want) || (want == 0) == inChunk {
+				t.Fatalf("the small request at %#x (want %#x, in a growable chunk %v): reserved %d, peak %d, %d served at the peak; want %d, %d, %d",
+					uint64(x), uint64(want), inChunk, u.Reserved, u.PeakReserved, st.SmallAtPeak, tc.reserved, tc.peak, tc.atPeak)
+			}
+			free(x, 64*KiB)
+			for ptr, n := range live {
+				free(ptr, n)
+			}
+			for ptr := range small {
+				free(ptr, poolSmallMax)
+			}
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if u := p.Usage(); u.Used != 0 || u.Reserved != 0 {
+				t.Fatalf("after every free and a release: %+v", u)
+			}
+		})
+	}
+}
