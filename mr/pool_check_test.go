@@ -754,8 +754,8 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{PackHoles: true, MaxSize: 96 << 20}, 1 << 30, true},
 	{PoolOptions{SmallAtPeak: true}, 1 << 30, true},
 	{PoolOptions{SmallAtPeak: true, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
-	{PoolOptions{SmallInRanges: true}, 1 << 30, true},
-	{PoolOptions{SmallInRanges: true, MappedSlack: 0.01, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true, MappedSlack: 0.01, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add
@@ -786,12 +786,11 @@ func FuzzPoolOps(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	// With SmallAtPeak or SmallInRanges: a small chunk filled by eight
-	// requests of about 255 KB, a 3 MiB block, and small requests that
-	// would grow a small chunk at the high-water mark (pool_vpeak.go,
-	// pool_vsmall.go).
+	// With SmallAtPeak: a small chunk filled by eight requests of about
+	// 255 KB, a 3 MiB block, and small requests that would grow a small
+	// chunk at the high-water mark (pool_vpeak.go).
 	for c, o := range poolFuzzOptions {
-		if !o.opts.SmallAtPeak && !o.opts.SmallInRanges {
+		if !o.opts.SmallAtPeak {
 			continue
 		}
 		b := []byte{byte(c)}

@@ -249,15 +249,15 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	// one). Keep them only as far as the growth stays under the
 	// high-water mark (but keep InitialSize), the threshold and MaxSize.
 	target := p.releaseTarget(g)
-	inRanges := small && p.opts.SmallInRanges && p.grower != nil && !p.lifetimes
+	inRanges := small && p.opts.SmallAtPeak && p.grower != nil && !p.lifetimes
 	if inRanges {
 		target = p.smallTarget(g) // MappedSlack's margin, as a commit's
 	}
 	reserved := int(p.usage.reserved.Load())
 	if inRanges && reserved > target {
 		// Mapped free room in the stream's ranges before giving memory
-		// back for a small chunk (pool_vsmall.go).
-		if ptr, ok := p.smallInRanges(st, size, rounded); ok {
+		// back for a small chunk (pool_vpeak.go).
+		if ptr, ok := p.smallAtPeak(st, size, rounded); ok {
 			return ptr, nil
 		}
 	}
@@ -273,9 +273,10 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 			return ptr, nil
 		}
 	}
-	if small && p.grower != nil && reserved > target {
+	if small && p.grower != nil && p.lifetimes && reserved > target {
 		// A small chunk would raise the high-water mark: mapped free
-		// room in the stream's growable chunks first (pool_vpeak.go).
+		// room in the stream's growable chunks first (pool_vpeak.go;
+		// over a refusing Grower that came before the release).
 		if ptr, ok := p.smallAtPeak(st, size, rounded); ok {
 			return ptr, nil
 		}

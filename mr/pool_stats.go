@@ -53,13 +53,8 @@ type PoolStats struct {
 	// SmallAtPeak counts the small requests served, over a Grower, from
 	// a free block of their stream's growable chunks where a small chunk
 	// would have raised the high-water mark of reserved bytes
-	// (pool_vpeak.go).
+	// (PoolOptions.SmallAtPeak, pool_vpeak.go).
 	SmallAtPeak uint64
-	// SmallInRanges counts the small requests served, over a Grower,
-	// from a free block of their stream's growable chunks where a small
-	// chunk's growth would have given memory back first
-	// (PoolOptions.SmallInRanges, pool_vsmall.go).
-	SmallInRanges uint64
 }
 
 // poolStreamStats are the counters of one stream, guarded by its mutex.
@@ -76,7 +71,6 @@ type poolWideStats struct {
 	giantSplits                          uint64
 	inPlace, decommits, borrows          uint64
 	smallInRuns                          uint64
-	smallInRanges                        uint64
 }
 
 // Stats returns the pool's counters. It takes the pool's lock and each
@@ -95,7 +89,6 @@ func (p *Pool) Stats() PoolStats {
 		Decommits:        p.wide.decommits,
 		BorrowedSmall:    p.wide.borrows,
 		SmallAtPeak:      p.wide.smallInRuns,
-		SmallInRanges:    p.wide.smallInRanges,
 		AddressSpace:     p.addressSpace(),
 		Chunks:           p.chunks.len(),
 		Allocations:      f.allocs,

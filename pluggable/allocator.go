@@ -340,7 +340,7 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 		if c.MappedSlack {
 			popts.MappedSlack = VMMMappedSlack
 		}
-		popts.SmallInRanges = c.SmallInRanges
+		popts.SmallAtPeak = c.SmallAtPeak
 		p, err := mr.NewPool(v, popts)
 		if err != nil {
 			return errors.Join(err, closeAll(d.closers))

@@ -15,7 +15,7 @@
 //	pool,upstream=vmm
 //	pool,upstream=vmm,wait_decommits
 //	pool,upstream=vmm,mapped_slack
-//	pool,upstream=vmm,mapped_slack,small_in_ranges
+//	pool,upstream=vmm,mapped_slack,small_at_peak
 //	pool,upstream=vmm,pieces=1
 //	pool,upstream=vmm,in_place=false
 //	pool,upstream=vmm,in_place=false,wait_frees
@@ -120,18 +120,17 @@ type Config struct {
 	// alone, and on the replayed compile trace that broke the 1.01 the
 	// pool over Virtual keeps there (1.0115 in one run of ten).
 	MappedSlack bool
-	// SmallInRanges sets the pool's mr.PoolOptions.SmallInRanges over
-	// upstream=vmm growing in place without wait_decommits (an error
-	// otherwise: over the Virtual that waits the pool places by lifetime
-	// and the option does nothing): a small request that would grow a
-	// small chunk while the pool maps its high-water mark takes mapped
-	// free room of its stream's growable range instead of giving memory
-	// back for a small chunk. Off by default: replaying autoregressive
+	// SmallAtPeak sets the pool's mr.PoolOptions.SmallAtPeak over
+	// upstream=vmm growing in place (an error otherwise): a small request
+	// that would grow a small chunk while the pool maps its high-water
+	// mark takes mapped free room of its stream's growable range instead
+	// (without wait_decommits before giving memory back for a small
+	// chunk, with it after). Off by default: replaying autoregressive
 	// generation it ends the pool's commits and decommits after the
 	// third step (5.2 commits a step without), but it raises the
 	// two-stream pipeline trace and resnet50-amp by a granule or two
 	// (BENCHMARKS.md, "Generation's commits and small chunks").
-	SmallInRanges bool
+	SmallAtPeak bool
 	// Pieces sets mr.VirtualOptions.PiecesPerCommit over upstream=vmm (an
 	// error with any other upstream): a commit of k granules is mapped
 	// as physical allocations of the largest power of two granules not
@@ -238,8 +237,8 @@ func ParseConfig(s string) (Config, error) {
 	if c.MappedSlack && c.Upstream != "vmm" {
 		return Config{}, fmt.Errorf("%w: mapped_slack is an option of upstream=vmm", ErrConfig)
 	}
-	if c.SmallInRanges && (c.Upstream != "vmm" || c.Chunked || c.WaitDecommits) {
-		return Config{}, fmt.Errorf("%w: small_in_ranges is an option of upstream=vmm growing in place, without wait_decommits", ErrConfig)
+	if c.SmallAtPeak && (c.Upstream != "vmm" || c.Chunked) {
+		return Config{}, fmt.Errorf("%w: small_at_peak is an option of upstream=vmm growing in place", ErrConfig)
 	}
 	if c.Pieces != 0 && c.Upstream != "vmm" {
 		return Config{}, fmt.Errorf("%w: pieces= is an option of upstream=vmm", ErrConfig)
@@ -300,7 +299,7 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		*dst = b
 		return nil
 	}
-	if !hasVal && key != "track" && key != "split_big" && key != "split_giant" && key != "wait_decommits" && key != "mapped_slack" && key != "small_in_ranges" && key != "in_place" && key != "wait_frees" {
+	if !hasVal && key != "track" && key != "split_big" && key != "split_giant" && key != "wait_decommits" && key != "mapped_slack" && key != "small_at_peak" && key != "in_place" && key != "wait_frees" {
 		return errors.New("want key=value")
 	}
 	switch key {
@@ -336,8 +335,8 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		return flag(&c.WaitDecommits)
 	case "mapped_slack":
 		return flag(&c.MappedSlack)
-	case "small_in_ranges":
-		return flag(&c.SmallInRanges)
+	case "small_at_peak":
+		return flag(&c.SmallAtPeak)
 	case "wait_frees":
 		return flag(&c.WaitFrees)
 	case "in_place":
@@ -438,8 +437,8 @@ func (c Config) String() string {
 	if c.MappedSlack {
 		parts = append(parts, "mapped_slack")
 	}
-	if c.SmallInRanges {
-		parts = append(parts, "small_in_ranges")
+	if c.SmallAtPeak {
+		parts = append(parts, "small_at_peak")
 	}
 	if c.Pieces != 0 {
 		parts = append(parts, "pieces="+strconv.Itoa(c.Pieces))

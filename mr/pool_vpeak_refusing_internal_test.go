@@ -7,13 +7,14 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
 
-// TestPoolSmallInRanges: with SmallInRanges, over a Virtual that refuses
+// TestPoolSmallAtPeakRefusing: with SmallAtPeak, over a Virtual that refuses
 // commits at addresses being decommitted, a small request whose stream's
 // small chunk is full, while the pool maps its high-water mark, takes the
 // free end of the granule a large block leaves instead of a new small
-// chunk; below the mark, without the option, or over a Virtual that waits
-// for decommits (placement by lifetime), it grows a small chunk as before.
-func TestPoolSmallInRanges(t *testing.T) {
+// chunk, before the release that would give memory back for that chunk;
+// below the mark or without the option it grows a small chunk as before.
+// (Over a Virtual that waits for decommits: TestPoolSmallAtPeak.)
+func TestPoolSmallAtPeakRefusing(t *testing.T) {
 	const KiB, MiB = 1 << 10, 1 << 20
 	for _, tc := range []struct {
 		name  string
@@ -27,11 +28,10 @@ func TestPoolSmallInRanges(t *testing.T) {
 		inRanges uint64
 		inRun    bool
 	}{
-		{"at the mark", false, PoolOptions{SmallInRanges: true}, false, 6 * MiB, 1, true},
-		{"at the mark with MappedSlack", false, PoolOptions{SmallInRanges: true, MappedSlack: 0.01}, false, 6 * MiB, 1, true},
-		{"below the mark", false, PoolOptions{SmallInRanges: true}, true, 8 * MiB, 0, false},
+		{"at the mark", false, PoolOptions{SmallAtPeak: true}, false, 6 * MiB, 1, true},
+		{"at the mark with MappedSlack", false, PoolOptions{SmallAtPeak: true, MappedSlack: 0.01}, false, 6 * MiB, 1, true},
+		{"below the mark", false, PoolOptions{SmallAtPeak: true}, true, 8 * MiB, 0, false},
 		{"off", false, PoolOptions{}, false, 8 * MiB, 0, false},
-		{"waiting Virtual", true, PoolOptions{SmallInRanges: true}, false, 8 * MiB, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
@@ -98,9 +98,9 @@ func TestPoolSmallInRanges(t *testing.T) {
 			}
 			x := alloc(64 * KiB)
 			u, st := p.Usage(), p.Stats()
-			if int(u.Reserved) != tc.reserved || st.SmallInRanges != tc.inRanges || (x == big+3*MiB) != tc.inRun {
+			if int(u.Reserved) != tc.reserved || st.SmallAtPeak != tc.inRanges || (x == big+3*MiB) != tc.inRun {
 				t.Fatalf("the small request at %#x (large block %#x): reserved %d, %d served in the ranges; want %d, %d, in the run %v",
-					uint64(x), uint64(big), u.Reserved, st.SmallInRanges, tc.reserved, tc.inRanges, tc.inRun)
+					uint64(x), uint64(big), u.Reserved, st.SmallAtPeak, tc.reserved, tc.inRanges, tc.inRun)
 			}
 			if st.Decommits != 0 && !tc.below {
 				t.Errorf("%d decommits for a small request", st.Decommits)
