@@ -225,19 +225,32 @@ type PoolOptions struct {
 	// or a Grower without the lifetime placement, it does nothing.
 	// False: off.
 	PackHoles bool
-	// SmallAtPeak applies over a Grower that never refuses a commit, as
-	// PackHoles does, and does nothing with PackHoles set: a small
-	// request (256 KiB or less) that would grow a small chunk, and with it
-	// raise the pool's high-water mark of reserved bytes, takes
-	// a free piece of its stream's growable chunks that holds it (a good fit),
-	// memory already mapped, instead (pool_vpeak.go). On the simulator it takes
+	// SmallAtPeak applies over a Grower (memory mapped in place) and does
+	// nothing with PackHoles set: a small request (256 KiB or less) that
+	// would grow a small chunk, and with it raise the pool's high-water
+	// mark, takes a free piece of its stream's growable chunks that holds
+	// it (a good fit), memory already mapped, instead (pool_vpeak.go).
+	// Over a Grower that never refuses a commit (a Virtual with
+	// WaitForDecommits, where the pool places by lifetime) it acts after
+	// the release before the growth: on the simulator it takes
 	// cupy-cycle-h100 from 1.0333 of peak live to 1.0285, cuda-graph-h100
 	// from 1.0309 to 1.0253 and torch-train-gpt-b from 1.0308 to 1.0295,
 	// both ResNet-50 traces and GPT-2 through the C ABI lower, but
-	// oom-h100 from 1.0009 to 1.0013 (BENCHMARKS.md, "Small requests at a
-	// peak"), one granule more at a peak of 9 GiB, and keeps every
-	// recorded trace within 1.03: the registry's pool_vmm sets it. It runs
-	// on the growth path only: a pair served from the pool's lists costs
+	// oom-h100 from 1.0009 to 1.0013, one granule more at a peak of 9 GiB
+	// (BENCHMARKS.md, "Small requests at a peak"), and keeps every
+	// recorded trace within 1.03: the registry's pool_vmm sets it. Over a
+	// Grower that refuses commits at addresses still being decommitted
+	// (a Virtual without WaitForDecommits) it acts before the release, so
+	// that the growth of a small chunk never gives memory back first, and
+	// such a growth keeps MappedSlack's margin as a commit does:
+	// replaying autoregressive generation recorded on an H100 it ends the
+	// small chunks released at one step's peak and grown back, with a
+	// decommit, at the next (no device call after the third of 15 steps,
+	// where the pool committed 5.2 times a step), and lowers the peak
+	// (1.0406-1.0474 of peak live to 1.0361 with MappedSlack), but raises
+	// the two-stream pipeline trace and resnet50-amp by a granule or two
+	// (BENCHMARKS.md, "Generation's commits and small chunks"). It runs on
+	// the growth path only: a pair served from the pool's lists costs
 	// what it did. False: off.
 	SmallAtPeak bool
 }

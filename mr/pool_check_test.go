@@ -754,6 +754,8 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{PackHoles: true, MaxSize: 96 << 20}, 1 << 30, true},
 	{PoolOptions{SmallAtPeak: true}, 1 << 30, true},
 	{PoolOptions{SmallAtPeak: true, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true}, 1 << 30, true},
+	{PoolOptions{SmallAtPeak: true, MappedSlack: 0.01, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add

@@ -249,7 +249,18 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 	// one). Keep them only as far as the growth stays under the
 	// high-water mark (but keep InitialSize), the threshold and MaxSize.
 	target := p.releaseTarget(g)
+	inRanges := small && p.opts.SmallAtPeak && p.grower != nil && !p.lifetimes
+	if inRanges {
+		target = p.smallTarget(g) // MappedSlack's margin, as a commit's
+	}
 	reserved := int(p.usage.reserved.Load())
+	if inRanges && reserved > target {
+		// Mapped free room in the stream's ranges before giving memory
+		// back for a small chunk (pool_vpeak.go).
+		if ptr, ok := p.smallAtPeak(st, size, rounded); ok {
+			return ptr, nil
+		}
+	}
 	if reserved > target {
 		if _, err := p.releaseBeforeGrowth(st, max(target, 0)); err != nil {
 			return 0, err
@@ -262,9 +273,10 @@ func (p *Pool) grow(st *poolStream, size, rounded int, small bool) (gpu.DevicePt
 			return ptr, nil
 		}
 	}
-	if small && p.grower != nil && reserved > target {
+	if small && p.grower != nil && p.lifetimes && reserved > target {
 		// A small chunk would raise the high-water mark: mapped free
-		// room in the stream's growable chunks first (pool_vpeak.go).
+		// room in the stream's growable chunks first (pool_vpeak.go;
+		// over a refusing Grower that came before the release).
 		if ptr, ok := p.smallAtPeak(st, size, rounded); ok {
 			return ptr, nil
 		}

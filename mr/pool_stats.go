@@ -53,7 +53,7 @@ type PoolStats struct {
 	// SmallAtPeak counts the small requests served, over a Grower, from
 	// a free block of their stream's growable chunks where a small chunk
 	// would have raised the high-water mark of reserved bytes
-	// (pool_vpeak.go).
+	// (PoolOptions.SmallAtPeak, pool_vpeak.go).
 	SmallAtPeak uint64
 }
 

@@ -1,7 +1,14 @@
-// Small requests at a peak (PoolOptions.SmallAtPeak, off by default): over
-// a Grower, a small request that would grow a small chunk and with it
-// raise the pool's high-water mark of reserved bytes takes a free piece of
-// its stream's growable chunks instead, memory that is mapped already.
+// Small requests at a peak (PoolOptions.SmallAtPeak, off in the options'
+// zero value, set by the registry's pool_vmm): over a Grower, a small
+// request that would grow a small chunk and with it raise the pool's
+// high-water mark takes a free piece of its stream's growable chunks
+// instead, memory that is mapped already. Over a Grower that never
+// refuses a commit the rule acts once the release before the growth
+// could not keep it under the mark; over one that refuses commits it
+// acts before that release, so that a small chunk's growth never gives
+// memory back first.
+//
+// Over the Grower that never refuses a commit.
 //
 // Over a Grower the pool decommits the whole free granules of its
 // growable chunks before a growth that would raise its high-water mark
@@ -40,11 +47,59 @@
 // holes are filled by requests of more than the small classes, the same
 // rule raised torch-train-gpt-b from 1.0281 to 1.0334 and resnet50-amp
 // from 1.0050 to 1.0070, so a pool that packs holes grows its small
-// chunks as before. So does a pool over a Grower that refuses commits
-// (ErrGrowBlocked, a Virtual without WaitForDecommits), which places
-// without lifetimes too (pool_lifetime.go): there the layout depends on
-// when the device completes decommits, and the rule took
-// torch-train-gpt-b from 1.0308 to 1.0334 in the run measured.
+// chunks as before.
+//
+// Over a Grower that refuses commits (ErrGrowBlocked, a Virtual without
+// WaitForDecommits), where the pool places without lifetimes.
+// Small requests (the classes up to 256 KiB) have small chunks of their
+// own, 2 MiB allocations of the upstream, while the rest of a stream's
+// requests share its growable chunks (pool_vgrow.go). Where the share of
+// small requests changes from step to step, the two kinds trade memory
+// through the device. Autoregressive generation with cycling batch sizes
+// shows it: a batch of 4 keeps its KV cache, 24 tensors of 192-378 KiB,
+// in small chunks, a batch of 32 the same tensors at eight times the size
+// in the growable chunk. At the batch of 32's peak the idle small chunks
+// are released to make room for commits under the high-water mark; at the
+// next batch of 4 they grow back, each first giving back memory under the
+// same rule, and over a Grower the release decommits the whole free
+// block at the top of the growable chunk (hundreds of MiB that the last
+// step freed), which the following steps commit again. Replaying that
+// workload's history recorded on an H100 through the C ABI (BENCHMARKS.md,
+// "Generation's commits and small chunks"), the pool over Virtual with
+// MappedSlack committed 26 times and released or decommitted 6 times in
+// every cycle of five steps, 5.2 commits a step, as it did on the card.
+//
+// There, with the option, such a request takes a good fit among the free
+// blocks of its stream's growable chunks, before any release: memory
+// the pool maps already, which it would otherwise have given back. The
+// small chunks released at a peak are not grown back, nothing is
+// decommitted for them, and at the peak itself small requests fill the
+// pieces that larger requests leave in the growable chunk rather than
+// map a small chunk more. And the growth of a small chunk keeps
+// MappedSlack's margin, as a commit does (pool_vslack.go): without it a
+// small chunk's growth decommits where a commit of the same bytes would
+// not, and on resnet50-amp the rule then placed small requests in the
+// growable chunk at every step (1.0188 of peak live, 123 decommits,
+// where the pool keeps 1.0096 and 5).
+//
+// Measured on every recorded trace, with and without MappedSlack: the
+// generation history settles at no device call from its third step on
+// (1.0361 of peak live with MappedSlack, 1.0338-1.0384 without;
+// 1.0406-1.0474 and 1.0406-1.0429 before; on the H100, no device call in
+// 80 timed steps where the pool made 416 commits and 96 decommits, at
+// 1.036 of peak allocated where it reached 1.032), llama-generate-h100
+// drops from 1.0339 to 1.0289, cupy-cycle from 1.0333 to 1.0238-1.0285 and
+// torch-train-gpt-b with MappedSlack from 1.0308-1.0334 to 1.0295; but the
+// two-stream pipeline rises from 1.0081-1.0125 to 1.0125-1.0148 with
+// MappedSlack (1.0081-1.0103 to 1.0125-1.0148 without), torch-train-gpt-b
+// without MappedSlack from 1.0268-1.0308 to 1.0347, and resnet50-amp with
+// MappedSlack from 1.0096 to 1.0103. A rule that trades traces is not the
+// default, hence the option. The same rule before the release over the
+// Grower that never refuses, where the pool places by lifetime
+// (pool_lifetime.go), put small requests in its long-lived range and
+// raised the pipeline there from 1.0014 to 1.0058 and oom-h100 from
+// 1.0009 to 1.0015: hence, there, the rule after the release above.
+//
 //
 // It runs on the growth path only (under Pool.mu, where the growth would
 // have run), so a request served from the stream's lists costs what it
@@ -63,11 +118,13 @@ import "github.com/streamalloc/streamalloc/gpu"
 
 // smallAtPeak serves a small request of st from a good fit among the
 // free blocks of st's growable chunks (the smaller of the two tlsfs'
-// finds), or reports false. Caller holds
-// p.mu, and the growth it replaces would raise the high-water mark.
+// finds; without lifetimes the short one is empty), or reports false.
+// Caller holds p.mu, and the growth it replaces would raise the
+// high-water mark (after the release over a Grower placing by lifetime,
+// before it over a refusing one, smallTarget).
 func (p *Pool) smallAtPeak(st *poolStream, size, rounded int) (gpu.DevicePtr, bool) {
-	if !p.opts.SmallAtPeak || st.life == nil || st.packHoles {
-		return 0, false // off, over a refusing Grower, or packing holes
+	if !p.opts.SmallAtPeak || st.packHoles {
+		return 0, false // off, or packing holes
 	}
 	st.lock()
 	defer st.mu.Unlock()
@@ -83,4 +140,19 @@ func (p *Pool) smallAtPeak(st *poolStream, size, rounded int) (gpu.DevicePtr, bo
 	st.markLive(b, size, p.slowOwner)
 	p.wide.smallInRuns++
 	return b.ptr, true
+}
+
+// smallTarget is releaseTarget for a small chunk's growth of g bytes with
+// SmallAtPeak over a refusing Grower: the high-water mark of mapped bytes a commit of g bytes
+// keeps (mappedHighWater, with MappedSlack's margin), then the same
+// bounds. Caller holds p.mu.
+func (p *Pool) smallTarget(g int) int {
+	target := max(p.releaseTarget(g), p.mappedHighWater(g)-g)
+	if p.opts.ReleaseThreshold > 0 {
+		target = min(target, p.opts.ReleaseThreshold-g)
+	}
+	if p.opts.MaxSize > 0 {
+		target = min(target, p.opts.MaxSize-g)
+	}
+	return target
 }

@@ -11,8 +11,8 @@ import (
 // decommits, a small request whose stream's small chunk is full, at the
 // pool's high-water mark, takes the free end of the granule a large block
 // pins instead of a new small chunk; below the mark, without the option,
-// with PackHoles, or over a Virtual that refuses commits, it grows a
-// small chunk as before.
+// or with PackHoles, it grows a small chunk as before. (Over a Virtual
+// that refuses commits: TestPoolSmallAtPeakRefusing.)
 func TestPoolSmallAtPeak(t *testing.T) {
 	const KiB, MiB = 1 << 10, 1 << 20
 	for _, tc := range []struct {
@@ -30,7 +30,6 @@ func TestPoolSmallAtPeak(t *testing.T) {
 		{"below the mark", true, PoolOptions{SmallAtPeak: true}, true, 4 * MiB, 0, false},
 		{"off", true, PoolOptions{}, false, 8 * MiB, 0, false},
 		{"PackHoles", true, PoolOptions{SmallAtPeak: true, PackHoles: true}, false, 8 * MiB, 0, false},
-		{"refusing Virtual", false, PoolOptions{SmallAtPeak: true}, false, 8 * MiB, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)

@@ -340,6 +340,7 @@ func (d *device) openPool(c Config, vmmDev gpu.Device) error {
 		if c.MappedSlack {
 			popts.MappedSlack = VMMMappedSlack
 		}
+		popts.SmallAtPeak = c.SmallAtPeak
 		p, err := mr.NewPool(v, popts)
 		if err != nil {
 			return errors.Join(err, closeAll(d.closers))

@@ -15,6 +15,7 @@
 //	pool,upstream=vmm
 //	pool,upstream=vmm,wait_decommits
 //	pool,upstream=vmm,mapped_slack
+//	pool,upstream=vmm,mapped_slack,small_at_peak
 //	pool,upstream=vmm,pieces=1
 //	pool,upstream=vmm,in_place=false
 //	pool,upstream=vmm,in_place=false,wait_frees
@@ -119,6 +120,17 @@ type Config struct {
 	// alone, and on the replayed compile trace that broke the 1.01 the
 	// pool over Virtual keeps there (1.0115 in one run of ten).
 	MappedSlack bool
+	// SmallAtPeak sets the pool's mr.PoolOptions.SmallAtPeak over
+	// upstream=vmm growing in place (an error otherwise): a small request
+	// that would grow a small chunk while the pool maps its high-water
+	// mark takes mapped free room of its stream's growable range instead
+	// (without wait_decommits before giving memory back for a small
+	// chunk, with it after). Off by default: replaying autoregressive
+	// generation it ends the pool's commits and decommits after the
+	// third step (5.2 commits a step without), but it raises the
+	// two-stream pipeline trace and resnet50-amp by a granule or two
+	// (BENCHMARKS.md, "Generation's commits and small chunks").
+	SmallAtPeak bool
 	// Pieces sets mr.VirtualOptions.PiecesPerCommit over upstream=vmm (an
 	// error with any other upstream): a commit of k granules is mapped
 	// as physical allocations of the largest power of two granules not
@@ -225,6 +237,9 @@ func ParseConfig(s string) (Config, error) {
 	if c.MappedSlack && c.Upstream != "vmm" {
 		return Config{}, fmt.Errorf("%w: mapped_slack is an option of upstream=vmm", ErrConfig)
 	}
+	if c.SmallAtPeak && (c.Upstream != "vmm" || c.Chunked) {
+		return Config{}, fmt.Errorf("%w: small_at_peak is an option of upstream=vmm growing in place", ErrConfig)
+	}
 	if c.Pieces != 0 && c.Upstream != "vmm" {
 		return Config{}, fmt.Errorf("%w: pieces= is an option of upstream=vmm", ErrConfig)
 	}
@@ -284,7 +299,7 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		*dst = b
 		return nil
 	}
-	if !hasVal && key != "track" && key != "split_big" && key != "split_giant" && key != "wait_decommits" && key != "mapped_slack" && key != "in_place" && key != "wait_frees" {
+	if !hasVal && key != "track" && key != "split_big" && key != "split_giant" && key != "wait_decommits" && key != "mapped_slack" && key != "small_at_peak" && key != "in_place" && key != "wait_frees" {
 		return errors.New("want key=value")
 	}
 	switch key {
@@ -320,6 +335,8 @@ func (c *Config) set(key, val string, hasVal bool) error {
 		return flag(&c.WaitDecommits)
 	case "mapped_slack":
 		return flag(&c.MappedSlack)
+	case "small_at_peak":
+		return flag(&c.SmallAtPeak)
 	case "wait_frees":
 		return flag(&c.WaitFrees)
 	case "in_place":
@@ -419,6 +436,9 @@ func (c Config) String() string {
 	}
 	if c.MappedSlack {
 		parts = append(parts, "mapped_slack")
+	}
+	if c.SmallAtPeak {
+		parts = append(parts, "small_at_peak")
 	}
 	if c.Pieces != 0 {
 		parts = append(parts, "pieces="+strconv.Itoa(c.Pieces))

@@ -44,6 +44,10 @@ func TestParseConfig(t *testing.T) {
 		{"pool,upstream=vmm,pieces=1", with(func(c *Config) { c.Upstream, c.Pieces = "vmm", 1 })},
 		{"pieces=4,upstream=vmm,mapped_slack", with(func(c *Config) { c.Upstream, c.Pieces, c.MappedSlack = "vmm", 4, true })},
 		{"pool,upstream=vmm,mapped_slack", with(func(c *Config) { c.Upstream, c.MappedSlack = "vmm", true })},
+		{"pool,upstream=vmm,mapped_slack,small_at_peak", with(func(c *Config) { c.Upstream, c.MappedSlack, c.SmallAtPeak = "vmm", true, true })},
+		{"small_at_peak=true,upstream=vmm", with(func(c *Config) { c.Upstream, c.SmallAtPeak = "vmm", true })},
+		{"small_at_peak=false,upstream=vmm", with(func(c *Config) { c.Upstream = "vmm" })},
+		{"pool,upstream=vmm,wait_decommits,small_at_peak", with(func(c *Config) { c.Upstream, c.WaitDecommits, c.SmallAtPeak = "vmm", true, true })},
 		{"mapped_slack=false,upstream=vmm", with(func(c *Config) { c.Upstream = "vmm" })},
 		{"pool,upstream=vmm,in_place=false", with(func(c *Config) { c.Upstream, c.Chunked = "vmm", true })},
 		{"in_place=0,upstream=vmm,release_threshold=1G", with(func(c *Config) {
@@ -133,6 +137,10 @@ func TestParseConfigErrors(t *testing.T) {
 		"pool,slack",                                 // no value
 		"async,slack=0.02",                           // an option of pool
 		"pool,upstream=vmm,slack=0.02",               // growth in place: mapped_slack is its margin
+		"pool,small_at_peak",                         // vmm option without upstream=vmm
+		"async,small_at_peak",                        // the same
+		"upstream=vmm,small_at_peak=often",           // not a boolean
+		"upstream=vmm,in_place=false,small_at_peak",  // growth-in-place option on chunks
 	} {
 		if c, err := ParseConfig(in); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an error matching ErrConfig", in, c, err)
@@ -144,24 +152,25 @@ func TestParseConfigErrors(t *testing.T) {
 // upstream.
 func TestParseConfigErrorText(t *testing.T) {
 	for in, want := range map[string]string{
-		"pool,upstream=vmmm":                       `pluggable: bad configuration: "upstream=vmmm": want one of direct, async, vmm`,
-		"async,upstream=vmm":                       `pluggable: bad configuration: upstream= is an option of pool, not async`,
-		"pool,upstream":                            `pluggable: bad configuration: "upstream": want key=value`,
-		"pool,upstream=vmm,, ":                     `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
-		"pool,wait_decommits":                      `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
-		"pool,mapped_slack":                        `pluggable: bad configuration: mapped_slack is an option of upstream=vmm`,
-		"pool,pieces=2":                            `pluggable: bad configuration: pieces= is an option of upstream=vmm`,
-		"upstream=vmm,pieces=0":                    `pluggable: bad configuration: "pieces=0": want a whole number from 1 to 1048576`,
-		"pool,in_place=false":                      `pluggable: bad configuration: in_place is an option of upstream=vmm`,
-		"upstream=vmm,wait_frees":                  `pluggable: bad configuration: wait_frees is an option of upstream=vmm,in_place=false`,
-		"upstream=vmm,in_place=false,mapped_slack": `pluggable: bad configuration: wait_decommits, mapped_slack and pieces= are options of growth in place, not of in_place=false`,
-		"pool,slack=-0.01":                         `pluggable: bad configuration: "slack=-0.01": want a number from 0 to 1`,
-		"pool,slack=1.5":                           `pluggable: bad configuration: "slack=1.5": want a number from 0 to 1`,
-		"pool,slack=lots":                          `pluggable: bad configuration: "slack=lots": want a number from 0 to 1`,
-		"pool,slack=NaN":                           `pluggable: bad configuration: "slack=NaN": want a number from 0 to 1`,
-		"pool,slack":                               `pluggable: bad configuration: "slack": want key=value`,
-		"async,slack=0.02":                         `pluggable: bad configuration: slack= is an option of pool over chunks (not async, not upstream=vmm growing in place, where mapped_slack is the margin)`,
-		"pool,upstream=vmm,slack=0.02":             `pluggable: bad configuration: slack= is an option of pool over chunks (not async, not upstream=vmm growing in place, where mapped_slack is the margin)`,
+		"pool,upstream=vmmm":                        `pluggable: bad configuration: "upstream=vmmm": want one of direct, async, vmm`,
+		"async,upstream=vmm":                        `pluggable: bad configuration: upstream= is an option of pool, not async`,
+		"pool,upstream":                             `pluggable: bad configuration: "upstream": want key=value`,
+		"pool,upstream=vmm,, ":                      `pluggable: bad configuration: empty item 3 in "pool,upstream=vmm,, "`,
+		"pool,wait_decommits":                       `pluggable: bad configuration: wait_decommits is an option of upstream=vmm`,
+		"pool,mapped_slack":                         `pluggable: bad configuration: mapped_slack is an option of upstream=vmm`,
+		"upstream=vmm,in_place=false,small_at_peak": `pluggable: bad configuration: small_at_peak is an option of upstream=vmm growing in place`,
+		"pool,pieces=2":                             `pluggable: bad configuration: pieces= is an option of upstream=vmm`,
+		"upstream=vmm,pieces=0":                     `pluggable: bad configuration: "pieces=0": want a whole number from 1 to 1048576`,
+		"pool,in_place=false":                       `pluggable: bad configuration: in_place is an option of upstream=vmm`,
+		"upstream=vmm,wait_frees":                   `pluggable: bad configuration: wait_frees is an option of upstream=vmm,in_place=false`,
+		"upstream=vmm,in_place=false,mapped_slack":  `pluggable: bad configuration: wait_decommits, mapped_slack and pieces= are options of growth in place, not of in_place=false`,
+		"pool,slack=-0.01":                          `pluggable: bad configuration: "slack=-0.01": want a number from 0 to 1`,
+		"pool,slack=1.5":                            `pluggable: bad configuration: "slack=1.5": want a number from 0 to 1`,
+		"pool,slack=lots":                           `pluggable: bad configuration: "slack=lots": want a number from 0 to 1`,
+		"pool,slack=NaN":                            `pluggable: bad configuration: "slack=NaN": want a number from 0 to 1`,
+		"pool,slack":                                `pluggable: bad configuration: "slack": want key=value`,
+		"async,slack=0.02":                          `pluggable: bad configuration: slack= is an option of pool over chunks (not async, not upstream=vmm growing in place, where mapped_slack is the margin)`,
+		"pool,upstream=vmm,slack=0.02":              `pluggable: bad configuration: slack= is an option of pool over chunks (not async, not upstream=vmm growing in place, where mapped_slack is the margin)`,
 	} {
 		_, err := ParseConfig(in)
 		if !errors.Is(err, ErrConfig) || err.Error() != want {

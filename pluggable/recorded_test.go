@@ -87,6 +87,12 @@ type recordedReplay struct {
 func replayRecorded(t *testing.T, evs []recordedEvent, nstreams int, conf string) recordedReplay {
 	t.Helper()
 	a, _ := newSim(t, conf)
+	return replayRecordedOn(t, a, evs, nstreams)
+}
+
+// replayRecordedOn is replayRecorded through allocator a, fresh.
+func replayRecordedOn(t *testing.T, a *Allocator, evs []recordedEvent, nstreams int) recordedReplay {
+	t.Helper()
 	raw := make([]uintptr, nstreams)
 	for i := 1; i < nstreams; i++ {
 		s, err := a.SimNewStream(0)
