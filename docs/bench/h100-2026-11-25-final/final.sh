@@ -10,9 +10,8 @@
 # Built on the development machine, in the folder DIR this script runs
 # from (carried to the GPU machine):
 #     scripts/gpu-build.sh ./cuda ./gpu/cudagpu ./mr ./pluggable ./buf ./sanitize ./ipc ./replay ./soak
-#     go build -o DIR/streamalloc ./cmd/streamalloc && cp scripts/gpu-soak.sh DIR/
+#     go build -ldflags='-s -w' -o DIR/streamalloc ./cmd/streamalloc && cp scripts/gpu-soak.sh DIR/
 #     scripts/build-capi.sh DIR/build/capi && cp -r python scripts DIR/  (without scripts/viewer-check)
-#     mkdir DIR/traces && cp replay/testdata/*.csv.gz pluggable/testdata/*.csv.gz testdata/traces/*.gz DIR/traces/
 # Run there from the repository's root, .gpubin and DIR carried:
 #     OUT=... DIR/final.sh   (SOAK=duration, LOCKSTEP_SECONDS=budget of part 4)
 # Everything it writes is packed into $OUT/final.tgz.
@@ -28,7 +27,7 @@ LOGDIR=$out/suite TEST_TIMEOUT=6m "$root/.gpubin/run.sh" test >"$out/suite.log" 
 OUT=$out "$here/gpu-soak.sh" "${SOAK:-120s}" "$here/streamalloc" >"$out/soak.log" 2>&1; echo "soak exit $? $(date -u +%T)" >>"$out/machine.txt"
 # 3. Every recorded trace on the pool over virtual memory, on the card.
 timeout 90 "$here/streamalloc" replay --device cuda --resource pool_vmm \
-	"$here"/traces/*.gz >"$out/replay-pool_vmm.txt" 2>&1; echo "replay exit $? $(date -u +%T)" >>"$out/machine.txt"
+	"$root"/replay/testdata/*.csv.gz "$root"/pluggable/testdata/*.csv.gz "$root"/testdata/traces/*.gz >"$out/replay-pool_vmm.txt" 2>&1; echo "replay exit $? $(date -u +%T)" >>"$out/machine.txt"
 # 4. The C ABI, lockstep, within LOCKSTEP_SECONDS.
 cd "$here" || exit 1
 L=$here/build/capi/libstreamalloc.so
