@@ -8,28 +8,38 @@ import (
 )
 
 // TestPoolSmallAtPeak: with SmallAtPeak, over a Virtual that waits for
-// decommits, a small request whose stream's small chunk is full, at the
-// pool's high-water mark, takes the free end of the granule a large block
-// pins instead of a new small chunk; below the mark, without the option,
-// or with PackHoles, it grows a small chunk as before. (Over a Virtual
-// that refuses commits: TestPoolSmallAtPeakRefusing.)
+// decommits (after the release before the growth) and over one that
+// refuses commits at addresses being decommitted (before that release), a
+// small request whose stream's small chunk is full, at the pool's
+// high-water mark, takes the free end of the granule a large block pins
+// instead of a new small chunk, with no decommit; below the mark, without
+// the option, or with PackHoles, it grows a small chunk as before.
 func TestPoolSmallAtPeak(t *testing.T) {
 	const KiB, MiB = 1 << 10, 1 << 20
+	const (
+		atMark   = iota
+		freeBig  // the large block freed first: the growth raises no mark
+		pastPeak // a 10 MiB peak, then a release: 4 MiB under the mark
+	)
 	for _, tc := range []struct {
 		name  string
 		wait  bool
 		opts  PoolOptions
-		below bool // free the large block first: the growth raises no mark
+		setup int
 		// After the small request: reserved bytes, requests served at the
 		// peak, and whether the request lies right after the large block.
 		reserved int
 		atPeak   uint64
 		inRun    bool
 	}{
-		{"at the mark", true, PoolOptions{SmallAtPeak: true}, false, 6 * MiB, 1, true},
-		{"below the mark", true, PoolOptions{SmallAtPeak: true}, true, 4 * MiB, 0, false},
-		{"off", true, PoolOptions{}, false, 8 * MiB, 0, false},
-		{"PackHoles", true, PoolOptions{SmallAtPeak: true, PackHoles: true}, false, 8 * MiB, 0, false},
+		{"waiting/at the mark", true, PoolOptions{SmallAtPeak: true}, atMark, 6 * MiB, 1, true},
+		{"waiting/below the mark", true, PoolOptions{SmallAtPeak: true}, freeBig, 4 * MiB, 0, false},
+		{"waiting/off", true, PoolOptions{}, atMark, 8 * MiB, 0, false},
+		{"waiting/PackHoles", true, PoolOptions{SmallAtPeak: true, PackHoles: true}, atMark, 8 * MiB, 0, false},
+		{"refusing/at the mark", false, PoolOptions{SmallAtPeak: true}, atMark, 6 * MiB, 1, true},
+		{"refusing/at the mark with MappedSlack", false, PoolOptions{SmallAtPeak: true, MappedSlack: 0.01}, atMark, 6 * MiB, 1, true},
+		{"refusing/below the mark", false, PoolOptions{SmallAtPeak: true}, pastPeak, 8 * MiB, 0, false},
+		{"refusing/off", false, PoolOptions{}, atMark, 8 * MiB, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
@@ -67,6 +77,12 @@ func TestPoolSmallAtPeak(t *testing.T) {
 				}
 				return ptr
 			}
+			free := func(ptr gpu.DevicePtr, n int) {
+				t.Helper()
+				if err := p.Deallocate(ptr, n, s); err != nil {
+					t.Fatal(err)
+				}
+			}
 			// Eight blocks of the largest small class fill one small chunk.
 			var small []gpu.DevicePtr
 			for range poolSmallChunk / poolSmallMax {
@@ -76,9 +92,17 @@ func TestPoolSmallAtPeak(t *testing.T) {
 			if u := p.Usage(); u.Reserved != 6*MiB || u.PeakReserved != 6*MiB {
 				t.Fatalf("a full small chunk and a 3 MiB block: %+v, want 6 MiB reserved at the peak", u)
 			}
-			if tc.below {
-				if err := p.Deallocate(big, 3*MiB, s); err != nil {
+			switch tc.setup {
+			case freeBig:
+				free(big, 3*MiB)
+			case pastPeak:
+				more := alloc(4 * MiB)
+				free(more, 4*MiB)
+				if err := p.Release(); err != nil {
 					t.Fatal(err)
+				}
+				if u := p.Usage(); u.Reserved != 6*MiB || u.PeakReserved != 10*MiB {
+					t.Fatalf("after a 10 MiB peak and a release: %+v, want 6 MiB reserved", u)
 				}
 			}
 			x := alloc(64 * KiB)
@@ -87,19 +111,16 @@ func TestPoolSmallAtPeak(t *testing.T) {
 				t.Fatalf("the small request at %#x (large block %#x): reserved %d, %d served at the peak; want %d, %d, in the run %v",
 					uint64(x), uint64(big), u.Reserved, st.SmallAtPeak, tc.reserved, tc.atPeak, tc.inRun)
 			}
-			// Freed, the block goes back to the free bytes it came from.
-			if err := p.Deallocate(x, 64*KiB, s); err != nil {
-				t.Fatal(err)
+			if st.Decommits != 0 && tc.setup == atMark {
+				t.Errorf("%d decommits for a small request", st.Decommits)
 			}
-			if !tc.below {
-				if err := p.Deallocate(big, 3*MiB, s); err != nil {
-					t.Fatal(err)
-				}
+			// Freed, the block goes back to the free bytes it came from.
+			free(x, 64*KiB)
+			if tc.setup != freeBig {
+				free(big, 3*MiB)
 			}
 			for _, ptr := range small {
-				if err := p.Deallocate(ptr, poolSmallMax, s); err != nil {
-					t.Fatal(err)
-				}
+				free(ptr, poolSmallMax)
 			}
 			if err := p.Release(); err != nil {
 				t.Fatal(err)
