@@ -12,9 +12,11 @@
  * aborts the process: failures are returned (NULL, or -1) and counted, and
  * sa_last_error tells what happened. Configure before the first
  * allocation, with sa_configure or the environment variable
- * STREAMALLOC_CONF, e.g. "pool,release_threshold=2GiB", or
- * "pool,upstream=vmm" for the pool over mapped virtual memory. The grammar
- * is package pluggable's: pool|async, backend=cuda|sim,
+ * STREAMALLOC_CONF, e.g. "pool,release_threshold=2GiB" (the chunked pool),
+ * or leave both unset (or empty) for "pool,upstream=vmm,mapped_slack,
+ * small_at_peak", the pool over mapped virtual memory (package pluggable's
+ * Recommended; the chunked pool where the driver has no virtual memory
+ * management). The grammar is package pluggable's: pool|async, backend=cuda|sim,
  * upstream=direct|async|vmm, chunk_size=, initial_size=, max_size=,
  * release_threshold=, split_big, pool=default|current|own, log=PATH, track.
  * One resource per device is made on first use.

@@ -1,5 +1,9 @@
 // The configuration string: what STREAMALLOC_CONF and sa_configure take.
 //
+// An empty string stands for Recommended; any other names the items that
+// differ from DefaultConfig, where a bare "pool" is the chunked pool over
+// cuMemAlloc.
+//
 // Grammar: items separated by commas; the first item may be a resource
 // kind ("pool" or "async"); every other item is key=value, or a bare key
 // for a boolean. Sizes are bytes, with an optional binary suffix (k/K/KiB,
@@ -183,12 +187,27 @@ const MaxSlack = 1.0
 // package mr/registry, which mean the same there.
 var Upstreams = []string{"direct", "async", "vmm"}
 
-// DefaultConfig is what an empty string means.
+// DefaultConfig is what every configuration string but the empty one
+// starts from: "pool" is DefaultConfig, the chunked pool over cuMemAlloc.
 var DefaultConfig = Config{Kind: "pool", Backend: "cuda", Upstream: "direct", AsyncPool: "default", SplitBig: true}
 
-// ParseConfig parses a configuration string; "" is DefaultConfig. Every
-// error matches ErrConfig and names the item.
+// Recommended is the configuration an empty string stands for (an unset
+// STREAMALLOC_CONF, sa_configure(NULL)): the pool growing in place over
+// mapped virtual memory, keeping a margin of mapped memory, with small
+// requests at its peak served from mapped room. On the H100 it reserved
+// 1.008-1.036 times the peak of allocated bytes on GPT-2, ResNet-50, CuPy
+// and generation where the chunked pool reserves 1.030-1.104, and it was
+// never shown slower than the chunked pool (BENCHMARKS.md, "The final
+// tree of 2026-11-25"). Where the driver has no virtual memory
+// management it builds the chunked pool (Stats.VMMFallback says why).
+const Recommended = "pool,upstream=vmm,mapped_slack,small_at_peak"
+
+// ParseConfig parses a configuration string; "" (or only spaces) is
+// Recommended. Every error matches ErrConfig and names the item.
 func ParseConfig(s string) (Config, error) {
+	if strings.TrimSpace(s) == "" {
+		s = Recommended
+	}
 	c := DefaultConfig
 	c.SplitBig = false // set below: the default of the kind, unless given
 	var splitGiven, inPlaceGiven bool

@@ -14,7 +14,8 @@ func TestParseConfig(t *testing.T) {
 		in   string
 		want Config
 	}{
-		{"", d},
+		{"", with(func(c *Config) { c.Upstream, c.MappedSlack, c.SmallAtPeak = "vmm", true, true })},
+		{"  ", with(func(c *Config) { c.Upstream, c.MappedSlack, c.SmallAtPeak = "vmm", true, true })},
 		{"pool", d},
 		{" pool , release_threshold = 2GiB ", with(func(c *Config) { c.ReleaseThreshold = 2 << 30 })},
 		{"pool,chunk_size=32M,initial_size=1g,max_size=1T,upstream=async", with(func(c *Config) {

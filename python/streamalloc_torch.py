@@ -8,8 +8,10 @@ Two lines, before the first CUDA allocation of the process:
 The library is libstreamalloc.so (scripts/build-capi.sh builds it into
 build/capi/); it is found through the path argument, the STREAMALLOC_LIB
 environment variable, this file's folder, or the repository's build/capi.
-conf uses the grammar of STREAMALLOC_CONF (package pluggable): "pool" (the
-default: streamalloc's stream-ordered pool over cuMemAlloc, whose big blocks
+conf uses the grammar of STREAMALLOC_CONF (package pluggable). Unset or
+empty, it is "pool,upstream=vmm,mapped_slack,small_at_peak" (pluggable's
+Recommended: the pool over mapped virtual memory, below). Otherwise "pool"
+(streamalloc's stream-ordered chunked pool over cuMemAlloc, whose big blocks
 may split larger free ones unless split_big=false; split_giant lets a size
 seen before split even the largest chunks where the pool would give chunks
 back to grow, for CuPy's loops of a few array scales) or "async" (the driver's
@@ -22,6 +24,8 @@ its reserved bytes (the memory mapped) stay close to the live bytes
 (wait_decommits makes its layout independent of the device's progress, at
 the price of host waits; mapped_slack keeps up to 1% of the peak mapped for
 memory that the steps move, rather than unmap and map it each step;
+small_at_peak serves a small request at the mapped peak from mapped room
+rather than a small chunk of its own;
 in_place=false keeps the default pool's chunks, each one physical
 allocation in that range, and wait_frees maps a new one only after the
 chunks given back are unmapped);
