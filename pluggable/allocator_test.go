@@ -379,7 +379,14 @@ func TestConcurrentHosts(t *testing.T) {
 // that call in would assist it or wait for it. (Async is not listed: the
 // simulator's model of the driver's pool allocates; the binding's hot
 // calls are pinned allocation-free in cuda and gpu/cudagpu.)
+//
+// The test's goroutine is locked to its OS thread, as a C caller is: the
+// per-thread default stream is the calling thread's, so a goroutine that
+// moved to another thread between two pairs would reach another stream
+// (a new adoption, a new pool stream) and measure that instead.
 func TestAllocFreeAllocatesNothing(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for _, kind := range []string{"pool", "pool,upstream=async", "pool,upstream=vmm", "pool,split_big=false", "pool,release_threshold=1GiB"} {
 		a, _ := newSim(t, kind)
 		raw, err := a.SimNewStream(0)
