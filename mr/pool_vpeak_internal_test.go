@@ -42,47 +42,7 @@ func TestPoolSmallAtPeak(t *testing.T) {
 		{"refusing/off", false, PoolOptions{}, atMark, 8 * MiB, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := NewVirtual(dev, VirtualOptions{WaitForDecommits: tc.wait})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := v.Close(); err != nil {
-					t.Error(err)
-				}
-			}()
-			p, err := NewPool(v, tc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := p.Close(); err != nil {
-					t.Error(err)
-				}
-			}()
-			s, err := dev.NewStream()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Destroy()
-			alloc := func(n int) gpu.DevicePtr {
-				t.Helper()
-				ptr, err := p.Allocate(n, s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ptr
-			}
-			free := func(ptr gpu.DevicePtr, n int) {
-				t.Helper()
-				if err := p.Deallocate(ptr, n, s); err != nil {
-					t.Fatal(err)
-				}
-			}
+			p, s, alloc, free := newPeakPool(t, tc.wait, tc.opts)
 			// Eight blocks of the largest small class fill one small chunk.
 			var small []gpu.DevicePtr
 			for range poolSmallChunk / poolSmallMax {
@@ -179,47 +139,7 @@ func TestPoolSmallAtPeakPlacement(t *testing.T) {
 		}, 8 * MiB, 10 * MiB, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := NewVirtual(dev, VirtualOptions{WaitForDecommits: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := v.Close(); err != nil {
-					t.Error(err)
-				}
-			}()
-			p, err := NewPool(v, PoolOptions{SmallAtPeak: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := p.Close(); err != nil {
-					t.Error(err)
-				}
-			}()
-			s, err := dev.NewStream()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Destroy()
-			alloc := func(n int) gpu.DevicePtr {
-				t.Helper()
-				ptr, err := p.Allocate(n, s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ptr
-			}
-			free := func(ptr gpu.DevicePtr, n int) {
-				t.Helper()
-				if err := p.Deallocate(ptr, n, s); err != nil {
-					t.Fatal(err)
-				}
-			}
+			p, s, alloc, free := newPeakPool(t, true, PoolOptions{SmallAtPeak: true})
 			small := map[gpu.DevicePtr]bool{}
 			for range poolSmallChunk / poolSmallMax {
 				small[alloc(poolSmallMax)] = true
@@ -255,4 +175,54 @@ func TestPoolSmallAtPeakPlacement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newPeakPool is a Pool with opts over a Virtual on a simulated device
+// (waiting for decommits or refusing commits at their addresses), a
+// stream, and allocate and free on it that fail the test on an error;
+// the pool and the Virtual are closed when the test ends.
+func newPeakPool(t *testing.T, wait bool, opts PoolOptions) (*Pool, gpu.Stream, func(int) gpu.DevicePtr, func(gpu.DevicePtr, int)) {
+	t.Helper()
+	dev, err := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewVirtual(dev, VirtualOptions{WaitForDecommits: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := v.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	p, err := NewPool(v, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	alloc := func(n int) gpu.DevicePtr {
+		t.Helper()
+		ptr, err := p.Allocate(n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ptr
+	}
+	free := func(ptr gpu.DevicePtr, n int) {
+		t.Helper()
+		if err := p.Deallocate(ptr, n, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, s, alloc, free
 }
