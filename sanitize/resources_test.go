@@ -89,64 +89,13 @@ func TestResourcesClean(t *testing.T) {
 			up, closeUp, err := rc.mk(dev)
 			must(t, err)
 			res := z.Resource(up)
-			k, err := kernels.Load(dev)
-			must(t, err)
 			streams := make([]gpu.Stream, 4)
 			for i := range streams {
 				streams[i], err = dev.NewStream()
 				must(t, err)
 			}
-			errs, err := buf.NewVector[uint32](res, 1, streams[0])
-			must(t, err)
-			must(t, errs.Memset(0))
-			type live struct {
-				v    *buf.Vector[uint32]
-				seed uint32
-			}
-			var bufs []live
-			rng := rand.New(rand.NewPCG(uint64(len(rc.name)), 2))
-			pick := func() gpu.Stream { return streams[rng.IntN(len(streams))] }
-			for i := range steps {
-				switch op := rng.IntN(10); {
-				case op < 4 || len(bufs) == 0: // allocate and fill
-					n := 64 << rng.IntN(8)
-					s := pick()
-					v, err := buf.NewVector[uint32](res, n, s)
-					must(t, err)
-					seed := uint32(i) << 16
-					fs := pick()
-					must(t, v.Use(fs, buf.Write, func() error { return k.Fill(fs, v.Ptr(), v.Len(), seed) }))
-					bufs = append(bufs, live{v, seed})
-				case op < 7: // check on some stream
-					b := bufs[rng.IntN(len(bufs))]
-					s := pick()
-					must(t, buf.UseAll(s, []buf.Operand{{Buf: b.v.Buffer(), Access: buf.Read}, {Buf: errs.Buffer(), Access: buf.ReadWrite}},
-						func() error { return k.Check(s, b.v.Ptr(), b.v.Len(), b.seed, errs.Ptr()) }))
-				default: // free on some stream
-					j := rng.IntN(len(bufs))
-					must(t, bufs[j].v.CloseOn(pick()))
-					bufs = append(bufs[:j], bufs[j+1:]...)
-				}
-			}
-			for _, b := range bufs {
-				must(t, b.v.CloseOn(pick()))
-			}
-			out := make([]uint32, 1)
-			must(t, errs.CopyToHost(out))
-			must(t, dev.Synchronize())
-			must(t, errs.Close())
-			must(t, dev.Synchronize())
-			for i, r := range reps {
-				if i < 3 {
-					t.Errorf("report: %s", r.Detail())
-				}
-			}
-			if len(reps) > 0 {
-				t.Fatalf("%d reports on correct code", len(reps))
-			}
-			if out[0] != 0 {
-				t.Fatalf("%d words corrupted", out[0])
-			}
+			w := workload{steps: steps, allocBelow: 4, checkBelow: 7, size: func(rng *rand.Rand) int { return 64 << rng.IntN(8) }}
+			failOnReports(t, reps, w.run(t, dev, res, streams, rand.New(rand.NewPCG(uint64(len(rc.name)), 2))))
 			// Resources give cached memory back on the streams they
 			// saw, so those outlive them.
 			must(t, closeUp())
