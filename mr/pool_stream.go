@@ -58,19 +58,26 @@ type poolPending struct {
 }
 
 type poolStream struct {
-	mu   sync.Mutex // taken with lock, which settles the fast slot
-	id   uint64
-	s    gpu.Stream
-	pool *Pool
+	// Layout: what the hot path reads (gated, and the fast slot's
+	// fowner, fstate and fptr) lies in the first 40 bytes, after the
+	// mutex, so that with the heap's 8-byte header before an object of
+	// this size all of it is on the object's first cache line
+	// (TestPoolHotLines): a call whose caches the host's work evicted
+	// (the C ABI inside PyTorch) misses on each line it touches.
+	mu sync.Mutex // taken with lock, which settles the fast slot
 	// gated: the capture gate covers s (gpu.CaptureGated), so requests
 	// skip asking it for its capture while no capture is in progress.
 	gated bool
 
 	// The fast slot (pool_fast.go): fstate, fptr and fowner are read and
 	// swapped without mu; fblock and fepoch change under mu.
+	fowner atomic.Uint32 // the owner of fptr's block, read with it
 	fstate atomic.Uint64
 	fptr   atomic.Uint64
-	fowner atomic.Uint32 // the owner of fptr's block, read with it
+
+	id     uint64
+	pool   *Pool
+	s      gpu.Stream
 	fblock *poolBlock
 	fepoch uint64
 	// last is the block the stream handed out last (markLive), the one
