@@ -174,9 +174,9 @@ func TestPoolFastRace(t *testing.T) {
 }
 
 // TestPoolHotLines: what every request on a known stream reads of the
-// pool (closed, the stream table's index) and of its stream (gated, the
-// fast slot's words) lies on one cache line each, as allocated on the
-// running runtime.
+// pool (closed, the stream table's index) lies on one cache line, and
+// what it reads and writes of its stream's state on four, each group on
+// one line (poolStream's layout), as allocated on the running runtime.
 func TestPoolHotLines(t *testing.T) {
 	p, _, s := quickPool(t, PoolOptions{})
 	mustFree(t, p, mustAlloc(t, p, 4096, s), 4096, s)
@@ -200,9 +200,25 @@ func TestPoolHotLines(t *testing.T) {
 	oneLine("the pool's closed and stream index",
 		line(unsafe.Pointer(&p.closed), unsafe.Sizeof(p.closed)),
 		line(unsafe.Pointer(&p.streams.cur), unsafe.Sizeof(p.streams.cur)))
-	oneLine("the stream's gated and fast slot",
+	oneLine("the stream's flags, fast slot and cache count",
 		line(unsafe.Pointer(&st.gated), unsafe.Sizeof(st.gated)),
+		line(unsafe.Pointer(&st.dirty), unsafe.Sizeof(st.dirty)),
+		line(unsafe.Pointer(&st.parked), unsafe.Sizeof(st.parked)),
+		line(unsafe.Pointer(&st.lfStale), unsafe.Sizeof(st.lfStale)),
+		line(unsafe.Pointer(&st.packHoles), unsafe.Sizeof(st.packHoles)),
 		line(unsafe.Pointer(&st.fowner), unsafe.Sizeof(st.fowner)),
 		line(unsafe.Pointer(&st.fstate), unsafe.Sizeof(st.fstate)),
-		line(unsafe.Pointer(&st.fptr), unsafe.Sizeof(st.fptr)))
+		line(unsafe.Pointer(&st.fptr), unsafe.Sizeof(st.fptr)),
+		line(unsafe.Pointer(&st.pool), unsafe.Sizeof(st.pool)),
+		line(unsafe.Pointer(&st.nquick), unsafe.Sizeof(st.nquick)))
+	oneLine("the stream's counters",
+		line(unsafe.Pointer(&st.last), unsafe.Sizeof(st.last)),
+		line(unsafe.Pointer(&st.used), unsafe.Sizeof(st.used)),
+		line(unsafe.Pointer(&st.unflushed), unsafe.Sizeof(st.unflushed)),
+		line(unsafe.Pointer(&st.freedPos), unsafe.Sizeof(st.freedPos)),
+		line(unsafe.Pointer(&st.stats), unsafe.Sizeof(st.stats)))
+	oneLine("the stream's quick cache", line(unsafe.Pointer(&st.quick), unsafe.Sizeof(st.quick)))
+	oneLine("the stream's live map and spare descriptors",
+		line(unsafe.Pointer(&st.live), unsafe.Sizeof(st.live)),
+		line(unsafe.Pointer(&st.spare), unsafe.Sizeof(st.spare)))
 }
