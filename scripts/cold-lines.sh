@@ -5,8 +5,9 @@
 # stream, a pair of one size, an empty crossing), and names who touches
 # them (scripts/coldlines). A call whose lines the host's work between
 # calls has evicted, as PyTorch's does, misses on each of them: their
-# number is a cold call's cost, the same on every run of the same tree
-# (valgrind's lackey traces every access, on the simulator; no GPU).
+# number is a cold call's cost. It counts accesses, not time, so any machine
+# will do: valgrind's lackey traces every access, on the simulator (no GPU);
+# runs of one tree agree to a line or two (where the heap places objects).
 #
 # Usage: scripts/cold-lines.sh [outdir] [steps]   (default build/coldlines 1000)
 # Environment: CONF, the configuration (default the recommended one, on the

@@ -7,7 +7,8 @@
 // globals by ELF section, the Go heap, the host). A call whose caches the
 // host's work has evicted misses on each of its distinct lines, so their
 // number, not the instructions, is a cold call's cost; unlike a timing it
-// is the same on every run of the same binaries.
+// needs no quiet machine, and runs of the same binaries agree to a line or
+// two (where the heap places objects).
 //
 // scripts/cold-lines.sh builds the library and the program and runs it;
 // by hand:
