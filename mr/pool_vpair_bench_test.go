@@ -55,7 +55,8 @@ func BenchmarkPoolVirtualPair(b *testing.B) {
 // BenchmarkPoolVirtualChurn: blocks freed out of the order they were
 // handed out, where HolesKeepPair files them free as PackHoles does: 64
 // live blocks of 0.5-4 MiB, and per operation one of them, chosen at
-// random, freed and replaced by a request of a random size.
+// random, freed and replaced by a request of a random size. The metric
+// upstream-calls/op counts the pool's commits and decommits.
 func BenchmarkPoolVirtualChurn(b *testing.B) {
 	dev := testdev.Device(b)
 	s, err := dev.NewStream()
@@ -82,6 +83,7 @@ func BenchmarkPoolVirtualChurn(b *testing.B) {
 				}
 				live[i] = block{ptr, n}
 			}
+			st := p.Stats()
 			b.ReportAllocs()
 			for b.Loop() {
 				i := r.IntN(len(live))
@@ -96,6 +98,9 @@ func BenchmarkPoolVirtualChurn(b *testing.B) {
 				live[i] = block{ptr, n}
 			}
 			b.StopTimer()
+			// Commits and decommits: the growth path's share of the work.
+			end := p.Stats()
+			b.ReportMetric(float64(end.InPlaceGrowths+end.Decommits-st.InPlaceGrowths-st.Decommits)/float64(b.N), "upstream-calls/op")
 			for _, l := range live {
 				if err := p.Deallocate(l.ptr, l.size, s); err != nil {
 					b.Fatal(err)

@@ -124,6 +124,9 @@ func run(file string, opts mr.PoolOptions, blocks, steps bool, perturb uint64, q
 	fmt.Printf("  peak live %.2f MiB, peak reserved %.2f MiB (%.4f; 1.01 allows %.2f MiB), %d peaks; at the last: used %.2f MiB, beyond used %.2f MiB\n",
 		float64(live)/mib, float64(w.peak)/mib, float64(w.peak)/float64(live), float64(live)*1.01/mib,
 		w.n, float64(w.used)/mib, float64(w.peak-w.used)/mib)
+	st := p.Stats()
+	fmt.Printf("  commits %d, decommits %d, growable chunks %d, small requests at the peak %d\n",
+		st.InPlaceGrowths, st.Decommits, st.Growths, st.SmallAtPeak)
 	report(w.layout, blocks)
 	return nil
 }
