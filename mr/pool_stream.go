@@ -128,6 +128,9 @@ type poolStream struct {
 	packHoles bool
 	holes     [poolHoles]*poolBlock
 	holesPos  int
+	// pool_vpair.go: with packHoles, the block handed out last is still
+	// cached whole when it is freed (PoolOptions.HolesKeepPair; set once).
+	keepPair bool
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }
@@ -137,6 +140,7 @@ func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
 	if p.lifetimes {
 		st.life = new(poolLife) // pool_lifetime.go
 		st.packHoles = p.opts.PackHoles
+		st.keepPair = p.opts.PackHoles && p.opts.HolesKeepPair
 	}
 	return st
 }
