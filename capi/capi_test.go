@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,34 +12,30 @@ import (
 	"testing"
 )
 
-// buildLibrary builds libstreamalloc.so into a temporary folder with the
-// go command that runs the test, and returns the folder (with
-// streamalloc.h copied in). A build failure fails the test; a machine
-// without gcc or without the go command skips it.
+// buildLibrary builds libstreamalloc.so, streamalloc.h, capi_bench and
+// libtorch_control.so into a temporary folder with scripts/build-capi.sh,
+// the build a user runs, and the go command that runs the test, and
+// returns the folder. A build failure fails the test; a machine without
+// gcc, bash or the go command skips it.
 func buildLibrary(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("no gcc: cgo cannot build the C ABI here")
+	for _, tool := range []string{"gcc", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip("no " + tool + ": cannot build the C ABI here")
+		}
 	}
-	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gocmd); err != nil {
+	gobin := filepath.Join(runtime.GOROOT(), "bin")
+	if _, err := os.Stat(filepath.Join(gobin, "go")); err != nil {
 		// A test binary carried to a machine without Go (the GPU
 		// machine of scripts/gpu-run.sh): scripts/interop-gpu.sh proves
 		// the library there, built where Go is.
 		t.Skip("no go command to build the library: " + err.Error())
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(gocmd, "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libstreamalloc.so"), ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	cmd := exec.Command("bash", filepath.Join("..", "scripts", "build-capi.sh"), dir)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "PATH="+gobin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
-	}
-	h, err := os.ReadFile("streamalloc.h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "streamalloc.h"), h, 0o644); err != nil {
-		t.Fatal(err)
+		t.Fatalf("scripts/build-capi.sh: %v\n%s", err, out)
 	}
 	return dir
 }
@@ -112,7 +109,15 @@ func TestCProgram(t *testing.T) {
 		}
 	})
 	t.Run("HeaderMatchesExports", func(t *testing.T) {
-		gen, err := os.ReadFile(filepath.Join(dir, "libstreamalloc.h"))
+		// cgo's own header of the exports, which build-capi.sh leaves out.
+		gen := filepath.Join(t.TempDir(), "libstreamalloc.h")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-buildmode=c-shared",
+			"-o", strings.TrimSuffix(gen, ".h")+".so", ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+		}
+		h, err := os.ReadFile(gen)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,11 +125,42 @@ func TestCProgram(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, got := prototypes(string(gen)), prototypes(string(pub))
+		want, got := prototypes(string(h)), prototypes(string(pub))
 		if len(want) == 0 || !slices.Equal(got, want) {
 			t.Fatalf("streamalloc.h declares\n\t%s\nthe exports are\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 		}
 	})
+}
+
+// TestLibraryKeepsMonitorAwake: the library that scripts/build-capi.sh
+// links keeps the Go runtime's monitor out of deep sleep while the host
+// idles (the script says why), and GODEBUG=schedtrace=0 in the
+// environment gives the runtime's default back. testdata/capi_monitor.c
+// counts the process's voluntary context switches over 500 ms of idling
+// after one call: an awake monitor ticks every 10 ms (about 50), one in
+// deep sleep about never.
+func TestLibraryKeepsMonitorAwake(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("counts switches in /proc")
+	}
+	dir := buildLibrary(t)
+	exe := compile(t, dir, "capi_monitor.c")
+	switches := func(godebug ...string) int {
+		cmd := exec.Command(exe)
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") }), godebug...)
+		out, err := cmd.CombinedOutput()
+		var n int
+		if _, serr := fmt.Sscanf(string(out), "switches %d", &n); err != nil || serr != nil {
+			t.Fatalf("capi_monitor %v: %v, %v\n%s", godebug, err, serr, out)
+		}
+		return n
+	}
+	if n := switches(); n < 20 {
+		t.Errorf("library as built: %d voluntary switches in 500 ms idle, want at least 20 (a monitor tick every 10 ms)", n)
+	}
+	if n := switches("GODEBUG=schedtrace=0"); n > 10 {
+		t.Errorf("GODEBUG=schedtrace=0: %d voluntary switches in 500 ms idle, want at most 10 (the monitor in deep sleep)", n)
+	}
 }
 
 var protoRE = regexp.MustCompile(`(?m)^(?:extern )?([a-z_0-9 ]+\*?) ?(sa_[a-z_]+)\(([^)]*)\);`)
