@@ -48,6 +48,14 @@ type Config struct {
 	// IPCHandleTypes is the set of handle types a pool can be exported as
 	// (ipc.go); default gpu.HandlePOSIX. Negative: none.
 	IPCHandleTypes gpu.HandleType
+	// NoIMEXChannel makes the devices answer as a card that offers fabric
+	// handles (IPCHandleTypes with gpu.HandleFabric) to a process that
+	// has no IMEX channel (/dev/nvidia-caps-imex-channels): the
+	// attributes still say fabric, a pool can still be created
+	// exportable as fabric, but creating a physical allocation that
+	// requests fabric handles, exporting a pool as fabric and importing a
+	// fabric handle are gpu.ErrNotPermitted (fabric.go).
+	NoIMEXChannel bool
 }
 
 // Defaults.
