@@ -180,8 +180,8 @@ func TestImportVirtualRefusals(t *testing.T) {
 }
 
 // TestRecvVirtualRefusals: a header that is no export's, an export of no
-// pieces, a POSIX piece without its descriptor and a fabric piece with one
-// are ErrProtocol, with every descriptor received closed; SendVirtual
+// pieces, a POSIX piece without its descriptor or with fabric handle
+// bytes, and a fabric piece with a descriptor are ErrProtocol, with every descriptor received closed; SendVirtual
 // refuses a malformed export before writing.
 func TestRecvVirtualRefusals(t *testing.T) {
 	fds := openDescriptors(t)
@@ -216,6 +216,12 @@ func TestRecvVirtualRefusals(t *testing.T) {
 		{"a fabric piece with a descriptor", func(w, wf func([]byte)) {
 			w(header(1))
 			wf(piece(gpu.HandleFabric))
+		}},
+		{"a POSIX piece with fabric handle bytes", func(w, wf func([]byte)) {
+			w(header(1))
+			b := piece(gpu.HandlePOSIX)
+			b[20] = 0x5a
+			wf(b)
 		}},
 	} {
 		a, b := socketPair(t)
