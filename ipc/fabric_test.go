@@ -98,29 +98,42 @@ func TestFabricImportFreed(t *testing.T) {
 }
 
 // TestFabricWithoutIMEX: a device that offers fabric handles to a process
-// without an IMEX channel, as the H100 this project is tested on does
-// (sim.Config.NoIMEXChannel; the driver's CUDA_ERROR_NOT_PERMITTED). An
-// Exporter of a fabric pool is made (the pool is created) but Serve
-// refuses with gpu.ErrNotPermitted, the importer sees the connection end,
-// and the Exporter closes; an mr.Virtual made with fabric handle types
-// (alone or with POSIX) is made but refuses every allocation with
-// gpu.ErrNotPermitted, mapping nothing; an importer without the channel
-// refuses a fabric pool's hello, or a fabric Virtual loan, which goes
-// back to the exporter at once. POSIX descriptors work beside each.
+// without an IMEX channel, answering as the H100 this project is tested
+// on does (sim.Config.NoIMEXChannel). NewExporter of a fabric pool asks
+// the driver first and refuses with its gpu.ErrNotPermitted, making no
+// pool (on the card, destroying a fabric pool whose export was refused
+// ends the process; here it would be sim.ErrWouldCrash); an mr.Virtual
+// made with fabric handle types (alone or with POSIX) is made but refuses
+// every allocation with gpu.ErrNotPermitted, mapping nothing; an importer
+// without the channel refuses a fabric pool's hello, or a fabric Virtual
+// loan, which goes back to the exporter at once, with the driver's
+// gpu.ErrNotSupported. POSIX descriptors work beside each.
 func TestFabricWithoutIMEX(t *testing.T) {
 	const both = gpu.HandlePOSIX | gpu.HandleFabric
 	t.Run("PoolExporter", func(t *testing.T) {
 		exp, imp := simDevice(both, true), simDevice(both, false)
+		free0, _, _ := exp.MemGetInfo()
 		e, err := ipc.NewExporter(exp, ipc.ExporterOptions{Handle: gpu.HandleFabric})
+		if !errors.Is(err, gpu.ErrNotPermitted) {
+			t.Errorf("NewExporter of a fabric pool without an IMEX channel: %v, want ErrNotPermitted", err)
+		}
+		if e != nil {
+			t.Fatal("NewExporter returned an Exporter with its error")
+		}
+		if free, _, _ := exp.MemGetInfo(); free != free0 {
+			t.Errorf("free memory %d after the refusal, %d before", free, free0)
+		}
+		// The pool NewExporter declines to make: made, its export
+		// refused, and its destruction the card's crash.
+		a, err := mr.NewAsync(exp, mr.AsyncOptions{Exportable: gpu.HandleFabric})
 		must(t, err)
-		_, _, serr, aerr := handshake(t, e, imp)
-		if !errors.Is(serr, gpu.ErrNotPermitted) {
-			t.Errorf("Serve of a fabric pool without an IMEX channel: %v, want ErrNotPermitted", serr)
+		x, _ := gpu.IPCOf(exp)
+		if _, err := x.ExportMemPool(a.Pool(), gpu.HandleFabric); !errors.Is(err, gpu.ErrNotPermitted) {
+			t.Errorf("the export of a fabric pool without an IMEX channel: %v, want ErrNotPermitted", err)
 		}
-		if !errors.Is(aerr, ipc.ErrPeerLost) {
-			t.Errorf("Accept when the exporter's Serve failed: %v, want ErrPeerLost", aerr)
+		if err := a.Close(); !errors.Is(err, sim.ErrWouldCrash) {
+			t.Errorf("destroying that pool: %v, want sim.ErrWouldCrash", err)
 		}
-		must(t, e.Close())
 		lendOnce(t, exp, imp, gpu.HandlePOSIX)
 	})
 	t.Run("PoolImporter", func(t *testing.T) {
@@ -128,8 +141,8 @@ func TestFabricWithoutIMEX(t *testing.T) {
 		e, err := ipc.NewExporter(exp, ipc.ExporterOptions{Handle: gpu.HandleFabric})
 		must(t, err)
 		_, _, serr, aerr := handshake(t, e, imp)
-		if !errors.Is(aerr, gpu.ErrNotPermitted) {
-			t.Errorf("Accept of a fabric pool without an IMEX channel: %v, want ErrNotPermitted", aerr)
+		if !errors.Is(aerr, gpu.ErrNotSupported) {
+			t.Errorf("Accept of a fabric pool without an IMEX channel: %v, want ErrNotSupported", aerr)
 		}
 		if !errors.Is(serr, ipc.ErrPeerLost) {
 			t.Errorf("Serve when the importer's Accept failed: %v, want ErrPeerLost", serr)
@@ -168,8 +181,8 @@ func TestFabricWithoutIMEX(t *testing.T) {
 		must(t, err)
 		ln, err := l.Lend(context.Background(), p, 4096, se)
 		must(t, err)
-		if _, err := im.Receive(context.Background(), si); !errors.Is(err, gpu.ErrNotPermitted) {
-			t.Errorf("Receive of a fabric loan without an IMEX channel: %v, want ErrNotPermitted", err)
+		if _, err := im.Receive(context.Background(), si); !errors.Is(err, gpu.ErrNotSupported) {
+			t.Errorf("Receive of a fabric loan without an IMEX channel: %v, want ErrNotSupported", err)
 		}
 		must(t, ln.Wait(context.Background())) // given back at once
 		if n := im.Outstanding() + im.Unmapping(); n != 0 {

@@ -19,7 +19,7 @@ import (
 // each with its error, and keeps nothing of it (conn stays the caller's,
 // no descriptor is left open): a fabric handle that names no pool, the
 // fabric handle of a pool destroyed since its export, a fabric handle to
-// an importer without an IMEX channel (the driver's ErrNotPermitted), a
+// an importer without an IMEX channel (the driver's ErrNotSupported), a
 // fabric hello with a descriptor attached and a POSIX hello without one
 // or with fabric handle bytes (ErrProtocol).
 func TestHelloRefusals(t *testing.T) {
@@ -49,7 +49,7 @@ func TestHelloRefusals(t *testing.T) {
 	}{
 		{"a fabric handle of no pool", false, gpu.HandleFabric, func(*testing.T, gpu.Device) [64]byte { return junk }, false, gpu.ErrInvalidValue},
 		{"a fabric handle of a destroyed pool", false, gpu.HandleFabric, destroyed, false, gpu.ErrInvalidValue},
-		{"a fabric handle to an importer without an IMEX channel", true, gpu.HandleFabric, destroyed, false, gpu.ErrNotPermitted},
+		{"a fabric handle to an importer without an IMEX channel", true, gpu.HandleFabric, destroyed, false, gpu.ErrNotSupported},
 		{"a fabric hello with a descriptor", false, gpu.HandleFabric, destroyed, true, ErrProtocol},
 		{"a POSIX hello without a descriptor", false, gpu.HandlePOSIX, nil, false, ErrProtocol},
 		{"a POSIX hello with fabric handle bytes", false, gpu.HandlePOSIX, destroyed, true, ErrProtocol},

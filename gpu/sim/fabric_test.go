@@ -9,11 +9,13 @@ import (
 )
 
 // TestNoIMEXChannel: a device offering fabric handles to a process
-// without an IMEX channel says it offers them, and creates a pool
-// exportable as fabric, but refuses a physical allocation that requests
-// fabric handles, a pool's fabric export and every fabric import with
-// gpu.ErrNotPermitted; each refusal takes no memory, and POSIX sharing
-// works beside it. The same devices with an IMEX channel do all of it.
+// without an IMEX channel answers as the H100 does: it says it offers
+// them, and creates a pool exportable as fabric, but refuses a physical
+// allocation that requests fabric handles and a pool's fabric export with
+// gpu.ErrNotPermitted and a fabric import with gpu.ErrNotSupported; each
+// refusal takes no memory; the pool's destruction, which ends the process
+// on the card, is sim.ErrWouldCrash; POSIX sharing works beside it. The
+// same devices with an IMEX channel do all of it.
 func TestNoIMEXChannel(t *testing.T) {
 	for _, imex := range []bool{false, true} {
 		name := "without"
@@ -61,10 +63,10 @@ func TestNoIMEXChannel(t *testing.T) {
 			// before it is read.
 			junk := gpu.Shareable{Type: gpu.HandleFabric}
 			junk.Fabric[0] = 0x5a
-			if _, err := imp.ImportPhysical(junk); imex && !errors.Is(err, gpu.ErrInvalidValue) || !imex && !errors.Is(err, gpu.ErrNotPermitted) {
+			if _, err := imp.ImportPhysical(junk); imex && !errors.Is(err, gpu.ErrInvalidValue) || !imex && !errors.Is(err, gpu.ErrNotSupported) {
 				t.Errorf("import of a fabric handle of no export: %v", err)
 			}
-			if _, err := imp.ImportMemPool(junk); imex && !errors.Is(err, gpu.ErrInvalidValue) || !imex && !errors.Is(err, gpu.ErrNotPermitted) {
+			if _, err := imp.ImportMemPool(junk); imex && !errors.Is(err, gpu.ErrInvalidValue) || !imex && !errors.Is(err, gpu.ErrNotSupported) {
 				t.Errorf("import of a fabric pool handle of no export: %v", err)
 			}
 
@@ -77,7 +79,12 @@ func TestNoIMEXChannel(t *testing.T) {
 				must(t, err)
 				must(t, ip.Destroy())
 			}
-			must(t, pool.Destroy())
+			if err := pool.Destroy(); imex && err != nil || !imex && !errors.Is(err, sim.ErrWouldCrash) {
+				t.Errorf("destroying a pool exportable as fabric: %v", err)
+			}
+			if err := pool.Destroy(); !errors.Is(err, gpu.ErrDestroyed) {
+				t.Errorf("destroying it again: %v, want ErrDestroyed (it was destroyed)", err)
+			}
 
 			// POSIX sharing beside it.
 			h, err := exp.CreateExportablePhysical(g, gpu.HandlePOSIX)

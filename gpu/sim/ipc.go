@@ -224,7 +224,7 @@ func (d *Device) ImportMemPool(h gpu.Shareable) (gpu.MemPool, error) {
 		}
 		exports.mu.Unlock()
 	case h.Type == gpu.HandleFabric:
-		if err := d.fabricRefused(call, h.Type); err != nil {
+		if err := d.fabricImportRefused(call); err != nil {
 			return nil, err
 		}
 		if w, ok := parse64(h.Fabric, tagPool, 1); ok {

@@ -149,7 +149,7 @@ func (d *Device) ImportPhysical(sh gpu.Shareable) (gpu.Physical, error) {
 		}
 		exports.mu.Unlock()
 	case sh.Type == gpu.HandleFabric:
-		if err := d.fabricRefused(call, sh.Type); err != nil {
+		if err := d.fabricImportRefused(call); err != nil {
 			return 0, err
 		}
 		if err := d.injectNamed(OpIPC, call); err != nil {
