@@ -100,9 +100,10 @@
 // importer without a channel refuses a fabric hello (Accept) or a
 // fabric Virtual loan (Receive, which gives it back at once) with
 // gpu.ErrNotSupported. TestFabricRefusedOnCard checks the first two on
-// the card, sim.Config.NoIMEXChannel answers all of it on the simulator
-// (TestFabricWithoutIMEX), and docs/bench/h100-2026-11-25-fabric has the
-// card's answers. A fabric round trip between two processes on a machine
+// the card (its run in docs/bench/h100-2026-11-25-fabric, the driver's
+// answers with it, saw the Virtual's refusal, and the crash from before
+// NewExporter asked first); sim.Config.NoIMEXChannel answers all of it
+// on the simulator (TestFabricWithoutIMEX). A fabric round trip between two processes on a machine
 // with a channel (TestTwoProcessesFabric) has not been run.
 //
 // # Virtual memory
