@@ -157,6 +157,9 @@ func (d *Device) ExportMemPool(gp gpu.MemPool, t gpu.HandleType) (gpu.Shareable,
 	if (t != gpu.HandlePOSIX && t != gpu.HandleFabric) || p.handles&t == 0 {
 		return gpu.Shareable{}, driverErrf(call, gpu.ErrInvalidValue, "handle type %#x of a pool exportable as %#x", int32(t), int32(p.handles))
 	}
+	if err := d.fabricRefused(call, t); err != nil {
+		return gpu.Shareable{}, err
+	}
 	if err := d.injectNamed(OpIPC, call); err != nil {
 		return gpu.Shareable{}, err
 	}
@@ -221,6 +224,9 @@ func (d *Device) ImportMemPool(h gpu.Shareable) (gpu.MemPool, error) {
 		}
 		exports.mu.Unlock()
 	case h.Type == gpu.HandleFabric:
+		if err := d.fabricImportRefused(call); err != nil {
+			return nil, err
+		}
 		if w, ok := parse64(h.Fabric, tagPool, 1); ok {
 			exports.mu.Lock()
 			from = exports.pools[w[0]]
