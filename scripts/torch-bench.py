@@ -70,7 +70,7 @@ WORKER = os.path.abspath(__file__)
 class _CtlStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "allocs", "frees", "failures", "alloc_ns", "free_ns", "reserved_high", "used_high")] + [("mode", ctypes.c_int)] + [
-        (name, ctypes.c_uint64) for name in ("device_allocs", "device_frees", "reserved")]
+        (name, ctypes.c_uint64) for name in ("device_allocs", "device_frees", "reserved", "zero_allocs", "null_frees")]
 
 
 class Control:
@@ -339,7 +339,8 @@ def run_torch(args):
         # rounded bytes); cache: its own (reserved: its blocks' bytes;
         # allocated: the requested bytes of live allocations).
         result.update(peak_reserved=c["reserved_high"], peak_allocated=c["used_high"], allocs=c["allocs"],
-                      errors=c["failures"], allocated_is_driver_used=ctl.mode != "cache")
+                      errors=c["failures"], zero_allocs=c["zero_allocs"], null_frees=c["null_frees"],
+                      allocated_is_driver_used=ctl.mode != "cache")
     else:
         st = torch.cuda.memory_stats(0)
         result.update(peak_reserved=torch.cuda.max_memory_reserved(0),

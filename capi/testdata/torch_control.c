@@ -59,7 +59,10 @@
  * does not hold), the driver's allocation and free calls, and reserved and
  * used high-water marks: the default pool's in the async modes, the
  * cache's own in cache (reserved: the bytes of its blocks; used: the
- * requested bytes of its live allocations).
+ * requested bytes of its live allocations). In cache mode a request for 0
+ * bytes (PyTorch makes them for empty tensors) returns NULL and a free of
+ * NULL does nothing; each is counted apart (zero_allocs, null_frees), not
+ * as a failure.
  *
  * Detail (ctl_detail_reset, ctl_detail_write; recorded only when
  * TORCH_CONTROL_DETAIL is set at the first call, so that a run that does
@@ -101,6 +104,7 @@ typedef struct {
 	int mode;
 	uint64_t device_allocs, device_frees;  /* driver allocation and free calls made */
 	uint64_t reserved;                     /* cache: the bytes of its blocks now */
+	uint64_t zero_allocs, null_frees;      /* cache: requests for 0 bytes, frees of NULL */
 } ctl_stats_t;
 
 static CUresult (*p_cuInit)(unsigned);
@@ -125,7 +129,7 @@ static int detail_on;  /* TORCH_CONTROL_DETAIL was set */
 static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext ctxs[MAX_DEVICES];
 static CUmemoryPool pools[MAX_DEVICES];
-static uint64_t allocs, frees, failures, alloc_ns, free_ns, device_allocs, device_frees;
+static uint64_t allocs, frees, failures, alloc_ns, free_ns, device_allocs, device_frees, zero_allocs, null_frees;
 
 static uint64_t now_ns(void) {
 	struct timespec ts;
@@ -600,6 +604,10 @@ void *ctl_alloc(size_t size, int dev, void *stream) {
 		p = p_sa_torch_alloc(size, dev, stream);
 		break;
 	case MODE_CACHE:
+		if (size == 0) {
+			add(&zero_allocs, 1);
+			return NULL;
+		}
 		p = cache_alloc(size, dev, stream);
 		break;
 	case MODE_ASYNC_GO:
@@ -632,6 +640,10 @@ void ctl_free(void *p, size_t size, int dev, void *stream) {
 		ok = 1;
 		break;
 	case MODE_CACHE:
+		if (p == NULL) {
+			add(&null_frees, 1);
+			return;
+		}
 		ok = cache_free(p);
 		break;
 	case MODE_ASYNC_GO:
@@ -665,6 +677,8 @@ int ctl_stats(ctl_stats_t *out) {
 	out->free_ns = __atomic_load_n(&free_ns, __ATOMIC_RELAXED);
 	out->device_allocs = __atomic_load_n(&device_allocs, __ATOMIC_RELAXED);
 	out->device_frees = __atomic_load_n(&device_frees, __ATOMIC_RELAXED);
+	out->zero_allocs = __atomic_load_n(&zero_allocs, __ATOMIC_RELAXED);
+	out->null_frees = __atomic_load_n(&null_frees, __ATOMIC_RELAXED);
 	if (mode == MODE_CACHE) {
 		pthread_mutex_lock(&cache_mu);
 		out->reserved = cache_reserved;
