@@ -70,8 +70,9 @@ func TestCProgram(t *testing.T) {
 	}
 	t.Run("TorchControl", func(t *testing.T) {
 		// The C control of scripts/torch-bench.py builds as a shared
-		// library, and, linked into a test program in mode sa, forwards
-		// to the library and counts what it served.
+		// library, and, linked into a test program, forwards to the
+		// library in mode sa and counts what it served, and in mode cache
+		// caches blocks over a fake driver (testdata/fake_cuda.c).
 		lib := filepath.Join(dir, "libtorch_control.so")
 		cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o", lib,
 			filepath.Join("testdata", "torch_control.c"), "-ldl")
@@ -84,11 +85,19 @@ func TestCProgram(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("gcc torch_control_test.c: %v\n%s", err, out)
 		}
-		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"bad", "cuda"}} {
+		fake := filepath.Join(dir, "libfakecuda.so")
+		cmd = exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o", fake,
+			filepath.Join("testdata", "fake_cuda.c"), "-lpthread")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc fake_cuda.c: %v\n%s", err, out)
+		}
+		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"cache", "cache"}, {"bad", "cuda"}} {
 			cmd := exec.Command(exe, c.arg)
-			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+				return strings.HasPrefix(kv, "STREAMALLOC_CONF=") || strings.HasPrefix(kv, "TORCH_CONTROL")
+			}),
 				"TORCH_CONTROL="+c.mode, "TORCH_CONTROL_LIB="+filepath.Join(dir, "libstreamalloc.so"),
-				"STREAMALLOC_CONF=pool,backend=sim")
+				"STREAMALLOC_CONF=pool,backend=sim", "TORCH_CONTROL_DRIVER="+fake, "FAKE_CUDA_LIMIT=3221225472")
 			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "torch_control test ok") {
 				t.Fatalf("torch_control_test %s: %v\n%s", c.arg, err, out)
 			}
