@@ -30,7 +30,7 @@ func TestNoIMEXChannelMakesNoPool(t *testing.T) {
 	l0, r0 := counts()
 	for _, ht := range []gpu.HandleType{gpu.HandleFabric, gpu.HandlePOSIX | gpu.HandleFabric} {
 		if p, err := d.NewExportableMemPool(ht); !errors.Is(err, gpu.ErrNotPermitted) || p != nil {
-			t.Errorf("NewExportableMemPool(%#x) without an IMEX channel: %v, %v; want nil, ErrNotPermitted", int32(ht), p, err)
+			t.Errorf("NewExportableMemPool(%#x) without an IMEX channel: a pool %t, %v; want none, ErrNotPermitted", int32(ht), p != nil, err)
 		}
 	}
 	if l, r := counts(); l != l0 || r != r0 {

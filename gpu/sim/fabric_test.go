@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/gputest"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
 
@@ -100,6 +101,25 @@ func TestNoIMEXChannel(t *testing.T) {
 			must(t, err)
 			must(t, imp.ReleasePhysical(ih))
 			must(t, exp.ReleasePhysical(h))
+		})
+	}
+}
+
+// TestIPCFabricConformance runs the fabric pool case of the conformance
+// suite on devices offering fabric handles: refused without an IMEX
+// channel, working with one.
+func TestIPCFabricConformance(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		noIMEX  bool
+		channel gputest.IMEX
+	}{
+		{"without", true, gputest.IMEXNone},
+		{"with", false, gputest.IMEXChannel},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, _ := sim.New(sim.Config{Capacity: 1 << 30, IPCHandleTypes: gpu.HandlePOSIX | gpu.HandleFabric, NoIMEXChannel: c.noIMEX}).Device(0)
+			gputest.RunIPCFabric(t, d, c.channel)
 		})
 	}
 }
