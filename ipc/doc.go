@@ -93,18 +93,20 @@
 // pool's export are CUDA_ERROR_NOT_PERMITTED, the import of a fabric
 // handle CUDA_ERROR_NOT_SUPPORTED, and destroying a pool made exportable
 // as fabric after its export was refused ends the process (SIGSEGV in
-// cuMemPoolDestroy). So NewExporter of a fabric pool first makes and
-// releases one granule requesting fabric handles and, refused, returns
-// gpu.ErrNotPermitted with no pool made; an mr.Virtual made with fabric
-// handle types refuses each allocation with gpu.ErrNotPermitted; an
-// importer without a channel refuses a fabric hello (Accept) or a
+// cuMemPoolDestroy). So the CUDA backend never makes a pool requesting
+// fabric handles before the driver has said the process may make fabric
+// memory (a fabric cuMemCreate of one granule, asked once per device):
+// gpu.IPC.NewExportableMemPool, and with it mr.NewAsync and NewExporter,
+// returns gpu.ErrNotPermitted with no pool made; an mr.Virtual made with
+// fabric handle types refuses each allocation with gpu.ErrNotPermitted;
+// an importer without a channel refuses a fabric hello (Accept) or a
 // fabric Virtual loan (Receive, which gives it back at once) with
 // gpu.ErrNotSupported. TestFabricRefusedOnCard checks the first two on
-// the card (its run in docs/bench/h100-2026-11-25-fabric, the driver's
-// answers with it, saw the Virtual's refusal, and the crash from before
-// NewExporter asked first); sim.Config.NoIMEXChannel answers all of it
-// on the simulator (TestFabricWithoutIMEX). A fabric round trip between two processes on a machine
-// with a channel (TestTwoProcessesFabric) has not been run.
+// the card (docs/bench/h100-2026-11-25-fabric has the driver's answers
+// and the crash; docs/bench/h100-2026-11-25-fabric2 the refusal in the
+// backend); sim.Config.NoIMEXChannel answers all of it on the simulator
+// (TestFabricWithoutIMEX). A fabric round trip between two processes on
+// a machine with a channel (TestTwoProcessesFabric) has not been run.
 //
 // # Virtual memory
 //

@@ -36,12 +36,11 @@ type ExporterOptions struct {
 	//     device must offer it (gpu.IPC.ExportHandleTypes), else
 	//     NewExporter is gpu.ErrNotSupported; and each process must
 	//     have an IMEX channel (/dev/nvidia-caps-imex-channels), which a
-	//     device's attributes do not tell. NewExporter asks the driver
-	//     first (it makes and releases one granule exportable as fabric)
-	//     and, in a process without one, returns the driver's
-	//     gpu.ErrNotPermitted and makes no pool, as on the H100 this
-	//     project is tested on: there the pool would be made, its export
-	//     refused, and its destruction would crash the process. An
+	//     device's attributes do not tell. In a process without one,
+	//     NewExporter returns gpu.ErrNotPermitted and makes no pool: the
+	//     backend refuses the pool (gpu.IPC.NewExportableMemPool), as on
+	//     the H100 this project is tested on, whose driver would make it,
+	//     refuse its export, and crash the process destroying it. An
 	//     importer without one refuses the hello in Accept (the H100
 	//     answers a fabric import there with gpu.ErrNotSupported).
 	//
@@ -108,11 +107,6 @@ func NewExporter(dev gpu.Device, opts ExporterOptions) (*Exporter, error) {
 	if opts.Handle != gpu.HandlePOSIX && opts.Handle != gpu.HandleFabric {
 		return nil, fmt.Errorf("ipc: exporter: handle type %#x: %w", int32(opts.Handle), gpu.ErrInvalidValue)
 	}
-	if opts.Handle == gpu.HandleFabric {
-		if err := fabricPermitted(dev); err != nil {
-			return nil, fmt.Errorf("ipc: exporter: %w", err)
-		}
-	}
 	ao := opts.Async
 	ao.Exportable, ao.OwnPool, ao.Pool, ao.CurrentPool = opts.Handle, false, nil, false
 	a, err := mr.NewAsync(dev, ao)
@@ -120,38 +114,6 @@ func NewExporter(dev gpu.Device, opts ExporterOptions) (*Exporter, error) {
 		return nil, fmt.Errorf("ipc: exporter: %w", err)
 	}
 	return newExporter(dev, x, opts.Handle, a, nil, a), nil
-}
-
-// fabricPermitted asks the driver whether this process may make memory
-// exportable as fabric handles, where the device can tell: it makes and
-// releases one granule requesting them (gpu.PhysicalSharing), which a
-// process without an IMEX channel is refused (gpu.ErrNotPermitted). The
-// question comes before any fabric pool is made because driver 580 on
-// the H100 ends the process (SIGSEGV in cuMemPoolDestroy) when a fabric
-// pool whose export it refused is destroyed
-// (docs/bench/h100-2026-11-25-fabric), so a pool that cannot be exported
-// must never be made. A device without physical sharing, or that offers
-// no fabric physical allocations, cannot tell: nil.
-func fabricPermitted(dev gpu.Device) error {
-	ps, err := gpu.PhysicalSharingOf(dev)
-	if err != nil {
-		return nil
-	}
-	if types, err := ps.PhysicalHandleTypes(); err != nil || types&gpu.HandleFabric == 0 {
-		return nil
-	}
-	g, err := ps.Granularity(false)
-	if err != nil {
-		return fmt.Errorf("fabric handles: granularity: %w", err)
-	}
-	h, err := ps.CreateExportablePhysical(g, gpu.HandleFabric)
-	if err != nil {
-		return fmt.Errorf("fabric handles: %w", err)
-	}
-	if err := ps.ReleasePhysical(h); err != nil {
-		return fmt.Errorf("fabric handles: release the probe: %w", err)
-	}
-	return nil
 }
 
 func newExporter(dev gpu.Device, x gpu.IPC, t gpu.HandleType, a *mr.Async, v *mr.Virtual, r mr.Resource) *Exporter {

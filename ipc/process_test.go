@@ -667,15 +667,16 @@ func TestTwoProcessesFabric(t *testing.T) {
 // attribute 128 says 1, /dev/nvidia-caps-imex-channels is absent),
 // streamalloc gives the driver's refusal as gpu.ErrNotPermitted where
 // its documentation says: an mr.Virtual made with fabric handle types is
-// made, and refuses every allocation (cuMemCreate), mapping nothing; an
-// Exporter of a fabric pool is refused by NewExporter, which asks the
-// driver before it makes the pool: driver 580 lets the pool be made,
+// made, and refuses every allocation (cuMemCreate), mapping nothing; a
+// fabric pool is refused, to mr.NewAsync and to NewExporter alike,
+// because the backend asks the driver before it makes the pool
+// (gpu.IPC.NewExportableMemPool): driver 580 lets the pool be made,
 // refuses its export, and then ends the process (SIGSEGV) in
-// cuMemPoolDestroy (docs/bench/h100-2026-11-25-fabric). The pool runs in
-// a child process (childFabricPool), each step printed as it ends, so
-// that a crash there fails this test and not the test binary. Where the
-// process may use fabric handles the test skips: TestTwoProcessesFabric
-// is the proof there.
+// cuMemPoolDestroy (docs/bench/h100-2026-11-25-fabric). The pool is
+// asked for in a child process (childFabricPool), each step printed as
+// it ends, so that a crash there fails this test and not the test
+// binary. Where the process may use fabric handles the test skips:
+// TestTwoProcessesFabric is the proof there.
 func TestFabricRefusedOnCard(t *testing.T) {
 	dev := cardDevice(t)
 	x, err := gpu.IPCOf(dev)
@@ -731,16 +732,27 @@ func TestFabricRefusedOnCard(t *testing.T) {
 	werr := ch.cmd.Wait()
 	t.Logf("the child said:\n%s", out)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	want := []string{"exporter refused with gpu.ErrNotPermitted: true"}
+	want := []string{"async refused with gpu.ErrNotPermitted: true", "exporter refused with gpu.ErrNotPermitted: true"}
 	if !slices.Equal(lines, want) || werr != nil {
 		t.Errorf("the fabric pool's child: exit %v, said %q; want %q", werr, lines, want)
 	}
 }
 
-// childFabricPool makes an Exporter of a fabric pool on dev and, if it is
-// made, serves it to an importer on the same device over a socket pair
-// and closes it, printing each step's outcome as it ends.
+// childFabricPool makes an mr.Async over a fabric pool on dev (closing it
+// if it is made), then an Exporter of a fabric pool and, if it is made,
+// serves it to an importer on the same device over a socket pair and
+// closes it, printing each step's outcome as it ends.
 func childFabricPool(dev gpu.Device) error {
+	// The pool below NewExporter, asked of mr directly: the refusal is
+	// the backend's, for every caller.
+	a, err := mr.NewAsync(dev, mr.AsyncOptions{Exportable: gpu.HandleFabric})
+	fmt.Fprintf(os.Stderr, "fabricpool: mr.NewAsync: %v\n", err)
+	if err == nil {
+		fmt.Println("async made")
+		fmt.Printf("async close: %v\n", a.Close())
+	} else {
+		fmt.Printf("async refused with gpu.ErrNotPermitted: %t\n", errors.Is(err, gpu.ErrNotPermitted))
+	}
 	e, err := ipc.NewExporter(dev, ipc.ExporterOptions{Handle: gpu.HandleFabric})
 	fmt.Fprintf(os.Stderr, "fabricpool: exporter: %v\n", err)
 	if err != nil {

@@ -51,13 +51,11 @@ type Config struct {
 	// NoIMEXChannel makes the devices answer as a card that offers fabric
 	// handles (IPCHandleTypes with gpu.HandleFabric) to a process that
 	// has no IMEX channel (/dev/nvidia-caps-imex-channels), as the H100
-	// with driver 580 answers (fabric.go): the attributes still say
-	// fabric and a pool can still be created exportable as fabric, but
-	// creating a physical allocation that requests fabric handles and
-	// exporting a pool as fabric are gpu.ErrNotPermitted, importing a
-	// fabric handle is gpu.ErrNotSupported, and destroying a pool
-	// exportable as fabric returns ErrWouldCrash (the card ends the
-	// process there).
+	// with driver 580 and the CUDA backend over it answer (fabric.go):
+	// the attributes still say fabric, but creating a physical allocation
+	// that requests fabric handles and creating a pool exportable as
+	// fabric are gpu.ErrNotPermitted, with nothing made, and importing a
+	// fabric handle is gpu.ErrNotSupported.
 	NoIMEXChannel bool
 }
 

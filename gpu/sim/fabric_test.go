@@ -5,17 +5,18 @@ import (
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/gputest"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 )
 
 // TestNoIMEXChannel: a device offering fabric handles to a process
-// without an IMEX channel answers as the H100 does: it says it offers
-// them, and creates a pool exportable as fabric, but refuses a physical
-// allocation that requests fabric handles and a pool's fabric export with
-// gpu.ErrNotPermitted and a fabric import with gpu.ErrNotSupported; each
-// refusal takes no memory; the pool's destruction, which ends the process
-// on the card, is sim.ErrWouldCrash; POSIX sharing works beside it. The
-// same devices with an IMEX channel do all of it.
+// without an IMEX channel answers as the H100 (and the CUDA backend over
+// it) does: it says it offers them, but refuses a physical allocation
+// that requests fabric handles and a pool exportable as fabric (alone or
+// with POSIX descriptors) with gpu.ErrNotPermitted, and a fabric import
+// with gpu.ErrNotSupported; each refusal takes no memory and makes
+// nothing; POSIX sharing works beside it. The same devices with an IMEX
+// channel do all of it.
 func TestNoIMEXChannel(t *testing.T) {
 	for _, imex := range []bool{false, true} {
 		name := "without"
@@ -70,20 +71,24 @@ func TestNoIMEXChannel(t *testing.T) {
 				t.Errorf("import of a fabric pool handle of no export: %v", err)
 			}
 
-			pool, err := exp.NewExportableMemPool(gpu.HandleFabric)
-			must(t, err)
-			sh, err := exp.ExportMemPool(pool, gpu.HandleFabric)
-			check("a pool's fabric export", err)
-			if err == nil {
+			for _, ht := range []gpu.HandleType{gpu.HandleFabric, gpu.HandlePOSIX | gpu.HandleFabric} {
+				pool, err := exp.NewExportableMemPool(ht)
+				check("a pool exportable as fabric", err)
+				if err != nil {
+					if pool != nil {
+						t.Errorf("the refused pool of handle types %#x came back with its error", int32(ht))
+					}
+					continue
+				}
+				sh, err := exp.ExportMemPool(pool, gpu.HandleFabric)
+				must(t, err)
 				ip, err := imp.ImportMemPool(sh)
 				must(t, err)
 				must(t, ip.Destroy())
+				must(t, pool.Destroy())
 			}
-			if err := pool.Destroy(); imex && err != nil || !imex && !errors.Is(err, sim.ErrWouldCrash) {
-				t.Errorf("destroying a pool exportable as fabric: %v", err)
-			}
-			if err := pool.Destroy(); !errors.Is(err, gpu.ErrDestroyed) {
-				t.Errorf("destroying it again: %v, want ErrDestroyed (it was destroyed)", err)
+			if free, _, _ := exp.MemGetInfo(); free != free0 {
+				t.Errorf("free memory %d after the fabric pools were refused or destroyed, %d before", free, free0)
 			}
 
 			// POSIX sharing beside it.
@@ -96,6 +101,25 @@ func TestNoIMEXChannel(t *testing.T) {
 			must(t, err)
 			must(t, imp.ReleasePhysical(ih))
 			must(t, exp.ReleasePhysical(h))
+		})
+	}
+}
+
+// TestIPCFabricConformance runs the fabric pool case of the conformance
+// suite on devices offering fabric handles: refused without an IMEX
+// channel, working with one.
+func TestIPCFabricConformance(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		noIMEX  bool
+		channel gputest.IMEX
+	}{
+		{"without", true, gputest.IMEXNone},
+		{"with", false, gputest.IMEXChannel},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, _ := sim.New(sim.Config{Capacity: 1 << 30, IPCHandleTypes: gpu.HandlePOSIX | gpu.HandleFabric, NoIMEXChannel: c.noIMEX}).Device(0)
+			gputest.RunIPCFabric(t, d, c.channel)
 		})
 	}
 }

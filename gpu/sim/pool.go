@@ -1013,5 +1013,5 @@ func (p *memPool) Destroy() error {
 	p.unexport()
 	p.dev.foreign.forgetPool(p)
 	p.dev.reapLocked()
-	return p.fabricPoolCrash()
+	return nil
 }
