@@ -175,29 +175,55 @@ func TestCProgram(t *testing.T) {
 // environment gives the runtime's default back. testdata/capi_monitor.c
 // counts the process's voluntary context switches over 500 ms of idling
 // after one call: an awake monitor ticks every 10 ms (about 50), one in
-// deep sleep about never.
+// deep sleep about never. On a host up longer than the schedtrace period
+// (24.8 days) the monitor prints one SCHED line on stderr at the start,
+// and the count on stdout stands as it does elsewhere.
 func TestLibraryKeepsMonitorAwake(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("counts switches in /proc")
 	}
 	dir := buildLibrary(t)
 	exe := compile(t, dir, "capi_monitor.c")
-	switches := func(godebug ...string) int {
-		cmd := exec.Command(exe)
+	// run runs the program, after the command prefix if any, and returns
+	// the switches it counted (its stdout) and what it wrote on stderr.
+	run := func(t *testing.T, prefix []string, godebug ...string) (int, string) {
+		t.Helper()
+		args := append(slices.Clone(prefix), exe)
+		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") }), godebug...)
-		out, err := cmd.CombinedOutput()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		var n int
-		if _, serr := fmt.Sscanf(string(out), "switches %d", &n); err != nil || serr != nil {
-			t.Fatalf("capi_monitor %v: %v, %v\n%s", godebug, err, serr, out)
+		if _, serr := fmt.Sscanf(string(out), "switches %d\n", &n); err != nil || serr != nil {
+			t.Fatalf("capi_monitor %v: %v, %v\n%s%s", godebug, err, serr, out, stderr.String())
 		}
-		return n
+		return n, stderr.String()
 	}
-	if n := switches(); n < 20 {
+	if n, _ := run(t, nil); n < 20 {
 		t.Errorf("library as built: %d voluntary switches in 500 ms idle, want at least 20 (a monitor tick every 10 ms)", n)
 	}
-	if n := switches("GODEBUG=schedtrace=0"); n > 10 {
+	if n, _ := run(t, nil, "GODEBUG=schedtrace=0"); n > 10 {
 		t.Errorf("GODEBUG=schedtrace=0: %d voluntary switches in 500 ms idle, want at most 10 (the monitor in deep sleep)", n)
 	}
+	t.Run("HostUpLongerThanThePeriod", func(t *testing.T) {
+		// In a time namespace whose monotonic clock, the monitor's,
+		// reads 25.5 days, as on a host up that long.
+		uptime := []string{"unshare", "--user", "--map-root-user", "--time", "--monotonic", "2200000"}
+		if out, err := exec.Command(uptime[0], append(uptime[1:], "true")...).CombinedOutput(); err != nil {
+			t.Skipf("no time namespace here: %v %s", err, out)
+		}
+		n, stderr := run(t, uptime)
+		if n < 20 {
+			t.Errorf("%d voluntary switches in 500 ms idle, want at least 20", n)
+		}
+		if !strings.HasPrefix(stderr, "SCHED ") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("stderr %q, want one SCHED line", stderr)
+		}
+		if n, stderr := run(t, uptime, "GODEBUG=schedtrace=0"); n > 10 || stderr != "" {
+			t.Errorf("GODEBUG=schedtrace=0: %d voluntary switches, stderr %q; want at most 10 and nothing", n, stderr)
+		}
+	})
 }
 
 var protoRE = regexp.MustCompile(`(?m)^(?:extern )?([a-z_0-9 ]+\*?) ?(sa_[a-z_]+)\(([^)]*)\);`)
