@@ -9,19 +9,52 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// buildLibrary builds libstreamalloc.so, streamalloc.h, capi_bench and
-// libtorch_control.so into a temporary folder with scripts/build-capi.sh,
-// the build a user runs, and the go command that runs the test, and
-// returns the folder. A build failure fails the test; a machine without
-// gcc, bash or the go command skips it.
+// library is the folder scripts/build-capi.sh built into, once for all
+// the package's tests: a build links the library, seconds on 2 cores.
+// TestMain removes it.
+var library struct {
+	once sync.Once
+	dir  string
+	skip string // why it cannot be built here, if it cannot
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if library.dir != "" {
+		os.RemoveAll(library.dir)
+	}
+	os.Exit(code)
+}
+
+// buildLibrary returns the folder into which scripts/build-capi.sh, the
+// build a user runs, with the go command that runs the test, built
+// libstreamalloc.so, streamalloc.h, capi_bench and libtorch_control.so
+// for the package's tests (the first call builds them). A build failure
+// fails the test; a machine without gcc, bash or the go command skips it.
 func buildLibrary(t *testing.T) string {
 	t.Helper()
+	library.once.Do(func() { library.dir, library.skip, library.err = runBuildScript() })
+	if library.skip != "" {
+		t.Skip(library.skip)
+	}
+	if library.err != nil {
+		t.Fatal(library.err)
+	}
+	return library.dir
+}
+
+// runBuildScript runs scripts/build-capi.sh into a new temporary folder
+// and returns the folder, or why the library cannot be built here, or the
+// build's error.
+func runBuildScript() (dir, skip string, err error) {
 	for _, tool := range []string{"gcc", "bash"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skip("no " + tool + ": cannot build the C ABI here")
+			return "", "no " + tool + ": cannot build the C ABI here", nil
 		}
 	}
 	gobin := filepath.Join(runtime.GOROOT(), "bin")
@@ -29,15 +62,18 @@ func buildLibrary(t *testing.T) string {
 		// A test binary carried to a machine without Go (the GPU
 		// machine of scripts/gpu-run.sh): scripts/interop-gpu.sh proves
 		// the library there, built where Go is.
-		t.Skip("no go command to build the library: " + err.Error())
+		return "", "no go command to build the library: " + err.Error(), nil
 	}
-	dir := t.TempDir()
+	dir, err = os.MkdirTemp("", "capi-test-")
+	if err != nil {
+		return "", "", err
+	}
 	cmd := exec.Command("bash", filepath.Join("..", "scripts", "build-capi.sh"), dir)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "PATH="+gobin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("scripts/build-capi.sh: %v\n%s", err, out)
+		return dir, "", fmt.Errorf("scripts/build-capi.sh: %v\n%s", err, out)
 	}
-	return dir
+	return dir, "", nil
 }
 
 // compile builds a C program of testdata against the library in dir.
@@ -118,13 +154,14 @@ func TestCProgram(t *testing.T) {
 		}
 	})
 	t.Run("HeaderMatchesExports", func(t *testing.T) {
-		// cgo's own header of the exports, which build-capi.sh leaves out.
-		gen := filepath.Join(t.TempDir(), "libstreamalloc.h")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-buildmode=c-shared",
-			"-o", strings.TrimSuffix(gen, ".h")+".so", ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		// cgo's own header of the exports (the one a c-shared build
+		// writes beside the library, which build-capi.sh leaves out),
+		// from cgo alone: no second link.
+		tmp := t.TempDir()
+		gen := filepath.Join(tmp, "libstreamalloc.h")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "tool", "cgo", "-objdir", tmp, "-exportheader", gen, "capi.go")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
+			t.Fatalf("go tool cgo -exportheader: %v\n%s", err, out)
 		}
 		h, err := os.ReadFile(gen)
 		if err != nil {
@@ -147,29 +184,55 @@ func TestCProgram(t *testing.T) {
 // environment gives the runtime's default back. testdata/capi_monitor.c
 // counts the process's voluntary context switches over 500 ms of idling
 // after one call: an awake monitor ticks every 10 ms (about 50), one in
-// deep sleep about never.
+// deep sleep about never. On a host up longer than the schedtrace period
+// (24.8 days) the monitor prints one SCHED line on stderr at the start,
+// and the count on stdout stands as it does elsewhere.
 func TestLibraryKeepsMonitorAwake(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("counts switches in /proc")
 	}
 	dir := buildLibrary(t)
 	exe := compile(t, dir, "capi_monitor.c")
-	switches := func(godebug ...string) int {
-		cmd := exec.Command(exe)
+	// run runs the program, after the command prefix if any, and returns
+	// the switches it counted (its stdout) and what it wrote on stderr.
+	run := func(t *testing.T, prefix []string, godebug ...string) (int, string) {
+		t.Helper()
+		args := append(slices.Clone(prefix), exe)
+		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") }), godebug...)
-		out, err := cmd.CombinedOutput()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		var n int
-		if _, serr := fmt.Sscanf(string(out), "switches %d", &n); err != nil || serr != nil {
-			t.Fatalf("capi_monitor %v: %v, %v\n%s", godebug, err, serr, out)
+		if _, serr := fmt.Sscanf(string(out), "switches %d\n", &n); err != nil || serr != nil {
+			t.Fatalf("capi_monitor %v: %v, %v\n%s%s", godebug, err, serr, out, stderr.String())
 		}
-		return n
+		return n, stderr.String()
 	}
-	if n := switches(); n < 20 {
+	if n, _ := run(t, nil); n < 20 {
 		t.Errorf("library as built: %d voluntary switches in 500 ms idle, want at least 20 (a monitor tick every 10 ms)", n)
 	}
-	if n := switches("GODEBUG=schedtrace=0"); n > 10 {
+	if n, _ := run(t, nil, "GODEBUG=schedtrace=0"); n > 10 {
 		t.Errorf("GODEBUG=schedtrace=0: %d voluntary switches in 500 ms idle, want at most 10 (the monitor in deep sleep)", n)
 	}
+	t.Run("HostUpLongerThanThePeriod", func(t *testing.T) {
+		// In a time namespace whose monotonic clock, the monitor's,
+		// reads 25.5 days, as on a host up that long.
+		uptime := []string{"unshare", "--user", "--map-root-user", "--time", "--monotonic", "2200000"}
+		if out, err := exec.Command(uptime[0], append(uptime[1:], "true")...).CombinedOutput(); err != nil {
+			t.Skipf("no time namespace here: %v %s", err, out)
+		}
+		n, stderr := run(t, uptime)
+		if n < 20 {
+			t.Errorf("%d voluntary switches in 500 ms idle, want at least 20", n)
+		}
+		if !strings.HasPrefix(stderr, "SCHED ") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("stderr %q, want one SCHED line", stderr)
+		}
+		if n, stderr := run(t, uptime, "GODEBUG=schedtrace=0"); n > 10 || stderr != "" {
+			t.Errorf("GODEBUG=schedtrace=0: %d voluntary switches, stderr %q; want at most 10 and nothing", n, stderr)
+		}
+	})
 }
 
 var protoRE = regexp.MustCompile(`(?m)^(?:extern )?([a-z_0-9 ]+\*?) ?(sa_[a-z_]+)\(([^)]*)\);`)

@@ -23,12 +23,17 @@ mkdir -p "$out"
 # floor"). The runtime has one switch that keeps the monitor awake, a
 # schedtrace period, and no //go:debug directive for it, so the period is
 # linked in as the binary's GODEBUG default: 2^31-1 ms, 24.8 days. Its cost:
-# a monitor tick every 10 ms while the process idles, and one SCHED line on
-# stderr every 24.8 days (at the start on a host up longer than that, as the
-# monitor measures from the host's boot). GODEBUG=schedtrace=0 in the
+# a monitor tick every 10 ms while the process idles; one SCHED line on
+# stderr once the host has been up 24.8 days and every 24.8 days after (at
+# the start on a host up longer than that: the monitor's clock counts from
+# the host's boot); and a fatal error of the Go runtime (a crash, not an
+# error a call returns) prints the scheduler's state, a line per P, thread
+# and goroutine, before its traceback. GODEBUG=schedtrace=0 in the
 # environment restores the runtime's default. The module's own GODEBUG
-# defaults, if any, are kept.
-godebug=$(go list -f '{{.DefaultGODEBUG}}' ./capi)
+# defaults (go.mod's godebug lines, capi's //go:debug directives), if any,
+# are kept: go list reads them with cgo on, as the build does, since
+# without cgo it leaves out capi.go and its directives.
+godebug=$(CGO_ENABLED=1 go list -f '{{.DefaultGODEBUG}}' ./capi)
 godebug=${godebug:+$godebug,}schedtrace=2147483647
 CGO_ENABLED=1 go build -buildmode=c-shared -trimpath "-ldflags=-s -X=runtime.godebugDefault=$godebug" \
 	-o "$out/libstreamalloc.so" ./capi

@@ -125,7 +125,7 @@ func run(file string, opts mr.PoolOptions, blocks, steps bool, perturb uint64, q
 		float64(live)/mib, float64(w.peak)/mib, float64(w.peak)/float64(live), float64(live)*1.01/mib,
 		w.n, float64(w.used)/mib, float64(w.peak-w.used)/mib)
 	st := p.Stats()
-	fmt.Printf("  commits %d, decommits %d, growable chunks %d, small requests at the peak %d\n",
+	fmt.Printf("  commits %d, decommits %d, chunks allocated %d (small, fixed and growable), small requests at the peak %d\n",
 		st.InPlaceGrowths, st.Decommits, st.Growths, st.SmallAtPeak)
 	report(w.layout, blocks)
 	return nil
