@@ -1,9 +1,9 @@
-// Command capi is the C ABI of streamalloc, built with
-//
-//	go build -buildmode=c-shared -o libstreamalloc.so ./capi
-//
-// (scripts/build-capi.sh), with the public header streamalloc.h next to
-// this file. Each exported function converts its C arguments, calls
+// Command capi is the C ABI of streamalloc, built by
+// scripts/build-capi.sh as libstreamalloc.so (go build -buildmode=c-shared,
+// with the Go runtime's monitor kept awake: the script says why; a plain
+// go build gives a library whose calls after an idle spell wake the
+// monitor), with the public header streamalloc.h next to this file. Each
+// exported function converts its C arguments, calls
 // package pluggable's process-wide allocator, and converts the answer:
 // nothing else, so that everything the library does is tested on the
 // simulator in package pluggable. Every export recovers panics too (the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,39 +9,71 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// buildLibrary builds libstreamalloc.so into a temporary folder with the
-// go command that runs the test, and returns the folder (with
-// streamalloc.h copied in). A build failure fails the test; a machine
-// without gcc or without the go command skips it.
+// library is the folder scripts/build-capi.sh built into, once for all
+// the package's tests: a build links the library, seconds on 2 cores.
+// TestMain removes it.
+var library struct {
+	once sync.Once
+	dir  string
+	skip string // why it cannot be built here, if it cannot
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if library.dir != "" {
+		os.RemoveAll(library.dir)
+	}
+	os.Exit(code)
+}
+
+// buildLibrary returns the folder into which scripts/build-capi.sh, the
+// build a user runs, with the go command that runs the test, built
+// libstreamalloc.so, streamalloc.h, capi_bench and libtorch_control.so
+// for the package's tests (the first call builds them). A build failure
+// fails the test; a machine without gcc, bash or the go command skips it.
 func buildLibrary(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("no gcc: cgo cannot build the C ABI here")
+	library.once.Do(func() { library.dir, library.skip, library.err = runBuildScript() })
+	if library.skip != "" {
+		t.Skip(library.skip)
 	}
-	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gocmd); err != nil {
+	if library.err != nil {
+		t.Fatal(library.err)
+	}
+	return library.dir
+}
+
+// runBuildScript runs scripts/build-capi.sh into a new temporary folder
+// and returns the folder, or why the library cannot be built here, or the
+// build's error.
+func runBuildScript() (dir, skip string, err error) {
+	for _, tool := range []string{"gcc", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "", "no " + tool + ": cannot build the C ABI here", nil
+		}
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin")
+	if _, err := os.Stat(filepath.Join(gobin, "go")); err != nil {
 		// A test binary carried to a machine without Go (the GPU
 		// machine of scripts/gpu-run.sh): scripts/interop-gpu.sh proves
 		// the library there, built where Go is.
-		t.Skip("no go command to build the library: " + err.Error())
+		return "", "no go command to build the library: " + err.Error(), nil
 	}
-	dir := t.TempDir()
-	cmd := exec.Command(gocmd, "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libstreamalloc.so"), ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
-	}
-	h, err := os.ReadFile("streamalloc.h")
+	dir, err = os.MkdirTemp("", "capi-test-")
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "streamalloc.h"), h, 0o644); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command("bash", filepath.Join("..", "scripts", "build-capi.sh"), dir)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "PATH="+gobin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return dir, "", fmt.Errorf("scripts/build-capi.sh: %v\n%s", err, out)
 	}
-	return dir
+	return dir, "", nil
 }
 
 // compile builds a C program of testdata against the library in dir.
@@ -73,8 +106,9 @@ func TestCProgram(t *testing.T) {
 	}
 	t.Run("TorchControl", func(t *testing.T) {
 		// The C control of scripts/torch-bench.py builds as a shared
-		// library, and, linked into a test program in mode sa, forwards
-		// to the library and counts what it served.
+		// library, and, linked into a test program, forwards to the
+		// library in mode sa and counts what it served, and in mode cache
+		// caches blocks over a fake driver (testdata/fake_cuda.c).
 		lib := filepath.Join(dir, "libtorch_control.so")
 		cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o", lib,
 			filepath.Join("testdata", "torch_control.c"), "-ldl")
@@ -87,11 +121,19 @@ func TestCProgram(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("gcc torch_control_test.c: %v\n%s", err, out)
 		}
-		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"bad", "cuda"}} {
+		fake := filepath.Join(dir, "libfakecuda.so")
+		cmd = exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-o", fake,
+			filepath.Join("testdata", "fake_cuda.c"), "-lpthread")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc fake_cuda.c: %v\n%s", err, out)
+		}
+		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"cache", "cache"}, {"bad", "cuda"}} {
 			cmd := exec.Command(exe, c.arg)
-			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMALLOC_CONF=") }),
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+				return strings.HasPrefix(kv, "STREAMALLOC_CONF=") || strings.HasPrefix(kv, "TORCH_CONTROL")
+			}),
 				"TORCH_CONTROL="+c.mode, "TORCH_CONTROL_LIB="+filepath.Join(dir, "libstreamalloc.so"),
-				"STREAMALLOC_CONF=pool,backend=sim")
+				"STREAMALLOC_CONF=pool,backend=sim", "TORCH_CONTROL_DRIVER="+fake, "FAKE_CUDA_LIMIT=3221225472")
 			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "torch_control test ok") {
 				t.Fatalf("torch_control_test %s: %v\n%s", c.arg, err, out)
 			}
@@ -112,7 +154,16 @@ func TestCProgram(t *testing.T) {
 		}
 	})
 	t.Run("HeaderMatchesExports", func(t *testing.T) {
-		gen, err := os.ReadFile(filepath.Join(dir, "libstreamalloc.h"))
+		// cgo's own header of the exports (the one a c-shared build
+		// writes beside the library, which build-capi.sh leaves out),
+		// from cgo alone: no second link.
+		tmp := t.TempDir()
+		gen := filepath.Join(tmp, "libstreamalloc.h")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "tool", "cgo", "-objdir", tmp, "-exportheader", gen, "capi.go")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go tool cgo -exportheader: %v\n%s", err, out)
+		}
+		h, err := os.ReadFile(gen)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +171,7 @@ func TestCProgram(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, got := prototypes(string(gen)), prototypes(string(pub))
+		want, got := prototypes(string(h)), prototypes(string(pub))
 		// The allocation entry points return uintptr_t in Go, declared
 		// void* for the host (capi.go says why): exactly those, and
 		// only with that result, compare as void*.
@@ -145,6 +196,63 @@ func TestCProgram(t *testing.T) {
 // uintptrResults are the exports whose Go result is uintptr_t and whose
 // public prototype returns void*.
 var uintptrResults = []string{"sa_torch_alloc", "sa_cupy_malloc"}
+
+// TestLibraryKeepsMonitorAwake: the library that scripts/build-capi.sh
+// links keeps the Go runtime's monitor out of deep sleep while the host
+// idles (the script says why), and GODEBUG=schedtrace=0 in the
+// environment gives the runtime's default back. testdata/capi_monitor.c
+// counts the process's voluntary context switches over 500 ms of idling
+// after one call: an awake monitor ticks every 10 ms (about 50), one in
+// deep sleep about never. On a host up longer than the schedtrace period
+// (24.8 days) the monitor prints one SCHED line on stderr at the start,
+// and the count on stdout stands as it does elsewhere.
+func TestLibraryKeepsMonitorAwake(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("counts switches in /proc")
+	}
+	dir := buildLibrary(t)
+	exe := compile(t, dir, "capi_monitor.c")
+	// run runs the program, after the command prefix if any, and returns
+	// the switches it counted (its stdout) and what it wrote on stderr.
+	run := func(t *testing.T, prefix []string, godebug ...string) (int, string) {
+		t.Helper()
+		args := append(slices.Clone(prefix), exe)
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") }), godebug...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var n int
+		if _, serr := fmt.Sscanf(string(out), "switches %d\n", &n); err != nil || serr != nil {
+			t.Fatalf("capi_monitor %v: %v, %v\n%s%s", godebug, err, serr, out, stderr.String())
+		}
+		return n, stderr.String()
+	}
+	if n, _ := run(t, nil); n < 20 {
+		t.Errorf("library as built: %d voluntary switches in 500 ms idle, want at least 20 (a monitor tick every 10 ms)", n)
+	}
+	if n, _ := run(t, nil, "GODEBUG=schedtrace=0"); n > 10 {
+		t.Errorf("GODEBUG=schedtrace=0: %d voluntary switches in 500 ms idle, want at most 10 (the monitor in deep sleep)", n)
+	}
+	t.Run("HostUpLongerThanThePeriod", func(t *testing.T) {
+		// In a time namespace whose monotonic clock, the monitor's,
+		// reads 25.5 days, as on a host up that long.
+		uptime := []string{"unshare", "--user", "--map-root-user", "--time", "--monotonic", "2200000"}
+		if out, err := exec.Command(uptime[0], append(uptime[1:], "true")...).CombinedOutput(); err != nil {
+			t.Skipf("no time namespace here: %v %s", err, out)
+		}
+		n, stderr := run(t, uptime)
+		if n < 20 {
+			t.Errorf("%d voluntary switches in 500 ms idle, want at least 20", n)
+		}
+		if !strings.HasPrefix(stderr, "SCHED ") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("stderr %q, want one SCHED line", stderr)
+		}
+		if n, stderr := run(t, uptime, "GODEBUG=schedtrace=0"); n > 10 || stderr != "" {
+			t.Errorf("GODEBUG=schedtrace=0: %d voluntary switches, stderr %q; want at most 10 and nothing", n, stderr)
+		}
+	})
+}
 
 var protoRE = regexp.MustCompile(`(?m)^(?:extern )?([a-z_0-9 ]+\*?) ?(sa_[a-z_]+)\(([^)]*)\);`)
 

@@ -85,7 +85,11 @@ type IPC interface {
 	ExportHandleTypes() (HandleType, error)
 	// NewExportableMemPool creates a pool of device memory exportable as
 	// t (cuMemPoolCreate with handleTypes t); a type the device does not
-	// offer is ErrNotSupported.
+	// offer is ErrNotSupported. Types with HandleFabric in a process that
+	// may not make fabric memory (no IMEX channel: the device's
+	// attributes may still offer fabric) are ErrNotPermitted, and no
+	// pool is made: the driver would make it, refuse its export, and may
+	// end the process destroying it (driver 580 does).
 	NewExportableMemPool(t HandleType) (MemPool, error)
 	// ExportMemPool is cuMemPoolExportToShareableHandle as t, one type
 	// the pool was created with, else ErrInvalidValue.

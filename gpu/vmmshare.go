@@ -9,10 +9,11 @@
 //     (PhysicalHandleTypes: on the card the device attributes
 //     HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 103, and
 //     HANDLE_TYPE_FABRIC_SUPPORTED, 128). A device may offer a type and
-//     still refuse it: the H100 offers fabric handles and refuses a
-//     fabric pool export (ErrNotPermitted) on a machine without an IMEX
-//     channel (package ipc's doc); fabric physical allocations are not
-//     tried on the card here.
+//     still refuse it: the H100 offers fabric handles and, on a machine
+//     without an IMEX channel, refuses CreateExportablePhysical of a
+//     fabric allocation and a fabric pool export (ErrNotPermitted) and
+//     a fabric import (ErrNotSupported); package ipc's doc and
+//     docs/bench/h100-2026-11-25-fabric have the card's answers.
 //   - ExportPhysical exports it as one of those types: a POSIX file
 //     descriptor (Shareable.File, new at each call and the caller's to
 //     close once sent, over a Unix socket with SCM_RIGHTS) or a 64-byte

@@ -74,12 +74,39 @@
 //
 // # Handle types
 //
-// The H100 offers POSIX descriptors and fabric handles (0x9), but refuses
-// a fabric export (CUDA_ERROR_NOT_PERMITTED) on a machine without an IMEX
-// channel; ExporterOptions.Handle (VirtualExporterOptions.Handle) picks
-// the type, POSIX by default. Fabric Virtual loans are built the same way
-// (the handle travels in the piece's message) but not proven on the card:
-// the machine the tests run on has no IMEX channel.
+// The caller picks the handle type (ExporterOptions.Handle,
+// VirtualExporterOptions.Handle with mr.VirtualOptions.HandleTypes);
+// nothing picks one for it. POSIX, the default, passes a descriptor over
+// the socket (SCM_RIGHTS), for processes of one machine. Fabric passes
+// 64 bytes in the frames (the pool's handle in the hello, a piece's in
+// its message, no descriptor), which the driver honours across the
+// nodes of an NVLink fabric, and only in processes that have an IMEX
+// channel (/dev/nvidia-caps-imex-channels); a device's attributes say
+// whether it offers fabric handles, not whether the process may use
+// them. The protocol is the same for both, and the simulator runs the
+// round trips, refusals, lost peers and handshake faults with each
+// (processes that offer both, as the H100 does), FuzzVirtualLoans too.
+//
+// The H100 this project is tested on (driver 580) offers both (pools
+// 0x9; attributes 103 and 128 say 1) and has no IMEX channel, so it
+// refuses fabric: cuMemCreate requesting fabric handles and a fabric
+// pool's export are CUDA_ERROR_NOT_PERMITTED, the import of a fabric
+// handle CUDA_ERROR_NOT_SUPPORTED, and destroying a pool made exportable
+// as fabric after its export was refused ends the process (SIGSEGV in
+// cuMemPoolDestroy). So the CUDA backend never makes a pool requesting
+// fabric handles before the driver has said the process may make fabric
+// memory (a fabric cuMemCreate of one granule, asked once per device):
+// gpu.IPC.NewExportableMemPool, and with it mr.NewAsync and NewExporter,
+// returns gpu.ErrNotPermitted with no pool made; an mr.Virtual made with
+// fabric handle types refuses each allocation with gpu.ErrNotPermitted;
+// an importer without a channel refuses a fabric hello (Accept) or a
+// fabric Virtual loan (Receive, which gives it back at once) with
+// gpu.ErrNotSupported. TestFabricRefusedOnCard checks the first two on
+// the card (docs/bench/h100-2026-11-25-fabric has the driver's answers
+// and the crash; docs/bench/h100-2026-11-25-fabric2 the refusal in the
+// backend); sim.Config.NoIMEXChannel answers all of it on the simulator
+// (TestFabricWithoutIMEX). A fabric round trip between two processes on
+// a machine with a channel (TestTwoProcessesFabric) has not been run.
 //
 // # Virtual memory
 //

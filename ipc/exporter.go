@@ -26,8 +26,25 @@ import (
 
 // ExporterOptions configure an Exporter.
 type ExporterOptions struct {
-	// Handle is the handle type the pool is exported as; default
-	// gpu.HandlePOSIX (a descriptor over the socket).
+	// Handle is the handle type the pool is exported as, the caller's
+	// choice (nothing picks one for it):
+	//
+	//   - gpu.HandlePOSIX, the default: a file descriptor, passed over
+	//     the Unix socket (SCM_RIGHTS); importers on the same machine.
+	//   - gpu.HandleFabric: 64 bytes in the hello, no descriptor, which
+	//     the driver honours across the nodes of an NVLink fabric. The
+	//     device must offer it (gpu.IPC.ExportHandleTypes), else
+	//     NewExporter is gpu.ErrNotSupported; and each process must
+	//     have an IMEX channel (/dev/nvidia-caps-imex-channels), which a
+	//     device's attributes do not tell. In a process without one,
+	//     NewExporter returns gpu.ErrNotPermitted and makes no pool: the
+	//     backend refuses the pool (gpu.IPC.NewExportableMemPool), as on
+	//     the H100 this project is tested on, whose driver would make it,
+	//     refuse its export, and crash the process destroying it. An
+	//     importer without one refuses the hello in Accept (the H100
+	//     answers a fabric import there with gpu.ErrNotSupported).
+	//
+	// Any other value, two types included, is gpu.ErrInvalidValue.
 	Handle gpu.HandleType
 	// Async configures the driver pool below (its Exportable and pool
 	// choices are the Exporter's).
@@ -36,9 +53,15 @@ type ExporterOptions struct {
 
 // VirtualExporterOptions configure an Exporter of Virtual memory.
 type VirtualExporterOptions struct {
-	// Handle is the handle type a lent range's pieces are exported as:
-	// gpu.HandlePOSIX (the default) or gpu.HandleFabric, one of the
-	// Virtual's VirtualOptions.HandleTypes.
+	// Handle is the handle type a lent range's pieces are exported as,
+	// one of the Virtual's VirtualOptions.HandleTypes (else
+	// gpu.ErrInvalidValue): gpu.HandlePOSIX, the default, a descriptor
+	// per piece over the socket; or gpu.HandleFabric, 64 bytes per piece
+	// in the lend, which needs an IMEX channel in each process, as for
+	// ExporterOptions.Handle. Without one the Virtual's allocations
+	// already fail (mr.VirtualOptions.HandleTypes), and an importer
+	// without one refuses the loan in Receive (gpu.ErrNotSupported, as
+	// the H100 answers a fabric import there) and gives it back at once.
 	Handle gpu.HandleType
 	// Resource is what the Exporter allocates from and frees to: the
 	// Virtual itself (nil), or a resource over it whose memory lies in

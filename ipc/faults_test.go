@@ -20,68 +20,72 @@ import (
 // finished its part, finds the link gone at its first use (never a hang
 // or a panic); and a new handshake on the same exporter then succeeds,
 // lends and gives back.
+//
+// It runs with each handle type of handleTypes.
 func TestHandshakeFaults(t *testing.T) {
-	injected := errors.New("injected")
-	for _, side := range []string{"exporter", "importer"} {
-		for k := 1; ; k++ {
-			exp, imp := processes(t)
-			e, err := ipc.NewExporter(exp, ipc.ExporterOptions{})
-			must(t, err)
-			victim := exp.(*sim.Device)
-			if side == "importer" {
-				victim = imp.(*sim.Device)
-			}
-			victim.SetInjector(sim.FailCall(k, injected))
-			l, im, serr, aerr := handshake(t, e, imp)
-			victim.SetInjector(nil)
-			if serr == nil && aerr == nil {
-				if k == 1 {
-					t.Fatalf("%s: no driver call to fail", side)
+	eachHandleType(t, func(t *testing.T, ht gpu.HandleType) {
+		injected := errors.New("injected")
+		for _, side := range []string{"exporter", "importer"} {
+			for k := 1; ; k++ {
+				exp, imp := processes(t)
+				e, err := ipc.NewExporter(exp, ipc.ExporterOptions{Handle: ht})
+				must(t, err)
+				victim := exp.(*sim.Device)
+				if side == "importer" {
+					victim = imp.(*sim.Device)
 				}
+				victim.SetInjector(sim.FailCall(k, injected))
+				l, im, serr, aerr := handshake(t, e, imp)
+				victim.SetInjector(nil)
+				if serr == nil && aerr == nil {
+					if k == 1 {
+						t.Fatalf("%s: no driver call to fail", side)
+					}
+					must(t, im.Close())
+					<-l.Done()
+					must(t, e.Close())
+					break // every call of the handshake failed once
+				}
+				failed := serr
+				if side == "importer" {
+					failed = aerr
+				}
+				if !errors.Is(failed, injected) {
+					t.Errorf("%s call %d failed: the %s said %v, want the injected error", side, k, side, failed)
+				}
+				switch {
+				case serr != nil && aerr == nil:
+					si, _ := imp.NewStream()
+					if _, err := im.Receive(context.Background(), si); !errors.Is(err, ipc.ErrPeerLost) {
+						t.Errorf("exporter call %d failed after the importer's part: Receive %v, want ipc.ErrPeerLost", k, err)
+					}
+					must(t, im.Close())
+				case aerr != nil && serr == nil:
+					<-l.Done()
+					if !errors.Is(l.Err(), ipc.ErrPeerLost) {
+						t.Errorf("importer call %d failed after the exporter's part: link %v, want ipc.ErrPeerLost", k, l.Err())
+					}
+					must(t, l.Close())
+				}
+				// The exporter still works.
+				_, l, im = pairOn(t, e, imp)
+				s, _ := e.Device().NewStream()
+				si, _ := imp.NewStream()
+				p, err := e.Allocate(4096, s)
+				must(t, err)
+				ln, err := l.Lend(context.Background(), p, 4096, s)
+				must(t, err)
+				x, err := im.Receive(context.Background(), si)
+				must(t, err)
+				must(t, x.Release(si))
+				must(t, ln.Wait(context.Background()))
+				must(t, e.Deallocate(p, 4096, s))
 				must(t, im.Close())
 				<-l.Done()
 				must(t, e.Close())
-				break // every call of the handshake failed once
 			}
-			failed := serr
-			if side == "importer" {
-				failed = aerr
-			}
-			if !errors.Is(failed, injected) {
-				t.Errorf("%s call %d failed: the %s said %v, want the injected error", side, k, side, failed)
-			}
-			switch {
-			case serr != nil && aerr == nil:
-				si, _ := imp.NewStream()
-				if _, err := im.Receive(context.Background(), si); !errors.Is(err, ipc.ErrPeerLost) {
-					t.Errorf("exporter call %d failed after the importer's part: Receive %v, want ipc.ErrPeerLost", k, err)
-				}
-				must(t, im.Close())
-			case aerr != nil && serr == nil:
-				<-l.Done()
-				if !errors.Is(l.Err(), ipc.ErrPeerLost) {
-					t.Errorf("importer call %d failed after the exporter's part: link %v, want ipc.ErrPeerLost", k, l.Err())
-				}
-				must(t, l.Close())
-			}
-			// The exporter still works.
-			_, l, im = pairOn(t, e, imp)
-			s, _ := e.Device().NewStream()
-			si, _ := imp.NewStream()
-			p, err := e.Allocate(4096, s)
-			must(t, err)
-			ln, err := l.Lend(context.Background(), p, 4096, s)
-			must(t, err)
-			x, err := im.Receive(context.Background(), si)
-			must(t, err)
-			must(t, x.Release(si))
-			must(t, ln.Wait(context.Background()))
-			must(t, e.Deallocate(p, 4096, s))
-			must(t, im.Close())
-			<-l.Done()
-			must(t, e.Close())
 		}
-	}
+	})
 }
 
 // handshake runs Serve and Accept on a new socket pair and returns what

@@ -170,8 +170,9 @@ func recvHello(conn *net.UnixConn) (frame, *os.File, error) {
 	if err == nil && f.kind != kindHello {
 		err = fmt.Errorf("ipc: frame kind %d, want hello: %w", f.kind, ErrProtocol)
 	}
-	if ht := gpu.HandleType(f.handle); err == nil &&
-		((ht != gpu.HandlePOSIX && ht != gpu.HandleFabric && ht != gpu.HandleNone) || (file != nil) != (ht == gpu.HandlePOSIX)) {
+	// parseFrame refused any other handle type and a fabric handle in a
+	// hello of another type.
+	if ht := gpu.HandleType(f.handle); err == nil && (file != nil) != (ht == gpu.HandlePOSIX) {
 		err = fmt.Errorf("ipc: a hello for handle type %#x with descriptor %v: %w", f.handle, file != nil, ErrProtocol)
 	}
 	if err != nil {

@@ -22,18 +22,25 @@ import (
 // out, ErrReleased for a second release), the importer reads the words the
 // exporter wrote before each lend, and at the end, with everything
 // released and freed, nothing is mapped on either side and no descriptor
-// is left open.
+// is left open. The Virtual's memory is lent as fabric handles or, with
+// fabric false, as POSIX descriptors.
 func FuzzVirtualLoans(f *testing.F) {
-	f.Add([]byte{0, 1, 2, 3, 5})
-	f.Add([]byte{0, 6, 12, 1, 7, 13, 2, 2, 2, 3, 9, 5, 4, 11, 17})
-	f.Add([]byte{0, 0, 0, 1, 7, 5, 11, 2, 8, 3, 4, 1, 2, 9, 3, 5, 11, 17})
-	f.Fuzz(func(t *testing.T, ops []byte) {
+	for _, fabric := range []bool{false, true} {
+		f.Add(fabric, []byte{0, 1, 2, 3, 5})
+		f.Add(fabric, []byte{0, 6, 12, 1, 7, 13, 2, 2, 2, 3, 9, 5, 4, 11, 17})
+		f.Add(fabric, []byte{0, 0, 0, 1, 7, 5, 11, 2, 8, 3, 4, 1, 2, 9, 3, 5, 11, 17})
+	}
+	f.Fuzz(func(t *testing.T, fabric bool, ops []byte) {
 		if len(ops) > 64 {
 			ops = ops[:64]
 		}
+		ht := gpu.HandlePOSIX
+		if fabric {
+			ht = gpu.HandleFabric
+		}
 		fds := openDescriptors(t)
 		exp, imp := processes(t)
-		v := newSharedVirtual(t, exp, mr.VirtualOptions{ReserveSize: 64 << 20})
+		v := newSharedVirtual(t, exp, mr.VirtualOptions{ReserveSize: 64 << 20, HandleTypes: ht})
 		e, l, im := virtualPair(t, v, nil, imp)
 		ke, _ := kernels.Load(exp)
 		ki, _ := kernels.Load(imp)

@@ -21,16 +21,25 @@ import (
 // importer's answer.
 type fakeExporter struct {
 	t    *testing.T
+	dev  gpu.Device
 	conn *net.UnixConn
 	ev   gpu.Event
+}
+
+// simProcesses are two simulated processes on one GPU offering POSIX
+// descriptors and fabric handles.
+func simProcesses() (exp, imp gpu.Device) {
+	cfg := sim.Config{Capacity: 1 << 30, IPCHandleTypes: gpu.HandlePOSIX | gpu.HandleFabric}
+	exp, _ = sim.New(cfg).Device(0)
+	imp, _ = sim.New(cfg).Device(0)
+	return exp, imp
 }
 
 // newFakeExporter connects an Importer on a simulated device to a
 // fakeExporter on another.
 func newFakeExporter(t *testing.T) (*fakeExporter, *Importer, gpu.Stream) {
 	t.Helper()
-	exp, _ := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
-	imp, _ := sim.New(sim.Config{Capacity: 1 << 30}).Device(0)
+	exp, imp := simProcesses()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +66,7 @@ func newFakeExporter(t *testing.T) (*fakeExporter, *Importer, gpu.Stream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe := &fakeExporter{t: t, conn: ce, ev: ev}
+	fe := &fakeExporter{t: t, dev: exp, conn: ce, ev: ev}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ch := make(chan error, 1)
@@ -117,6 +126,35 @@ func exportHeader(span, size, n uint64) []byte {
 	return h
 }
 
+// fabricPiece is a piece message of a fabric handle.
+func fabricPiece(off, size uint64, h [64]byte) []byte {
+	b := exportPiece(off, size, gpu.HandleFabric)
+	copy(b[20:], h[:])
+	return b
+}
+
+// freedFabricHandle is the fabric handle of a physical allocation of size
+// bytes of dev, released since: a handle whose export is gone.
+func freedFabricHandle(t *testing.T, dev gpu.Device, size uint64) [64]byte {
+	t.Helper()
+	x, err := gpu.PhysicalSharingOf(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.CreateExportablePhysical(size, gpu.HandleFabric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := x.ExportPhysical(h, gpu.HandleFabric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.ReleasePhysical(h); err != nil {
+		t.Fatal(err)
+	}
+	return sh.Fabric
+}
+
 // exportPiece is a piece message of no handle data.
 func exportPiece(off, size uint64, t gpu.HandleType) []byte {
 	b := make([]byte, virtualPieceLen)
@@ -139,8 +177,9 @@ func openFDs(t *testing.T) int {
 // TestVirtualLendMalformed: an importer of Virtual memory refuses every
 // malformed lend with ErrProtocol, closes every descriptor that came with
 // it, and ends the link; a lend it cannot map (a pool lend without a
-// pool, descriptors of no export) it gives back at once, with the error
-// of the refusal, and the link goes on.
+// pool, descriptors of no export, a malformed fabric handle, the fabric
+// handle of an allocation freed since) it gives back at once, with the
+// error of the refusal, and the link goes on.
 func TestVirtualLendMalformed(t *testing.T) {
 	const g = 2 << 20
 	lend := func(size uint64) []byte { return (&frame{kind: kindLendVirtual, id: 1, size: size}).marshal() }
@@ -198,6 +237,17 @@ func TestVirtualLendMalformed(t *testing.T) {
 			fe.write(exportHeader(g, g, 1))
 			fe.writeFile(exportPiece(0, g, gpu.HandlePOSIX))
 		}, gpu.ErrUnknown, true},
+		{"a malformed fabric handle", func(fe *fakeExporter) {
+			fe.write(lend(g))
+			fe.write(exportHeader(g, g, 1))
+			fe.write(fabricPiece(0, g, [64]byte{'N', 'O', 'T', 'A', 'H', 'A', 'N', 'D'}))
+		}, gpu.ErrInvalidValue, true},
+		{"a fabric handle whose allocation was freed", func(fe *fakeExporter) {
+			h := freedFabricHandle(fe.t, fe.dev, g)
+			fe.write(lend(g))
+			fe.write(exportHeader(g, g, 1))
+			fe.write(fabricPiece(0, g, h))
+		}, gpu.ErrInvalidValue, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fds := openFDs(t)

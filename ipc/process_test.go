@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +30,7 @@ import (
 	"github.com/streamalloc/streamalloc/gpu/kernels"
 	"github.com/streamalloc/streamalloc/internal/testdev"
 	"github.com/streamalloc/streamalloc/ipc"
+	"github.com/streamalloc/streamalloc/mr"
 )
 
 const childEnv = "STREAMALLOC_IPC_CHILD"
@@ -420,6 +422,9 @@ func runChild(mode string) error {
 	if mode == "legacy" {
 		return childLegacy(dev, conn, s, k, cnt)
 	}
+	if mode == "fabricpool" {
+		return childFabricPool(dev)
+	}
 	if mode == "virtual" {
 		return childVirtual(dev, conn, s, k, cnt)
 	}
@@ -655,4 +660,141 @@ func TestTwoProcessesFabric(t *testing.T) {
 	if line != "mismatches 0" || b != [4]byte{} {
 		t.Fatalf("importer %q, exporter %v", line, b)
 	}
+}
+
+// TestFabricRefusedOnCard: on a card that offers fabric handles to a
+// process without an IMEX channel (the H100 this project is tested on:
+// attribute 128 says 1, /dev/nvidia-caps-imex-channels is absent),
+// streamalloc gives the driver's refusal as gpu.ErrNotPermitted where
+// its documentation says: an mr.Virtual made with fabric handle types is
+// made, and refuses every allocation (cuMemCreate), mapping nothing; a
+// fabric pool is refused, to mr.NewAsync and to NewExporter alike,
+// because the backend asks the driver before it makes the pool
+// (gpu.IPC.NewExportableMemPool): driver 580 lets the pool be made,
+// refuses its export, and then ends the process (SIGSEGV) in
+// cuMemPoolDestroy (docs/bench/h100-2026-11-25-fabric). The pool is
+// asked for in a child process (childFabricPool), each step printed as
+// it ends, so that a crash there fails this test and not the test
+// binary. Where the process may use fabric handles the test skips:
+// TestTwoProcessesFabric is the proof there.
+func TestFabricRefusedOnCard(t *testing.T) {
+	dev := cardDevice(t)
+	x, err := gpu.IPCOf(dev)
+	must(t, err)
+	ps, err := gpu.PhysicalSharingOf(dev)
+	must(t, err)
+	pools, err := x.ExportHandleTypes()
+	must(t, err)
+	phys, err := ps.PhysicalHandleTypes()
+	must(t, err)
+	_, statErr := os.Stat("/dev/nvidia-caps-imex-channels")
+	t.Logf("handle types: pools %#x, physical allocations %#x; /dev/nvidia-caps-imex-channels: %v", int32(pools), int32(phys), statErr)
+	if phys&gpu.HandleFabric == 0 || pools&gpu.HandleFabric == 0 {
+		t.Skip("the device offers no fabric handles")
+	}
+	s, err := dev.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	for _, ht := range []gpu.HandleType{gpu.HandleFabric, gpu.HandlePOSIX | gpu.HandleFabric} {
+		v, err := mr.NewVirtual(dev, mr.VirtualOptions{ReserveSize: 64 << 20, HandleTypes: ht})
+		must(t, err)
+		e, err := ipc.NewVirtualExporter(v, ipc.VirtualExporterOptions{Handle: gpu.HandleFabric})
+		must(t, err)
+		p, err := e.Allocate(2<<20, s)
+		t.Logf("Virtual exportable as %#x: Allocate: %v", int32(ht), err)
+		if err == nil {
+			// Made: the refusal, if any, is the export's.
+			var x mr.VirtualExport
+			x, err = v.Export(p, 2<<20, gpu.HandleFabric)
+			t.Logf("Virtual exportable as %#x: Export as fabric: %v", int32(ht), err)
+			must(t, x.Close())
+			must(t, e.Deallocate(p, 2<<20, s))
+			if err == nil {
+				must(t, e.Close())
+				must(t, v.Close())
+				t.Skip("this process may use fabric handles (an IMEX channel): TestTwoProcessesFabric is the proof")
+			}
+		}
+		if !errors.Is(err, gpu.ErrNotPermitted) {
+			t.Errorf("a fabric allocation of a Virtual exportable as %#x, or its export: %v, want gpu.ErrNotPermitted", int32(ht), err)
+		}
+		must(t, s.Synchronize())
+		must(t, v.ReleaseContext(context.Background()))
+		if st := v.Stats(); st.Mapped != 0 || st.Live != 0 {
+			t.Errorf("after the refusal the Virtual maps %d bytes, %d live", st.Mapped, st.Live)
+		}
+		must(t, e.Close())
+		must(t, v.Close())
+	}
+	ch := startChild(t, "fabricpool")
+	ch.conn.Close()
+	out, _ := io.ReadAll(ch.out)
+	werr := ch.cmd.Wait()
+	t.Logf("the child said:\n%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{"async refused with gpu.ErrNotPermitted: true", "exporter refused with gpu.ErrNotPermitted: true"}
+	if !slices.Equal(lines, want) || werr != nil {
+		t.Errorf("the fabric pool's child: exit %v, said %q; want %q", werr, lines, want)
+	}
+}
+
+// childFabricPool makes an mr.Async over a fabric pool on dev (closing it
+// if it is made), then an Exporter of a fabric pool and, if it is made,
+// serves it to an importer on the same device over a socket pair and
+// closes it, printing each step's outcome as it ends.
+func childFabricPool(dev gpu.Device) error {
+	// The pool below NewExporter, asked of mr directly: the refusal is
+	// the backend's, for every caller.
+	a, err := mr.NewAsync(dev, mr.AsyncOptions{Exportable: gpu.HandleFabric})
+	fmt.Fprintf(os.Stderr, "fabricpool: mr.NewAsync: %v\n", err)
+	if err == nil {
+		fmt.Println("async made")
+		fmt.Printf("async close: %v\n", a.Close())
+	} else {
+		fmt.Printf("async refused with gpu.ErrNotPermitted: %t\n", errors.Is(err, gpu.ErrNotPermitted))
+	}
+	e, err := ipc.NewExporter(dev, ipc.ExporterOptions{Handle: gpu.HandleFabric})
+	fmt.Fprintf(os.Stderr, "fabricpool: exporter: %v\n", err)
+	if err != nil {
+		fmt.Printf("exporter refused with gpu.ErrNotPermitted: %t\n", errors.Is(err, gpu.ErrNotPermitted))
+		return nil
+	}
+	fmt.Println("exporter made")
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return err
+	}
+	conns := make([]*net.UnixConn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		conns[i] = c.(*net.UnixConn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	accepted := make(chan error, 1)
+	go func() {
+		im, err := ipc.Accept(ctx, dev, conns[1])
+		if err == nil {
+			err = fmt.Errorf("imported a pool whose Serve failed: %v", im.Close())
+		}
+		conns[1].Close()
+		accepted <- err
+	}()
+	l, err := e.Serve(ctx, conns[0])
+	fmt.Fprintf(os.Stderr, "fabricpool: serve: %v\n", err)
+	fmt.Printf("serve refused with gpu.ErrNotPermitted: %t\n", errors.Is(err, gpu.ErrNotPermitted))
+	if err == nil {
+		l.Close()
+	}
+	conns[0].Close()
+	aerr := <-accepted
+	fmt.Fprintf(os.Stderr, "fabricpool: accept: %v\n", aerr)
+	fmt.Printf("accept: lost: %t\n", errors.Is(aerr, ipc.ErrPeerLost))
+	fmt.Printf("close: %v\n", e.Close())
+	return nil
 }

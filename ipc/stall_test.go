@@ -15,7 +15,7 @@ import (
 // blocking, lends nothing, and the link still closes.
 func TestLendImporterNotReceiving(t *testing.T) {
 	exp, imp := processes(t)
-	e, l, im, ce, ci := pairConns(t, exp, imp)
+	e, l, im, ce, ci := pairConns(t, exp, imp, gpu.HandlePOSIX)
 	// Small socket buffers, so that a few hundred frames fill them.
 	must(t, ce.SetWriteBuffer(4096))
 	must(t, ci.SetReadBuffer(4096))

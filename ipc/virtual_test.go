@@ -16,12 +16,12 @@ import (
 	"github.com/streamalloc/streamalloc/mr"
 )
 
-// shareVirtual exports [p, p+size) of v as POSIX descriptors, carries it
-// over a socket pair and imports it on imp, closing the descriptors of
-// both sides.
+// shareVirtual exports [p, p+size) of v as the one handle type v was made
+// with, carries it over a socket pair and imports it on imp, closing the
+// descriptors of both sides.
 func shareVirtual(t *testing.T, v *mr.Virtual, imp gpu.Device, p gpu.DevicePtr, size int) *ipc.VirtualImport {
 	t.Helper()
-	x, err := v.Export(p, size, gpu.HandlePOSIX)
+	x, err := v.Export(p, size, v.Options().HandleTypes)
 	must(t, err)
 	ce, ci := socketPair(t)
 	defer ce.Close()
@@ -47,80 +47,84 @@ func shareVirtual(t *testing.T, v *mr.Virtual, imp gpu.Device, p gpu.DevicePtr, 
 // exporter's stream waits on that before it checks and frees. The events
 // alone order the two processes: no data race under -race, no mismatch,
 // no descriptor left open, and the exporter's memory goes back.
+//
+// It runs with each handle type of handleTypes.
 func TestVirtualShareRoundTrip(t *testing.T) {
-	exp, imp := processes(t)
-	fds := openDescriptors(t)
-	v, err := mr.NewVirtual(exp, mr.VirtualOptions{ReserveSize: 64 << 20, HandleTypes: gpu.HandlePOSIX, PiecesPerCommit: 1})
-	must(t, err)
-	defer v.Close()
-	se, err := exp.NewStream()
-	must(t, err)
-	defer se.Destroy()
-	si, err := imp.NewStream()
-	must(t, err)
-	defer si.Destroy()
-	ke, err := kernels.Load(exp)
-	must(t, err)
-	ki, err := kernels.Load(imp)
-	must(t, err)
-	g := v.GrowGranularity()
-	p, err := v.AllocateGrowable(g, 8*g, se)
-	must(t, err)
-	must(t, v.Commit(p, g, 2*g, se)) // a second piece
-	must(t, v.Commit(p, 3*g, g, se)) // a third
-	const seed = 1 << 20
-	words := 4 * g / 4
-	must(t, ke.Fill(se, p, words, seed))
-	ready, err := gpu.IPCOf(exp)
-	must(t, err)
-	re, err := ready.NewIPCEvent()
-	must(t, err)
-	defer re.Destroy()
-	must(t, re.Record(se))
-	rh, err := ready.ExportEvent(re)
-	must(t, err)
+	eachHandleType(t, func(t *testing.T, ht gpu.HandleType) {
+		exp, imp := processes(t)
+		fds := openDescriptors(t)
+		v, err := mr.NewVirtual(exp, mr.VirtualOptions{ReserveSize: 64 << 20, HandleTypes: ht, PiecesPerCommit: 1})
+		must(t, err)
+		defer v.Close()
+		se, err := exp.NewStream()
+		must(t, err)
+		defer se.Destroy()
+		si, err := imp.NewStream()
+		must(t, err)
+		defer si.Destroy()
+		ke, err := kernels.Load(exp)
+		must(t, err)
+		ki, err := kernels.Load(imp)
+		must(t, err)
+		g := v.GrowGranularity()
+		p, err := v.AllocateGrowable(g, 8*g, se)
+		must(t, err)
+		must(t, v.Commit(p, g, 2*g, se)) // a second piece
+		must(t, v.Commit(p, 3*g, g, se)) // a third
+		const seed = 1 << 20
+		words := 4 * g / 4
+		must(t, ke.Fill(se, p, words, seed))
+		ready, err := gpu.IPCOf(exp)
+		must(t, err)
+		re, err := ready.NewIPCEvent()
+		must(t, err)
+		defer re.Destroy()
+		must(t, re.Record(se))
+		rh, err := ready.ExportEvent(re)
+		must(t, err)
 
-	m := shareVirtual(t, v, imp, p, 4*g)
-	if m.Size() != 4*g {
-		t.Fatalf("import of %d bytes, want %d", m.Size(), 4*g)
-	}
-	xi, err := gpu.IPCOf(imp)
-	must(t, err)
-	ire, err := xi.ImportEvent(rh)
-	must(t, err)
-	defer ire.Destroy()
-	must(t, si.WaitEvent(ire))
-	if n := mismatches(t, imp, ki, si, m.Ptr(), words, seed); n != 0 {
-		t.Fatalf("importer: %d of %d words differ from the exporter's", n, words)
-	}
-	must(t, ki.Fill(si, m.Ptr(), words, 2*seed))
-	done, err := xi.NewIPCEvent()
-	must(t, err)
-	defer done.Destroy()
-	must(t, done.Record(si))
-	dh, err := xi.ExportEvent(done)
-	must(t, err)
+		m := shareVirtual(t, v, imp, p, 4*g)
+		if m.Size() != 4*g {
+			t.Fatalf("import of %d bytes, want %d", m.Size(), 4*g)
+		}
+		xi, err := gpu.IPCOf(imp)
+		must(t, err)
+		ire, err := xi.ImportEvent(rh)
+		must(t, err)
+		defer ire.Destroy()
+		must(t, si.WaitEvent(ire))
+		if n := mismatches(t, imp, ki, si, m.Ptr(), words, seed); n != 0 {
+			t.Fatalf("importer: %d of %d words differ from the exporter's", n, words)
+		}
+		must(t, ki.Fill(si, m.Ptr(), words, 2*seed))
+		done, err := xi.NewIPCEvent()
+		must(t, err)
+		defer done.Destroy()
+		must(t, done.Record(si))
+		dh, err := xi.ExportEvent(done)
+		must(t, err)
 
-	ide, err := ready.ImportEvent(dh)
-	must(t, err)
-	defer ide.Destroy()
-	must(t, se.WaitEvent(ide))
-	if n := mismatches(t, exp, ke, se, p, words, 2*seed); n != 0 {
-		t.Fatalf("exporter: %d of %d words differ from the importer's", n, words)
-	}
-	must(t, v.Deallocate(p, 8*g, se))
-	must(t, si.Synchronize())
-	must(t, m.Close())
-	if err := m.Close(); !errors.Is(err, ipc.ErrReleased) {
-		t.Errorf("second Close: %v, want ErrReleased", err)
-	}
-	must(t, v.ReleaseContext(context.Background()))
-	if st := v.Stats(); st.Mapped != 0 || st.Growable != 0 {
-		t.Errorf("after the free: %d bytes mapped, %d growable ranges", st.Mapped, st.Growable)
-	}
-	if n := openDescriptors(t); n != fds {
-		t.Errorf("%d descriptors open, %d before", n, fds)
-	}
+		ide, err := ready.ImportEvent(dh)
+		must(t, err)
+		defer ide.Destroy()
+		must(t, se.WaitEvent(ide))
+		if n := mismatches(t, exp, ke, se, p, words, 2*seed); n != 0 {
+			t.Fatalf("exporter: %d of %d words differ from the importer's", n, words)
+		}
+		must(t, v.Deallocate(p, 8*g, se))
+		must(t, si.Synchronize())
+		must(t, m.Close())
+		if err := m.Close(); !errors.Is(err, ipc.ErrReleased) {
+			t.Errorf("second Close: %v, want ErrReleased", err)
+		}
+		must(t, v.ReleaseContext(context.Background()))
+		if st := v.Stats(); st.Mapped != 0 || st.Growable != 0 {
+			t.Errorf("after the free: %d bytes mapped, %d growable ranges", st.Mapped, st.Growable)
+		}
+		if n := openDescriptors(t); n != fds {
+			t.Errorf("%d descriptors open, %d before", n, fds)
+		}
+	})
 }
 
 // noSharing is a device that cannot share physical allocations.
@@ -176,8 +180,8 @@ func TestImportVirtualRefusals(t *testing.T) {
 }
 
 // TestRecvVirtualRefusals: a header that is no export's, an export of no
-// pieces, a POSIX piece without its descriptor and a fabric piece with one
-// are ErrProtocol, with every descriptor received closed; SendVirtual
+// pieces, a POSIX piece without its descriptor or with fabric handle
+// bytes, and a fabric piece with a descriptor are ErrProtocol, with every descriptor received closed; SendVirtual
 // refuses a malformed export before writing.
 func TestRecvVirtualRefusals(t *testing.T) {
 	fds := openDescriptors(t)
@@ -212,6 +216,12 @@ func TestRecvVirtualRefusals(t *testing.T) {
 		{"a fabric piece with a descriptor", func(w, wf func([]byte)) {
 			w(header(1))
 			wf(piece(gpu.HandleFabric))
+		}},
+		{"a POSIX piece with fabric handle bytes", func(w, wf func([]byte)) {
+			w(header(1))
+			b := piece(gpu.HandlePOSIX)
+			b[20] = 0x5a
+			wf(b)
 		}},
 	} {
 		a, b := socketPair(t)

@@ -5,7 +5,10 @@
 //	header: "SAVIRT01", span, start, size, pieces (uint64 each)   40 bytes
 //	piece:  offset, size (uint64), handle type (int32), fabric [64]byte  84 bytes
 //
-// The receiver refuses a malformed message (ErrProtocol) and closes every
+// A piece's handle type is HandlePOSIX, with its descriptor attached and
+// the fabric bytes zero, or HandleFabric, with its handle in the fabric
+// bytes and no descriptor. The receiver refuses a malformed message
+// (ErrProtocol), another handle type included, and closes every
 // descriptor it received with it, so nothing leaks. The same encoding
 // follows a Link's lendVirtual frame (wire.go).
 
@@ -142,6 +145,9 @@ func readVirtual(c *net.UnixConn) (x mr.VirtualExport, err error) {
 		x.Pieces = append(x.Pieces, pc)
 		if (pc.Handle.Type == gpu.HandlePOSIX) != (f != nil) || (pc.Handle.Type != gpu.HandlePOSIX && pc.Handle.Type != gpu.HandleFabric) {
 			return x, fmt.Errorf("piece %d: handle type %#x with %v descriptor: %w", i, int32(pc.Handle.Type), f != nil, ErrProtocol)
+		}
+		if pc.Handle.Type == gpu.HandlePOSIX && pc.Handle.Fabric != [64]byte{} {
+			return x, fmt.Errorf("piece %d: a POSIX piece with fabric handle bytes: %w", i, ErrProtocol)
 		}
 	}
 	if err := checkExport(x); err != nil {

@@ -5,24 +5,28 @@
 //	0      4    magic "SAIP"
 //	4      1    kind (hello, helloBack, lend, giveBack, bye, lendVirtual)
 //	5      3    zero
-//	8      4    handle type (hello; HandleNone: no pool, Virtual memory)
+//	8      4    handle type (hello: HandlePOSIX, the pool's descriptor
+//	            attached; HandleFabric, its handle in a; HandleNone: no
+//	            pool, Virtual memory)
 //	12     4    zero
 //	16     8    id (lend, giveBack, lendVirtual)
 //	24     8    size in bytes (lend, lendVirtual)
-//	32     64   a: the pool's fabric handle (hello), the allocation's
-//	            export data (lend); zero in a lendVirtual
+//	32     64   a: the pool's fabric handle (a hello of HandleFabric),
+//	            the allocation's export data (lend)
 //	96     64   b: an event handle (hello: the exporter's lend event;
-//	            helloBack: the importer's return event); zero in a
-//	            lendVirtual
+//	            helloBack: the importer's return event)
 //
+// A field a frame's kind does not use is zero: a POSIX or Virtual hello
+// carries no fabric handle, a lendVirtual no export data (its export
+// follows the frame), a give-back or a bye nothing but its id.
 // A lendVirtual frame is followed at once by the range's export in
 // virtual_wire.go's encoding (a header, then one message per piece with
 // its descriptor), written under the same write lock, so that nothing
 // comes between them.
 //
-// A frame with another magic, an unknown kind, non-zero padding, a lend
-// of a size that is not a positive int, or a lendVirtual with data in a
-// or b is ErrProtocol.
+// A frame with another magic, an unknown kind, non-zero padding, data in
+// a field its kind does not use, a hello of another handle type, or a
+// lend of a size that is not a positive int is ErrProtocol.
 
 package ipc
 
@@ -36,6 +40,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/streamalloc/streamalloc/gpu"
 )
 
 const frameSize = 160
@@ -93,10 +99,37 @@ func parseFrame(b []byte) (frame, error) {
 	}
 	copy(f.a[:], b[32:96])
 	copy(f.b[:], b[96:160])
-	if f.kind == kindLendVirtual && (f.a != [64]byte{} || f.b != [64]byte{}) {
-		return f, fmt.Errorf("ipc: a virtual lend with export data in the frame: %w", ErrProtocol)
+	if f.kind == kindHello {
+		if ht := gpu.HandleType(f.handle); ht != gpu.HandleNone && ht != gpu.HandlePOSIX && ht != gpu.HandleFabric {
+			return f, fmt.Errorf("ipc: a hello for handle type %#x: %w", f.handle, ErrProtocol)
+		}
+	}
+	if u := f.kind.uses(gpu.HandleType(f.handle)); (!u.handle && f.handle != 0) || (!u.id && f.id != 0) ||
+		(!u.size && f.size != 0) || (!u.a && f.a != [64]byte{}) || (!u.b && f.b != [64]byte{}) {
+		return f, fmt.Errorf("ipc: a frame of kind %d with data in a field it does not use: %w", f.kind, ErrProtocol)
 	}
 	return f, nil
+}
+
+// fields are the fields of a frame a kind uses.
+type fields struct{ handle, id, size, a, b bool }
+
+// uses says which fields a frame of kind k uses; ht is a hello's handle
+// type, which decides whether it carries a fabric handle.
+func (k kind) uses(ht gpu.HandleType) fields {
+	switch k {
+	case kindHello:
+		return fields{handle: true, a: ht == gpu.HandleFabric, b: true}
+	case kindHelloBack:
+		return fields{b: true}
+	case kindLend:
+		return fields{id: true, size: true, a: true}
+	case kindGiveBack:
+		return fields{id: true}
+	case kindLendVirtual:
+		return fields{id: true, size: true}
+	}
+	return fields{} // a bye
 }
 
 // writeLock serializes one side's frames so that frames of several

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/streamalloc/streamalloc/gpu"
 )
 
 // FuzzParseFrame: any 160 bytes either parse into a frame that marshals
@@ -15,6 +17,8 @@ func FuzzParseFrame(f *testing.F) {
 	f.Add(make([]byte, frameSize))
 	f.Add((&frame{kind: kindHello, handle: 1, b: [64]byte{9}}).marshal())
 	f.Add((&frame{kind: kindLendVirtual, id: 2, size: 2 << 20}).marshal())
+	f.Add((&frame{kind: kindHello, handle: int32(gpu.HandleFabric), a: [64]byte{'S', 'A'}, b: [64]byte{9}}).marshal())
+	f.Add((&frame{kind: kindHello, handle: int32(gpu.HandleNone), b: [64]byte{9}}).marshal())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := parseFrame(b)
 		if err != nil {
@@ -46,6 +50,17 @@ func TestParseFrameRefusals(t *testing.T) {
 		{"virtual lend of 0 bytes", func(b []byte) []byte { return virtualLendOf(b, 0) }},
 		{"virtual lend with export data", func(b []byte) []byte { b = virtualLendOf(b, 4096); b[40] = 1; return b }},
 		{"virtual lend with an event handle", func(b []byte) []byte { b = virtualLendOf(b, 4096); b[159] = 1; return b }},
+		{"give-back with a size", func(b []byte) []byte { b[24] = 1; return b }},
+		{"give-back with export data", func(b []byte) []byte { b[32] = 1; return b }},
+		{"give-back with a handle type", func(b []byte) []byte { b[8] = 1; return b }},
+		{"bye with an id", func(b []byte) []byte { b[4] = byte(kindBye); return b }},
+		{"hello back with an id", func(b []byte) []byte { b[4] = byte(kindHelloBack); return b }},
+		{"hello with an id", func(b []byte) []byte { return helloOf(b, gpu.HandlePOSIX) }},
+		{"POSIX hello with a fabric handle", func(b []byte) []byte { b = helloOf(b, gpu.HandlePOSIX); b[16] = 0; b[32] = 1; return b }},
+		{"Virtual hello with a fabric handle", func(b []byte) []byte { b = helloOf(b, gpu.HandleNone); b[16] = 0; b[95] = 1; return b }},
+		{"hello of two handle types", func(b []byte) []byte { b = helloOf(b, gpu.HandlePOSIX|gpu.HandleFabric); b[16] = 0; return b }},
+		{"hello of an unknown handle type", func(b []byte) []byte { b = helloOf(b, 0x40); b[16] = 0; return b }},
+		{"lend with an event handle", func(b []byte) []byte { b = lendOf(b, 4096); b[96] = 1; return b }},
 	} {
 		b := c.edit(append([]byte(nil), good...))
 		if _, err := parseFrame(b); !errors.Is(err, ErrProtocol) {
@@ -58,6 +73,17 @@ func TestParseFrameRefusals(t *testing.T) {
 	if _, err := parseFrame(virtualLendOf(append([]byte(nil), good...), 4096)); err != nil {
 		t.Fatalf("a virtual lend: %v", err)
 	}
+	fabric := frame{kind: kindHello, handle: int32(gpu.HandleFabric), a: [64]byte{1}, b: [64]byte{2}}
+	if f, err := parseFrame(fabric.marshal()); err != nil || f != fabric {
+		t.Fatalf("a fabric hello: %+v, %v; want %+v", f, err, fabric)
+	}
+}
+
+// helloOf turns frame b into a hello for handle type ht.
+func helloOf(b []byte, ht gpu.HandleType) []byte {
+	b[4] = byte(kindHello)
+	binary.LittleEndian.PutUint32(b[8:], uint32(ht))
+	return b
 }
 
 // virtualLendOf turns frame b into a virtual lend of size bytes.

@@ -112,6 +112,9 @@ type AsyncOptions struct {
 	// Exportable, if not gpu.HandleNone, makes the pool of its own (as
 	// OwnPool) exportable to other processes as these handle types
 	// (gpu.IPC.NewExportableMemPool); package ipc lends its allocations.
+	// A type the device does not offer fails NewAsync with
+	// gpu.ErrNotSupported; gpu.HandleFabric in a process without an IMEX
+	// channel fails it with gpu.ErrNotPermitted, and no pool is made.
 	Exportable gpu.HandleType
 	// Pool, if not nil, is the pool to allocate from, not owned (RMM's
 	// async_view): a pool of the caller's, or a CUmemoryPool of other code

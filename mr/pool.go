@@ -221,14 +221,35 @@ type PoolOptions struct {
 	// price is time: a pair served from the pool's lists goes through the
 	// tlsf instead of the quick cache, about twice as slow at 1.5 MiB
 	// (66 to 120 ns on the development machine), 4 MiB about 20% and
-	// random churn about 38% slower, hence off by default. Over chunks,
-	// or a Grower without the lifetime placement, it does nothing.
-	// False: off.
+	// random churn about 38% slower, hence off by default; and it
+	// commits and decommits more often (1.1-7 times the commits on the
+	// recorded traces: a request predicted short-lived commits in its
+	// short range rather than take a free block of the long one).
+	// HolesKeepPair gives the pair its cost back. Over chunks, or a Grower
+	// without the lifetime placement, it does nothing. False: off.
 	PackHoles bool
+	// HolesKeepPair refines PackHoles, which it requires (without it,
+	// NewPool fails with ErrInvalidValue): a block of a growable chunk
+	// freed on its home while it is the block the stream handed out last
+	// (a pair's block: allocated, freed, asked for again) stays whole in
+	// the quick cache, as without PackHoles, where PackHoles alone files
+	// it free; every other such block is filed free as with PackHoles.
+	// And SmallAtPeak, which PackHoles alone turns off, applies
+	// (pool_vpair.go). A pair served from the pool's lists then costs what
+	// it costs without PackHoles. On the simulator, with SmallAtPeak (the
+	// registry's pool_vmm_holes_pair), llama-generate-h100 goes from
+	// 1.0289 of peak live (pool_vmm) to 1.0086, compile, oom and
+	// resnet50-amp lower, cupy-cycle, cuda-graph and torch-train-gpt-b
+	// stay at pool_vmm's figures, and torch-serve-varlen-b rises from
+	// 1.0107 to 1.0178 (one granule, as with PackHoles), the two-stream
+	// pipeline, gpt2-train and ResNet-50 through the C ABI by a granule
+	// each (BENCHMARKS.md, "Holes at the pair's cost"). False: PackHoles
+	// as documented above.
+	HolesKeepPair bool
 	// SmallAtPeak applies over a Grower (memory mapped in place) and does
-	// nothing with PackHoles set: a small request (256 KiB or less) that
-	// would grow a small chunk, and with it raise the pool's high-water
-	// mark, takes a free piece of its stream's growable chunks that holds
+	// nothing with PackHoles set unless HolesKeepPair is: a small request
+	// (256 KiB or less) that would grow a small chunk, and with it raise
+	// the pool's high-water mark, takes a free piece of its stream's growable chunks that holds
 	// it (a good fit), memory already mapped, instead (pool_vpeak.go).
 	// Over a Grower that never refuses a commit (a Virtual with
 	// WaitForDecommits, where the pool places by lifetime) it acts after
@@ -364,6 +385,9 @@ func NewPool(upstream Resource, opts PoolOptions) (*Pool, error) {
 	}
 	if opts.SplitGiantAtMark && !opts.SplitBig {
 		return nil, fmt.Errorf("pool: SplitGiantAtMark without SplitBig: %w", gpu.ErrInvalidValue)
+	}
+	if opts.HolesKeepPair && !opts.PackHoles {
+		return nil, fmt.Errorf("pool: HolesKeepPair without PackHoles: %w", gpu.ErrInvalidValue)
 	}
 	if opts.InitialSize > poolMaxRequest || opts.ChunkSize > poolMaxRequest {
 		return nil, fmt.Errorf("pool: InitialSize %d or ChunkSize %d above %d: %w", opts.InitialSize, opts.ChunkSize, poolMaxRequest, ErrInvalidSize)

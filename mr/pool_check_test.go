@@ -756,6 +756,8 @@ var poolFuzzOptions = []struct {
 	{PoolOptions{SmallAtPeak: true, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
 	{PoolOptions{SmallAtPeak: true}, 1 << 30, true},
 	{PoolOptions{SmallAtPeak: true, MappedSlack: 0.01, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
+	{PoolOptions{PackHoles: true, HolesKeepPair: true, SmallAtPeak: true}, 1 << 30, true},
+	{PoolOptions{PackHoles: true, HolesKeepPair: true, SmallAtPeak: true, MaxSize: 96 << 20, ReleaseThreshold: 4 << 20}, 1 << 30, true},
 }
 
 // poolFuzzMaxOps bounds the operations of one input: longer inputs add

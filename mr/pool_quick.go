@@ -31,7 +31,8 @@
 // the lifetime placement does not cache the blocks of its growable
 // chunks: freed, they coalesce at once, so that a request smaller than a
 // granule can fill the room they leave beside a live block
-// (pool_vhole.go).
+// (pool_vhole.go); with HolesKeepPair too, but for the block the stream
+// handed out last, which a pair asks for again (pool_vpair.go).
 //
 // Invariants, under the stream's mutex: quick[:nquick] are exactly the
 // blocks of state blockCached homed at the stream, oldest first, and
@@ -72,10 +73,11 @@ func (st *poolStream) quickTake(rounded int) *poolBlock {
 // quickPut caches b, which was live and is in no list now. A full cache
 // first files its oldest block in the tlsf. A block of a growable chunk
 // of a pool that packs holes (PoolOptions.PackHoles) is filed free
-// instead (pool_vhole.go).
+// instead (pool_vhole.go), unless it is the pair's block and the pool
+// keeps it (HolesKeepPair, pool_vpair.go).
 func (st *poolStream) quickPut(b *poolBlock) {
-	if st.packHoles && b.c.limit > 0 {
-		st.putFree(b) // a growable chunk's block is not kept whole (pool_vhole.go)
+	if st.packHoles && b.c.limit > 0 && !st.keepsPair(b) {
+		st.putFree(b) // a growable chunk's block is not kept whole (pool_vhole.go, pool_vpair.go)
 		return
 	}
 	if st.nquick == poolQuick {

@@ -75,7 +75,9 @@ type poolStream struct {
 	dirty, parked, lfStale bool
 	// pool_vhole.go: the pool packs holes (PoolOptions.PackHoles over a
 	// Grower with the lifetime placement; set once, at creation).
-	packHoles bool
+	// pool_vpair.go: with packHoles, the block handed out last is still
+	// cached whole when it is freed (PoolOptions.HolesKeepPair; set once).
+	packHoles, keepPair bool
 
 	// The fast slot (pool_fast.go): fstate, fptr and fowner are read and
 	// swapped without mu; fblock and fepoch change under mu.
@@ -148,6 +150,7 @@ func newPoolStream(p *Pool, s gpu.Stream) *poolStream {
 	if p.lifetimes {
 		st.life = new(poolLife) // pool_lifetime.go
 		st.packHoles = p.opts.PackHoles
+		st.keepPair = p.opts.PackHoles && p.opts.HolesKeepPair
 	}
 	return st
 }

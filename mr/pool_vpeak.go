@@ -47,7 +47,9 @@
 // holes are filled by requests of more than the small classes, the same
 // rule raised torch-train-gpt-b from 1.0281 to 1.0334 and resnet50-amp
 // from 1.0050 to 1.0070, so a pool that packs holes grows its small
-// chunks as before.
+// chunks as before, unless it keeps the pair's block in the quick cache
+// (PoolOptions.HolesKeepPair, pool_vpair.go), where the two together
+// measured better than either alone.
 //
 // Over a Grower that refuses commits (ErrGrowBlocked, a Virtual without
 // WaitForDecommits), where the pool places without lifetimes.
@@ -123,8 +125,8 @@ import "github.com/streamalloc/streamalloc/gpu"
 // high-water mark (after the release over a Grower placing by lifetime,
 // before it over a refusing one, smallTarget).
 func (p *Pool) smallAtPeak(st *poolStream, size, rounded int) (gpu.DevicePtr, bool) {
-	if !p.opts.SmallAtPeak || st.packHoles {
-		return 0, false // off, or packing holes
+	if !p.opts.SmallAtPeak || st.packHoles && !st.keepPair {
+		return 0, false // off, or packing holes with the quick cache off (pool_vpair.go)
 	}
 	st.lock()
 	defer st.mu.Unlock()

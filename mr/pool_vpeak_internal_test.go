@@ -13,7 +13,8 @@ import (
 // small request whose stream's small chunk is full, at the pool's
 // high-water mark, takes the free end of the granule a large block pins
 // instead of a new small chunk, with no decommit; below the mark, without
-// the option, or with PackHoles, it grows a small chunk as before.
+// the option, or with PackHoles (unless HolesKeepPair is set too), it
+// grows a small chunk as before.
 func TestPoolSmallAtPeak(t *testing.T) {
 	const KiB, MiB = 1 << 10, 1 << 20
 	const (
@@ -36,6 +37,7 @@ func TestPoolSmallAtPeak(t *testing.T) {
 		{"waiting/below the mark", true, PoolOptions{SmallAtPeak: true}, freeBig, 4 * MiB, 0, false},
 		{"waiting/off", true, PoolOptions{}, atMark, 8 * MiB, 0, false},
 		{"waiting/PackHoles", true, PoolOptions{SmallAtPeak: true, PackHoles: true}, atMark, 8 * MiB, 0, false},
+		{"waiting/PackHoles with HolesKeepPair", true, PoolOptions{SmallAtPeak: true, PackHoles: true, HolesKeepPair: true}, atMark, 6 * MiB, 1, true},
 		{"refusing/at the mark", false, PoolOptions{SmallAtPeak: true}, atMark, 6 * MiB, 1, true},
 		{"refusing/at the mark with MappedSlack", false, PoolOptions{SmallAtPeak: true, MappedSlack: 0.01}, atMark, 6 * MiB, 1, true},
 		{"refusing/below the mark", false, PoolOptions{SmallAtPeak: true}, pastPeak, 8 * MiB, 0, false},

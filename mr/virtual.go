@@ -100,7 +100,14 @@ type VirtualOptions struct {
 	// resource is created exportable as (gpu.PhysicalSharing), so that a
 	// live range can be shared with another process (Export,
 	// virtual_export.go). Zero: none, and Export refuses. The device must
-	// offer them (NewVirtual: ErrNotSupported otherwise).
+	// offer them (NewVirtual: ErrNotSupported otherwise): gpu.HandlePOSIX
+	// (file descriptors) or gpu.HandleFabric (64-byte handles that cross
+	// the nodes of an NVLink fabric), or both. Fabric also needs an IMEX
+	// channel in the process (/dev/nvidia-caps-imex-channels), which the
+	// device's attributes do not tell: without one, every allocation
+	// that maps memory fails with the driver's gpu.ErrNotPermitted
+	// (cuMemCreate refuses to make memory exportable as fabric), so
+	// include HandleFabric only where the process has one.
 	HandleTypes gpu.HandleType
 	// WaitForFrees makes an Allocate that maps new memory (rather than
 	// take back a pending free of its size) first wait on the host

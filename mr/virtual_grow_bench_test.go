@@ -110,6 +110,9 @@ func BenchmarkGrowth(b *testing.B) {
 	}
 }
 
+// BenchmarkPoolPairModes: a pair served from the lists of a Pool with
+// the default options over Direct (chunked) and over a Virtual that
+// refuses commits at mapped addresses (virtual).
 func BenchmarkPoolPairModes(b *testing.B) {
 	dev := testdev.Device(b)
 	s, err := dev.NewStream()
@@ -134,22 +137,10 @@ func BenchmarkPoolPairModes(b *testing.B) {
 				}
 				// The first pair grows the pool; the measured ones are
 				// served from its lists.
-				ptr, err := p.Allocate(size, s)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := p.Deallocate(ptr, size, s); err != nil {
-					b.Fatal(err)
-				}
+				pair(b, p, s, size)
 				b.ReportAllocs()
 				for b.Loop() {
-					ptr, err := p.Allocate(size, s)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := p.Deallocate(ptr, size, s); err != nil {
-						b.Fatal(err)
-					}
+					pair(b, p, s, size)
 				}
 				b.StopTimer()
 				if err := p.Close(); err != nil {

@@ -13,7 +13,30 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${1:-build/capi}
 mkdir -p "$out"
-CGO_ENABLED=1 go build -buildmode=c-shared -trimpath -ldflags=-s -o "$out/libstreamalloc.so" ./capi
+# The library's Go runtime keeps its monitor (sysmon) out of deep sleep.
+# A C thread's call into Go takes a P; back in C the thread keeps it until
+# the monitor, seeing the P's scheduling tick unmoved for 10 ms (a callback
+# never moves it), takes it back, and with every P idle the monitor sleeps:
+# the next call then takes an idle P under the scheduler's lock and wakes
+# the monitor with a futex, 1.5-3 us of a call on the H100 host, a few
+# percent of a GPT-2 or ResNet-50 step (BENCHMARKS.md, "The pluggable path's
+# floor"). The runtime has one switch that keeps the monitor awake, a
+# schedtrace period, and no //go:debug directive for it, so the period is
+# linked in as the binary's GODEBUG default: 2^31-1 ms, 24.8 days. Its cost:
+# a monitor tick every 10 ms while the process idles; one SCHED line on
+# stderr once the host has been up 24.8 days and every 24.8 days after (at
+# the start on a host up longer than that: the monitor's clock counts from
+# the host's boot); and a fatal error of the Go runtime (a crash, not an
+# error a call returns) prints the scheduler's state, a line per P, thread
+# and goroutine, before its traceback. GODEBUG=schedtrace=0 in the
+# environment restores the runtime's default. The module's own GODEBUG
+# defaults (go.mod's godebug lines, capi's //go:debug directives), if any,
+# are kept: go list reads them with cgo on, as the build does, since
+# without cgo it leaves out capi.go and its directives.
+godebug=$(CGO_ENABLED=1 go list -f '{{.DefaultGODEBUG}}' ./capi)
+godebug=${godebug:+$godebug,}schedtrace=2147483647
+CGO_ENABLED=1 go build -buildmode=c-shared -trimpath "-ldflags=-s -X=runtime.godebugDefault=$godebug" \
+	-o "$out/libstreamalloc.so" ./capi
 rm -f "$out/libstreamalloc.h" # cgo's own header; streamalloc.h is the public one
 cp capi/streamalloc.h "$out/"
 gcc -O2 -Wall -Wextra -o "$out/capi_bench" capi/testdata/capi_bench.c -I "$out" -L "$out" \

@@ -23,9 +23,13 @@ out=${1:-build/coldlines}
 steps=${2:-1000}
 conf=${CONF:-pool,upstream=vmm,mapped_slack,small_at_peak,backend=sim,sim_capacity=1GiB}
 mkdir -p "$out"
-# Symbols and DWARF kept (no -s, no -w): the report names functions and
+# As scripts/build-capi.sh links it (the runtime's monitor kept awake), but
+# with symbols and DWARF (no -s, no -w): the report names functions and
 # source lines.
-CGO_ENABLED=1 go build -buildmode=c-shared -trimpath -o "$out/libstreamalloc.so" ./capi
+godebug=$(CGO_ENABLED=1 go list -f '{{.DefaultGODEBUG}}' ./capi)
+godebug=${godebug:+$godebug,}schedtrace=2147483647
+CGO_ENABLED=1 go build -buildmode=c-shared -trimpath "-ldflags=-X=runtime.godebugDefault=$godebug" \
+	-o "$out/libstreamalloc.so" ./capi
 rm -f "$out/libstreamalloc.h"
 cp capi/streamalloc.h "$out/"
 gcc -O2 -Wall -Wextra -no-pie -o "$out/cold_lines" capi/testdata/cold_lines.c -I "$out" -L "$out" \

@@ -19,9 +19,13 @@ expandable_segments:True), native-async (PyTorch's own cudaMallocAsync
 backend), streamalloc (libstreamalloc.so through CUDAPluggableAllocator or
 CFunctionAllocator), cupy-pool (CuPy's MemoryPool), and control
 (libtorch_control.so, capi/testdata/torch_control.c: a pluggable allocator in C
-alone over cuMemAllocAsync, which times every call; --conf is its mode: async,
-async+go (one call into Go per call), or sa:CONF (forwarding to streamalloc
-configured with CONF)).
+alone, which times every call; --conf is its mode: async (over
+cuMemAllocAsync), async+go (the same and one call into Go per call), sa:CONF
+(forwarding to streamalloc configured with CONF), or cache (a caching
+allocator in C with one free list per stream and size, over cuMemAlloc, that
+makes no driver call once warm: the floor of any pluggable allocator)).
+streamalloc's --conf is its configuration string; "default" stands for the
+empty one (pluggable.Recommended, what an unset STREAMALLOC_CONF gives).
 
 Deterministic settings: fixed seeds, data drawn on the GPU from a seeded
 generator, torch.use_deterministic_algorithms(True, warn_only=True),
@@ -40,7 +44,7 @@ usage: torch-bench.py run WORKLOAD ALLOCATOR --out RESULTS.jsonl [--lib PATH]
                           [--control-lib PATH] [--conf CONF] [--warmup N] [--steps N]
                           [--serve] [--gc on|freeze]
        torch-bench.py lockstep WORKLOAD --configs 'native; streamalloc pool' --out RESULTS.jsonl
-                          --blocks-out BLOCKS.jsonl [--lib PATH] [--warmup N] [--blocks N]
+                          --blocks-out BLOCKS.jsonl [--lib PATH] [--control-lib PATH] [--warmup N] [--blocks N]
                           [--block-steps N] [--pairs N] [--pin CPUS] [--gc on|freeze]
        torch-bench.py table RESULTS.jsonl
        torch-bench.py rounds RESULTS.jsonl
@@ -65,14 +69,15 @@ WORKER = os.path.abspath(__file__)
 
 class _CtlStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
-        "allocs", "frees", "failures", "alloc_ns", "free_ns", "reserved_high", "used_high")] + [("mode", ctypes.c_int)]
+        "allocs", "frees", "failures", "alloc_ns", "free_ns", "reserved_high", "used_high")] + [("mode", ctypes.c_int)] + [
+        (name, ctypes.c_uint64) for name in ("device_allocs", "device_frees", "reserved", "zero_allocs", "null_frees")]
 
 
 class Control:
     """The C control allocator (capi/testdata/torch_control.c)."""
 
     def __init__(self, path, conf, lib):
-        mode, _, sa_conf = conf.partition(":")
+        mode, _, inner = conf.partition(":")
         os.environ["TORCH_CONTROL"] = mode
         self.sa = None
         if mode in ("async+go", "sa"):
@@ -82,7 +87,7 @@ class Control:
             self.sa = streamalloc_torch
             if mode == "sa":
                 # Configure the library; the control forwards to it.
-                streamalloc_torch.use_streamalloc(conf=sa_conf or "pool", torch=False, path=lib)
+                streamalloc_torch.use_streamalloc(conf=sa_conf(inner or "pool"), torch=False, path=lib)
         self.path = path
         self.lib = ctypes.CDLL(path)
         self.lib.ctl_stats.argtypes = [ctypes.POINTER(_CtlStats)]
@@ -111,6 +116,12 @@ class Control:
         return {name: getattr(st, name) for name, _ in _CtlStats._fields_}
 
 
+def sa_conf(conf):
+    """streamalloc's configuration string for --conf: "default" is the empty
+    string (pluggable.Recommended), every other the string itself."""
+    return "" if conf == "default" else conf
+
+
 def setup_allocator(allocator, lib, conf, cupy=False, control_lib=None):
     """Chooses the allocator; must run before torch or cupy touch CUDA."""
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
@@ -123,7 +134,7 @@ def setup_allocator(allocator, lib, conf, cupy=False, control_lib=None):
     if allocator == "streamalloc":
         sys.path.insert(0, os.path.join(HERE, "..", "python"))
         import streamalloc_torch
-        streamalloc_torch.use_streamalloc(conf=conf, torch=not cupy, cupy=cupy, path=lib)
+        streamalloc_torch.use_streamalloc(conf=sa_conf(conf), torch=not cupy, cupy=cupy, path=lib)
         return streamalloc_torch
     if allocator == "control":
         ctl = Control(control_lib, conf, lib)
@@ -293,7 +304,10 @@ def run_torch(args):
             s = sa.stats(0)
             return s["device_allocs"], s["device_frees"]
         if ctl is not None:
-            return -1, -1
+            # The control's own driver calls: cuMemAlloc and cuMemFree
+            # (cache), cuMemAllocAsync and cuMemFreeAsync (async).
+            c = ctl.stats()
+            return c["device_allocs"], c["device_frees"]
         st = torch.cuda.memory_stats(0)
         return st.get("num_device_alloc", -1), st.get("num_device_free", -1)
 
@@ -321,8 +335,12 @@ def run_torch(args):
                       vmm_fallback=s.get("vmm_fallback", 0))
     elif ctl is not None:
         c = ctl.stats()
+        # async: the driver pool's high-water marks (used is the pool's
+        # rounded bytes); cache: its own (reserved: its blocks' bytes;
+        # allocated: the requested bytes of live allocations).
         result.update(peak_reserved=c["reserved_high"], peak_allocated=c["used_high"], allocs=c["allocs"],
-                      errors=c["failures"], allocated_is_driver_used=True)
+                      errors=c["failures"], zero_allocs=c["zero_allocs"], null_frees=c["null_frees"],
+                      allocated_is_driver_used=ctl.mode != "cache")
     else:
         st = torch.cuda.memory_stats(0)
         result.update(peak_reserved=torch.cuda.max_memory_reserved(0),
@@ -338,7 +356,7 @@ def run_torch(args):
                       alloc_ns_mean=(c["alloc_ns"] - ctl_before["alloc_ns"]) / max(n_a, 1),
                       free_ns_mean=(c["free_ns"] - ctl_before["free_ns"]) / max(n_f, 1),
                       call_ms_per_step=(c["alloc_ns"] + c["free_ns"] - ctl_before["alloc_ns"] - ctl_before["free_ns"])
-                      / 1e6 / max(args.steps, 1))
+                      / 1e6 / max(len(times), 1))
     return finish(args, result, losses, times, cycle)
 
 
@@ -625,6 +643,8 @@ def lockstep(args):
                    "--conf", conf, "--warmup", str(args.warmup), "--steps", "0", "--serve", "--gc", args.gc]
             if args.lib:
                 cmd += ["--lib", args.lib]
+            if getattr(args, "control_lib", None):
+                cmd += ["--control-lib", args.control_lib]
             if args.pin:
                 cmd = ["taskset", "-c", args.pin] + cmd
             log = open("%s.%s.pair%d.%d.log" % (args.blocks_out, args.workload, pair, k), "w")
@@ -763,7 +783,7 @@ def lockstep_table(path, ref_name=None):
                 configs.append(r["config"])
         ref = configs[0]
         if ref_name:
-            named = [c for c in configs if c in (ref_name, "streamalloc `%s`" % ref_name)]
+            named = [c for c in configs if c in (ref_name, "streamalloc `%s`" % ref_name, "control `%s`" % ref_name)]
             if not named:
                 missing.append(w)
                 continue
@@ -836,6 +856,7 @@ def main():
     ls.add_argument("--out", required=True, help="each process's result row")
     ls.add_argument("--blocks-out", required=True, help="one line per block")
     ls.add_argument("--lib", default=None)
+    ls.add_argument("--control-lib", default=None, help="libtorch_control.so (default: run's default)")
     ls.add_argument("--warmup", type=int, default=18)
     ls.add_argument("--blocks", type=int, default=200)
     ls.add_argument("--block-steps", type=int, default=0, help="steps a block (default 1; CuPy 5, a cycle)")
@@ -845,7 +866,7 @@ def main():
     t = sub.add_parser("lockstep-table")
     t.add_argument("blocks")
     t.add_argument("--ref", default=None,
-                   help='the reference configuration, as the table names it or by its conf ("pool"); default: each workload\'s first')
+                   help='the reference configuration, as the table names it or by its conf ("pool", "cache"); default: each workload\'s first')
     args = p.parse_args()
     if args.cmd == "lockstep":
         return lockstep(args)

@@ -21,6 +21,9 @@
 #   of runs separated by ';', each "WORKLOAD ALLOCATOR [CONF [VAR=VALUE ...]]",
 #   for example
 #     RUNS='gpt2 native; gpt2 control async+go; gpt2 streamalloc pool GOMAXPROCS=4'
+#   (CONF: streamalloc's configuration string, "default" for the empty one,
+#   pluggable.Recommended; the control's mode: async, async+go, sa:CONF or
+#   cache, the C caching allocator that is the pluggable path's floor)
 #   and INTERLEAVE, the protocol for step times: a list of configurations
 #   separated by ';', each "ALLOCATOR [CONF [VAR=VALUE ...]]", the first the
 #   reference, for example INTERLEAVE='native; streamalloc pool'. For each
@@ -36,7 +39,10 @@
 #   each workload of WORKLOADS one process per configuration, all alive at
 #   once and taking turns, BLOCKS blocks (default 200) of BLOCK_STEPS steps
 #   (default 1; CuPy 5) after WARMUP (default 18) untimed steps, PAIRS groups
-#   of processes (default 1); prints lockstep.md (torch-bench.py
+#   of processes (default 1), for example
+#     LOCKSTEP='native; control cache; streamalloc default; streamalloc default GODEBUG=schedtrace=2000000000'
+#   (the floor's four arms, BENCHMARKS.md "The pluggable path's floor");
+#   prints lockstep.md (torch-bench.py
 #   lockstep-table: the ratio to the reference paired step by step, its
 #   median and 95% interval, the verdict at 2%) and table.md (the
 #   processes' memory, device calls and losses). PIN (a taskset CPU list)
@@ -94,7 +100,7 @@ if [ -n "${LOCKSTEP:-}" ]; then
 			continue
 		fi
 		if timeout "${RUN_TIMEOUT:-600}" python3 "$here/torch-bench.py" lockstep "$w" --configs "$LOCKSTEP" \
-			--out "$results" --blocks-out "$out/blocks.jsonl" --lib "$lib" --warmup "${WARMUP:-18}" \
+			--out "$results" --blocks-out "$out/blocks.jsonl" --lib "$lib" --control-lib "$control" --warmup "${WARMUP:-18}" \
 			--blocks "${BLOCKS:-200}" --block-steps "${BLOCK_STEPS:-0}" --pairs "${PAIRS:-1}" \
 			--pin "${PIN:-}" --gc "${GC:-on}" >"$out/$w-lockstep.log" 2>&1; then
 			echo "$w lockstep: ok in $(($(date +%s) - start)) s"

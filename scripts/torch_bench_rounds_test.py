@@ -236,6 +236,37 @@ class LockstepTest(unittest.TestCase):
         self.assertNotIn("Reference:", out.getvalue())
 
 
+class SpecTest(unittest.TestCase):
+    def test_configurations_of_the_floor(self):
+        # The control in cache mode; the empty configuration by its name
+        # "default", with the Go runtime's monitor kept awake.
+        self.assertEqual(tb.parse_spec("control cache"), ("control", "cache", {}))
+        self.assertEqual(tb.parse_spec("streamalloc default GODEBUG=schedtrace=2000000000"),
+                         ("streamalloc", "default", {"GODEBUG": "schedtrace=2000000000"}))
+        self.assertEqual(tb.parse_spec("streamalloc"), ("streamalloc", "pool", {}))
+        self.assertEqual(tb.sa_conf("default"), "")
+        self.assertEqual(tb.sa_conf("pool,upstream=vmm"), "pool,upstream=vmm")
+        self.assertEqual(tb.config_name(dict(allocator="streamalloc", conf="default", env="GODEBUG=schedtrace=2000000000")),
+                         "streamalloc `default` (GODEBUG=schedtrace=2000000000)")
+
+    def test_control_as_the_named_reference(self):
+        rows = []
+        for b in range(9):
+            for c, ms in [("native", 10.0), ("control `cache`", 10.0), ("streamalloc `default`", 10.5)]:
+                rows.append(dict(workload="gpt2", pair=1, block=b, config=c, position=0, first_step=18 + b, ms=[ms]))
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        self.addCleanup(os.remove, f.name)
+        for ref in ["cache", "control `cache`"]:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                tb.lockstep_table(f.name, ref)
+            self.assertIn("| gpt2 | streamalloc `default` | 9 | 1.050 [1.050, 1.050] | slower by more than 2% |",
+                          out.getvalue())
+            self.assertIn("| gpt2 | native | 9 | 1.000 [1.000, 1.000] | within 2% |", out.getvalue())
+
+
 class MedianCITest(unittest.TestCase):
     def test_interval_by_order_statistics(self):
         # n = 9: P(Bin(9, 1/2) <= 1) = 10/512, coverage 0.961 for (x2, x8);

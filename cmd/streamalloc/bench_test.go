@@ -148,7 +148,7 @@ func TestBenchBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--resource", "pool,nope"}, `--resource: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, pool_vmm_holes, async_noreturnwait, or all)`},
+		{[]string{"--resource", "pool,nope"}, `--resource: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, pool_vmm_holes, pool_vmm_holes_pair, async_noreturnwait, or all)`},
 		{[]string{"--resource", ""}, `--resource: unknown resource ""`},
 		{[]string{"--filter", "Pair/(size"}, "--filter: error parsing regexp: missing closing )"},
 		{[]string{"--filter", "NoSuchCase"}, `no benchmark case matches --filter "NoSuchCase" on --resource `},

@@ -38,6 +38,9 @@ type Device struct {
 	// CreateExportablePhysical: gpu.Physical -> the gpu.HandleType set
 	// they were made with (vmmshare.go).
 	exportable sync.Map
+	// fabric is the remembered answer to whether the process may make
+	// fabric memory (fabric.go).
+	fabric fabricAsk
 }
 
 // Context is the device's primary context, for code that calls package

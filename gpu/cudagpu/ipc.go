@@ -2,6 +2,10 @@
 // (cuMemPoolExportToShareableHandle and kin), interprocess events and the
 // legacy cuIpc*MemHandle calls, in the device's primary context.
 //
+// A pool requesting fabric handles is made only once the driver has said
+// the process may make fabric memory (fabric.go), because destroying one
+// whose export it then refuses ends the process.
+//
 // Pools and events remember how they were made (exportable handle types,
 // imported, interprocess), so that the calls the driver would refuse, or
 // whose misuse it leaves undefined (recording an event opened from another
@@ -27,7 +31,11 @@ func (d *Device) ExportHandleTypes() (gpu.HandleType, error) {
 	return gpu.HandleType(v), err
 }
 
-// NewExportableMemPool is cuMemPoolCreate with handle types t.
+// NewExportableMemPool is cuMemPoolCreate with handle types t. Handle
+// types with gpu.HandleFabric are first asked of the driver, once per
+// device (fabric.go): a process that may not make fabric memory gets the
+// driver's refusal, gpu.ErrNotPermitted without an IMEX channel, and no
+// pool.
 func (d *Device) NewExportableMemPool(t gpu.HandleType) (gpu.MemPool, error) {
 	offered, err := d.ExportHandleTypes()
 	if err != nil {
@@ -35,6 +43,11 @@ func (d *Device) NewExportableMemPool(t gpu.HandleType) (gpu.MemPool, error) {
 	}
 	if t == gpu.HandleNone || t&^offered != 0 {
 		return nil, fmt.Errorf("cudagpu: NewExportableMemPool: handle types %#x, device %d offers %#x: %w", int32(t), d.ordinal, int32(offered), gpu.ErrNotSupported)
+	}
+	if t&gpu.HandleFabric != 0 {
+		if err := d.fabricPermitted(); err != nil {
+			return nil, fmt.Errorf("cudagpu: NewExportableMemPool: handle types %#x: %w", int32(t), err)
+		}
 	}
 	h, err := d.ctx.MemPoolCreateExportable(d.dev, cuda.HandleType(t))
 	if err != nil {

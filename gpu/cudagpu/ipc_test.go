@@ -20,6 +20,16 @@ func TestIPCBadInput(t *testing.T) {
 	gputest.RunIPCBadInput(t, d)
 }
 
+// TestIPCFabricPool runs the conformance suite's fabric pool case on the
+// GPU: where the device offers fabric handles, a pool exportable as fabric
+// either works (the process has an IMEX channel) or is refused with
+// gpu.ErrNotPermitted before any pool is made (the H100 this project is
+// tested on, which would otherwise end the process destroying it).
+func TestIPCFabricPool(t *testing.T) {
+	_, d := needDevice(t)
+	gputest.RunIPCFabric(t, d, gputest.IMEXUnknown)
+}
+
 // TestPeerConformance runs the peer-access suite on the first two devices
 // that reach each other; it skips on a machine with one GPU, and checks
 // that a device is not its own peer there.

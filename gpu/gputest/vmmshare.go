@@ -2,7 +2,9 @@
 // exporter's pattern read through the importer's mappings of several
 // allocations and the importer's writes seen by the exporter, memory that
 // outlives the exporter's release while the importer maps it, and the
-// refusals of bad input. RunPhysicalSharing takes an exporter and an
+// refusals of bad input; where the device offers fabric handles, a round
+// trip through one or the driver's refusal of a process without an IMEX
+// channel (gpu.ErrNotPermitted). RunPhysicalSharing takes an exporter and an
 // importer: two simulated Backends stand for two processes; on the card
 // one device serves as both (the driver imports its own process's
 // descriptors), and package ipc's two-process test crosses a real
@@ -27,6 +29,7 @@ func RunPhysicalSharing(t *testing.T, exp, imp gpu.Device) {
 	t.Run("RoundTrip", func(t *testing.T) { testShareRoundTrip(t, exp, imp, xe, xi) })
 	t.Run("OutlivesExporter", func(t *testing.T) { testShareOutlives(t, exp, imp, xe, xi) })
 	t.Run("BadInput", func(t *testing.T) { testShareBadInput(t, xe) })
+	t.Run("Fabric", func(t *testing.T) { testShareFabric(t, exp, imp, xe, xi) })
 }
 
 func sharingOf(t *testing.T, dev gpu.Device) gpu.PhysicalSharing {
@@ -167,4 +170,66 @@ func testShareBadInput(t *testing.T, x gpu.PhysicalSharing) {
 	must(t, err)
 	defer null.Close()
 	wantErr(t, "ImportPhysical of /dev/null", second(x.ImportPhysical(gpu.Shareable{Type: gpu.HandlePOSIX, File: null})), gpu.ErrUnknown)
+}
+
+// testShareFabric, where the device offers fabric handles: either the
+// exporter's words read through the importer's mapping of a fabric import
+// (an allocation exportable as both types, exported as fabric: 64 bytes,
+// no descriptor), or, where the process has no IMEX channel, the driver's
+// refusal of an allocation that requests fabric handles, or of its
+// export, as gpu.ErrNotPermitted, after which POSIX sharing still works.
+// The refusal is what the H100 this project is tested on answers (the
+// card offers fabric handles; the machine has no IMEX channel).
+func testShareFabric(t *testing.T, exp, imp gpu.Device, xe, xi gpu.PhysicalSharing) {
+	types, err := xe.PhysicalHandleTypes()
+	must(t, err)
+	if types&gpu.HandleFabric == 0 {
+		t.Skipf("the device offers handle types %#x for physical allocations, no fabric", int32(types))
+	}
+	g := granule(t, xe)
+	h, err := xe.CreateExportablePhysical(g, gpu.HandlePOSIX|gpu.HandleFabric)
+	var sh gpu.Shareable
+	if err == nil {
+		sh, err = xe.ExportPhysical(h, gpu.HandleFabric)
+		if err != nil {
+			must(t, xe.ReleasePhysical(h))
+		}
+	}
+	if err != nil {
+		// No IMEX channel: the refusal, with POSIX sharing unaffected.
+		t.Logf("fabric refused: %v", err)
+		wantErr(t, "a fabric allocation or export without an IMEX channel", err, gpu.ErrNotPermitted)
+		testShareRoundTrip(t, exp, imp, xe, xi)
+		return
+	}
+	if sh.Type != gpu.HandleFabric || sh.File != nil {
+		t.Fatalf("ExportPhysical as fabric: %+v, want 64 bytes and no descriptor", sh)
+	}
+	se, si := newStream(t, exp), newStream(t, imp)
+	ke, ki := load(t, exp), load(t, imp)
+	ce, ci := newCounter(t, exp, se), newCounter(t, imp, si)
+	pe, pi := reserve(t, xe, g), reserve(t, xi, g)
+	must(t, xe.Map(pe, g, h, 0))
+	must(t, xe.SetAccess(pe, g))
+	words := int(g / 4)
+	must(t, ke.Fill(se, pe, words, 31))
+	must(t, se.Synchronize())
+	ih, err := xi.ImportPhysical(sh)
+	must(t, err)
+	must(t, xi.Map(pi, g, ih, 0))
+	must(t, xi.ReleasePhysical(ih))
+	must(t, xi.SetAccess(pi, g))
+	must(t, ki.Check(si, pi, words, 31, ci.p))
+	if c := ci.read(t, si); c != 0 {
+		t.Fatalf("importer: %d of %d words through the fabric import differ from the exporter's", c, words)
+	}
+	must(t, ki.Fill(si, pi, words, 32))
+	must(t, si.Synchronize())
+	must(t, ke.Check(se, pe, words, 32, ce.p))
+	if c := ce.read(t, se); c != 0 {
+		t.Fatalf("exporter: %d of %d words differ from the importer's", c, words)
+	}
+	must(t, xi.Unmap(pi, g))
+	must(t, xe.Unmap(pe, g))
+	must(t, xe.ReleasePhysical(h))
 }

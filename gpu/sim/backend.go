@@ -48,6 +48,15 @@ type Config struct {
 	// IPCHandleTypes is the set of handle types a pool can be exported as
 	// (ipc.go); default gpu.HandlePOSIX. Negative: none.
 	IPCHandleTypes gpu.HandleType
+	// NoIMEXChannel makes the devices answer as a card that offers fabric
+	// handles (IPCHandleTypes with gpu.HandleFabric) to a process that
+	// has no IMEX channel (/dev/nvidia-caps-imex-channels), as the H100
+	// with driver 580 and the CUDA backend over it answer (fabric.go):
+	// the attributes still say fabric, but creating a physical allocation
+	// that requests fabric handles and creating a pool exportable as
+	// fabric are gpu.ErrNotPermitted, with nothing made, and importing a
+	// fabric handle is gpu.ErrNotSupported.
+	NoIMEXChannel bool
 }
 
 // Defaults.

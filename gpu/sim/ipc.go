@@ -132,11 +132,17 @@ func (d *Device) ExportHandleTypes() (gpu.HandleType, error) {
 	return d.b.cfg.IPCHandleTypes, nil
 }
 
-// NewExportableMemPool creates a pool exportable as t.
+// NewExportableMemPool creates a pool exportable as t. Under
+// Config.NoIMEXChannel, handle types with gpu.HandleFabric are refused
+// with gpu.ErrNotPermitted and nothing is made, as the CUDA backend
+// refuses them once the driver has said so (fabric.go).
 func (d *Device) NewExportableMemPool(t gpu.HandleType) (gpu.MemPool, error) {
 	const call = "cuMemPoolCreate"
 	if t == gpu.HandleNone || t&^d.b.cfg.IPCHandleTypes != 0 {
 		return nil, wrap(call, fmt.Errorf("handle types %#x, %v offers %#x: %w", int32(t), d, int32(d.b.cfg.IPCHandleTypes), gpu.ErrNotSupported))
+	}
+	if err := d.fabricRefused(call, t); err != nil {
+		return nil, err
 	}
 	if err := d.inject(OpMemPoolCreate); err != nil {
 		return nil, err
@@ -221,6 +227,9 @@ func (d *Device) ImportMemPool(h gpu.Shareable) (gpu.MemPool, error) {
 		}
 		exports.mu.Unlock()
 	case h.Type == gpu.HandleFabric:
+		if err := d.fabricImportRefused(call); err != nil {
+			return nil, err
+		}
 		if w, ok := parse64(h.Fabric, tagPool, 1); ok {
 			exports.mu.Lock()
 			from = exports.pools[w[0]]

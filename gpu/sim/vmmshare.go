@@ -59,6 +59,11 @@ func (d *Device) CreateExportablePhysical(size uint64, t gpu.HandleType) (gpu.Ph
 	if t == gpu.HandleNone || t&^d.b.cfg.IPCHandleTypes != 0 {
 		return 0, wrap("cuMemCreate", fmt.Errorf("handle types %#x, %v offers %#x: %w", int32(t), d, int32(d.b.cfg.IPCHandleTypes), gpu.ErrNotSupported))
 	}
+	if size != 0 && vmAligned(size) {
+		if err := d.fabricRefused("cuMemCreate", t); err != nil {
+			return 0, err
+		}
+	}
 	return d.createPhysical(size, t)
 }
 
@@ -144,6 +149,9 @@ func (d *Device) ImportPhysical(sh gpu.Shareable) (gpu.Physical, error) {
 		}
 		exports.mu.Unlock()
 	case sh.Type == gpu.HandleFabric:
+		if err := d.fabricImportRefused(call); err != nil {
+			return 0, err
+		}
 		if err := d.injectNamed(OpIPC, call); err != nil {
 			return 0, err
 		}

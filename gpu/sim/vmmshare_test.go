@@ -11,10 +11,25 @@ import (
 )
 
 // TestPhysicalSharingConformance runs the sharing suite, which the card
-// also passes, between two simulated processes.
+// also passes, between two simulated processes: offering POSIX
+// descriptors alone (the suite's fabric case skips), fabric handles too,
+// and fabric handles to a process without an IMEX channel (the H100's
+// answer on a machine without one).
 func TestPhysicalSharingConformance(t *testing.T) {
-	exp, imp := twoProcesses(t)
-	gputest.RunPhysicalSharing(t, exp, imp)
+	for _, c := range []struct {
+		name string
+		cfg  sim.Config
+	}{
+		{"POSIX", sim.Config{Capacity: 1 << 30}},
+		{"Fabric", sim.Config{Capacity: 1 << 30, IPCHandleTypes: gpu.HandlePOSIX | gpu.HandleFabric}},
+		{"FabricWithoutIMEX", sim.Config{Capacity: 1 << 30, IPCHandleTypes: gpu.HandlePOSIX | gpu.HandleFabric, NoIMEXChannel: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			exp, _ := sim.New(c.cfg).Device(0)
+			imp, _ := sim.New(c.cfg).Device(0)
+			gputest.RunPhysicalSharing(t, exp, imp)
+		})
+	}
 }
 
 // TestPhysicalSharingSim: what the simulator answers beyond the suite: a

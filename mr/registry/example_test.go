@@ -41,5 +41,5 @@ func Example() {
 	// Output:
 	// pool: 8 MiB reserved at the peak
 	// async: 32 MiB reserved at the peak
-	// unknown resource "fixedsize" (want one of direct, async, pool, arena, binning, vmm, pool_vmm, pool_vmm_holes, hostpool, hostpool_driver, or all)
+	// unknown resource "fixedsize" (want one of direct, async, pool, arena, binning, vmm, pool_vmm, pool_vmm_holes, pool_vmm_holes_pair, hostpool, hostpool_driver, or all)
 }

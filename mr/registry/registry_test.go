@@ -55,16 +55,16 @@ func TestTable(t *testing.T) {
 		t.Errorf("All has %d names, the table %d entries of device memory", got, len(table)-hosts)
 	}
 	// The orders "all" expands to are part of the command's output.
-	if want := (Set{"direct", "managed", "async", "pool", "fixedsize", "binning", "arena", "vmm", "pool_vmm", "pool_vmm_holes", "async_noreturnwait"}); !slices.Equal(All(), want) {
+	if want := (Set{"direct", "managed", "async", "pool", "fixedsize", "binning", "arena", "vmm", "pool_vmm", "pool_vmm_holes", "pool_vmm_holes_pair", "async_noreturnwait"}); !slices.Equal(All(), want) {
 		t.Errorf("All = %v, want %v", All(), want)
 	}
-	if want := (Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "hostpool", "hostpool_driver"}); !slices.Equal(Replay(), want) {
+	if want := (Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "pool_vmm_holes_pair", "hostpool", "hostpool_driver"}); !slices.Equal(Replay(), want) {
 		t.Errorf("Replay = %v, want %v", Replay(), want)
 	}
 }
 
 func TestParse(t *testing.T) {
-	replayAll := "want one of direct, async, pool, arena, binning, vmm, pool_vmm, pool_vmm_holes, hostpool, hostpool_driver, or all)"
+	replayAll := "want one of direct, async, pool, arena, binning, vmm, pool_vmm, pool_vmm_holes, pool_vmm_holes_pair, hostpool, hostpool_driver, or all)"
 	for _, tc := range []struct {
 		set     Set
 		list    string
@@ -74,11 +74,11 @@ func TestParse(t *testing.T) {
 		{Replay(), "pool", []string{"pool"}, ""},
 		{Replay(), "async,pool", []string{"async", "pool"}, ""},
 		{Replay(), " direct , pool\t", []string{"direct", "pool"}, ""},
-		{Replay(), "all", []string{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes"}, ""},
-		{Replay(), "binning,all", []string{"binning", "direct", "async", "pool", "arena", "vmm", "pool_vmm", "pool_vmm_holes"}, ""},
-		{Replay(), "all,pool", []string{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes"}, ""},
+		{Replay(), "all", []string{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "pool_vmm_holes_pair"}, ""},
+		{Replay(), "binning,all", []string{"binning", "direct", "async", "pool", "arena", "vmm", "pool_vmm", "pool_vmm_holes", "pool_vmm_holes_pair"}, ""},
+		{Replay(), "all,pool", []string{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "pool_vmm_holes_pair"}, ""},
 		{Replay(), "pool,pool", []string{"pool"}, ""},
-		{Replay(), "hostpool,all,hostpool_driver", []string{"hostpool", "direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "hostpool_driver"}, ""},
+		{Replay(), "hostpool,all,hostpool_driver", []string{"hostpool", "direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "pool_vmm_holes_pair", "hostpool_driver"}, ""},
 		{All(), "direct, pool,async,pool", []string{"direct", "pool", "async"}, ""},
 		{All(), "all", All(), ""},
 		{Set{"a"}, "all,all", []string{"a"}, ""},
@@ -89,7 +89,7 @@ func TestParse(t *testing.T) {
 		{Replay(), " , ", nil, `unknown resource "" (` + replayAll},
 		{Replay(), "Pool", nil, `unknown resource "Pool" (` + replayAll},
 		{Replay(), "fixedsize", nil, `unknown resource "fixedsize" (` + replayAll},
-		{All(), "pool,nope", nil, `unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, pool_vmm_holes, async_noreturnwait, or all)`},
+		{All(), "pool,nope", nil, `unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, pool_vmm_holes, pool_vmm_holes_pair, async_noreturnwait, or all)`},
 		{Set{}, "all", nil, ""},
 		{Set{}, "pool", nil, `unknown resource "pool" (want one of , or all)`},
 	} {
@@ -238,7 +238,7 @@ func TestMaxBlock(t *testing.T) {
 func TestNewErrors(t *testing.T) {
 	dev, _ := simStream(t)
 	res, closeFn, err := New("nope", dev, Options{})
-	want := `registry: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, pool_vmm_holes, async_noreturnwait)`
+	want := `registry: unknown resource "nope" (want one of direct, managed, async, pool, fixedsize, binning, arena, vmm, pool_vmm, pool_vmm_holes, pool_vmm_holes_pair, async_noreturnwait)`
 	if !errors.Is(err, ErrUnknown) || err.Error() != want || res != nil || closeFn != nil {
 		t.Errorf("New(nope) = %v, %v; want %q", res, err, want)
 	}

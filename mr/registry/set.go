@@ -53,7 +53,7 @@ func All() Set {
 // against pinned host memory it studies the pool's size classes,
 // stream-ordered reuse and release under the trace's sizes and streams.
 func Replay() Set {
-	return Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "hostpool", "hostpool_driver"}
+	return Set{"direct", "async", "pool", "arena", "binning", "vmm", "pool_vmm", "pool_vmm_holes", "pool_vmm_holes_pair", "hostpool", "hostpool_driver"}
 }
 
 // Parse returns the names of the comma-separated list, with "all"

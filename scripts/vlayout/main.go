@@ -18,8 +18,8 @@
 // too; -quiet prints one line per trace, the trace, the seed and the
 // ratio.
 //
-//	go run ./scripts/vlayout [-holes] [-peak] [-blocks] [-steps] TRACE...
-//	go run ./scripts/vlayout -quiet [-peak] -perturb SEED TRACE...
+//	go run ./scripts/vlayout [-holes [-pair]] [-peak] [-blocks] [-steps] TRACE...
+//	go run ./scripts/vlayout -quiet [-holes [-pair]] [-peak] -perturb SEED TRACE...
 package main
 
 import (
@@ -42,13 +42,14 @@ const mib = 1 << 20
 func main() {
 	holes := flag.Bool("holes", false, "PoolOptions.PackHoles (the registry's pool_vmm_holes)")
 	peak := flag.Bool("peak", false, "PoolOptions.SmallAtPeak")
+	pair := flag.Bool("pair", false, "PoolOptions.HolesKeepPair (with -holes; -holes -pair -peak is the registry's pool_vmm_holes_pair)")
 	blocks := flag.Bool("blocks", false, "print every run's blocks")
 	steps := flag.Bool("steps", false, "print each new peak of reserved bytes")
 	perturb := flag.Uint64("perturb", 0, "if not 0, the seed of a perturbation: drop about 1 in 64 small requests (at most 256 KiB) and their frees")
 	quiet := flag.Bool("quiet", false, "print the ratio alone, one line per trace")
 	flag.Parse()
 	for _, file := range flag.Args() {
-		if err := run(file, mr.PoolOptions{PackHoles: *holes, SmallAtPeak: *peak}, *blocks, *steps, *perturb, *quiet); err != nil {
+		if err := run(file, mr.PoolOptions{PackHoles: *holes, HolesKeepPair: *pair, SmallAtPeak: *peak}, *blocks, *steps, *perturb, *quiet); err != nil {
 			fmt.Fprintln(os.Stderr, "vlayout:", err)
 			os.Exit(1)
 		}
@@ -123,6 +124,9 @@ func run(file string, opts mr.PoolOptions, blocks, steps bool, perturb uint64, q
 	fmt.Printf("  peak live %.2f MiB, peak reserved %.2f MiB (%.4f; 1.01 allows %.2f MiB), %d peaks; at the last: used %.2f MiB, beyond used %.2f MiB\n",
 		float64(live)/mib, float64(w.peak)/mib, float64(w.peak)/float64(live), float64(live)*1.01/mib,
 		w.n, float64(w.used)/mib, float64(w.peak-w.used)/mib)
+	st := p.Stats()
+	fmt.Printf("  commits %d, decommits %d, chunks allocated %d (small, fixed and growable), small requests at the peak %d\n",
+		st.InPlaceGrowths, st.Decommits, st.Growths, st.SmallAtPeak)
 	report(w.layout, blocks)
 	return nil
 }
