@@ -12,7 +12,14 @@
 //
 // Pointers: device addresses cross as void* (as PyTorch and CuPy want
 // them) and are never Go pointers; the garbage collector ignores them, as
-// it ignores every pointer outside the Go heap.
+// it ignores every pointer outside the Go heap. The two allocation entry
+// points return them as uintptr_t, which the C ABIs this builds for
+// (System V on x86-64, AAPCS64) return in the same register as a void*,
+// so that the public header's void* prototypes hold: a Go function
+// exported with a pointer result has the runtime check on every return
+// that the result is no Go pointer (cgocheck), a look-up of the heap's
+// arenas and the module's data that touches several cache lines of a
+// call that the host's work has made cold.
 package main
 
 /*
@@ -34,6 +41,9 @@ var a = pluggable.Default
 // ptr turns a device address into the void* the host expects.
 func ptr(p uintptr) unsafe.Pointer { return unsafe.Add(nil, p) }
 
+// addr is a device address returned as uintptr_t (see the file comment).
+func addr(p uintptr) C.uintptr_t { return C.uintptr_t(p) }
+
 // status is the C convention: 0 for success, -1 for failure.
 func status(err error) C.int {
 	if err != nil {
@@ -51,9 +61,9 @@ func cbool(b bool) C.uint64_t {
 }
 
 //export sa_torch_alloc
-func sa_torch_alloc(size C.size_t, device C.int, stream unsafe.Pointer) unsafe.Pointer {
+func sa_torch_alloc(size C.size_t, device C.int, stream unsafe.Pointer) C.uintptr_t {
 	defer a.Recover("sa_torch_alloc")
-	return ptr(a.Alloc(uint64(size), int(device), uintptr(stream)))
+	return addr(a.Alloc(uint64(size), int(device), uintptr(stream)))
 }
 
 //export sa_torch_free
@@ -63,9 +73,9 @@ func sa_torch_free(p unsafe.Pointer, size C.size_t, device C.int, stream unsafe.
 }
 
 //export sa_cupy_malloc
-func sa_cupy_malloc(param unsafe.Pointer, size C.size_t, device C.int) unsafe.Pointer {
+func sa_cupy_malloc(param unsafe.Pointer, size C.size_t, device C.int) C.uintptr_t {
 	defer a.Recover("sa_cupy_malloc")
-	return ptr(a.AllocNoStream(uint64(size), int(device)))
+	return addr(a.AllocNoStream(uint64(size), int(device)))
 }
 
 //export sa_cupy_free

@@ -285,6 +285,9 @@ type Pool struct {
 	dev      gpu.Device
 	opts     PoolOptions
 
+	// closed and the stream table's index, which every request reads,
+	// side by side (TestPoolHotLines).
+	closed  atomic.Bool
 	streams streamTable[poolStream]
 
 	chunks spanIndex[*poolChunk] // changed under mu
@@ -298,7 +301,6 @@ type Pool struct {
 	margin int
 	// slowOwner is the Owner of the request allocateSlow serves.
 	slowOwner uint32
-	closed    atomic.Bool
 	usage     usageMeter // reserved and its peak; peakUsed of the flushed total
 	wide      poolWideStats
 	// usedSum is written by every allocation while one stream uses the

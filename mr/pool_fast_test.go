@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 // fastArmed reports whether st's fast slot holds a block, and whether it
@@ -170,4 +171,54 @@ func TestPoolFastRace(t *testing.T) {
 		t.Errorf("Usage after the pairs: %+v", u)
 	}
 	mustCheck(t, p)
+}
+
+// TestPoolHotLines: what every request on a known stream reads of the
+// pool (closed, the stream table's index) lies on one cache line, and
+// what it reads and writes of its stream's state on four, each group on
+// one line (poolStream's layout), as allocated on the running runtime.
+func TestPoolHotLines(t *testing.T) {
+	p, _, s := quickPool(t, PoolOptions{})
+	mustFree(t, p, mustAlloc(t, p, 4096, s), 4096, s)
+	st := p.streams.first(s.ID())
+	if st == nil {
+		t.Fatal("the stream's state is not the table's first")
+	}
+	line := func(ptr unsafe.Pointer, size uintptr) [2]uintptr {
+		a := uintptr(ptr)
+		return [2]uintptr{a / 64, (a + size - 1) / 64}
+	}
+	oneLine := func(what string, fields ...[2]uintptr) {
+		t.Helper()
+		for _, f := range fields {
+			if f[0] != f[1] || f[0] != fields[0][0] {
+				t.Errorf("%s: not on one cache line: %v", what, fields)
+				return
+			}
+		}
+	}
+	oneLine("the pool's closed and stream index",
+		line(unsafe.Pointer(&p.closed), unsafe.Sizeof(p.closed)),
+		line(unsafe.Pointer(&p.streams.cur), unsafe.Sizeof(p.streams.cur)))
+	oneLine("the stream's flags, fast slot and cache count",
+		line(unsafe.Pointer(&st.gated), unsafe.Sizeof(st.gated)),
+		line(unsafe.Pointer(&st.dirty), unsafe.Sizeof(st.dirty)),
+		line(unsafe.Pointer(&st.parked), unsafe.Sizeof(st.parked)),
+		line(unsafe.Pointer(&st.lfStale), unsafe.Sizeof(st.lfStale)),
+		line(unsafe.Pointer(&st.packHoles), unsafe.Sizeof(st.packHoles)),
+		line(unsafe.Pointer(&st.fowner), unsafe.Sizeof(st.fowner)),
+		line(unsafe.Pointer(&st.fstate), unsafe.Sizeof(st.fstate)),
+		line(unsafe.Pointer(&st.fptr), unsafe.Sizeof(st.fptr)),
+		line(unsafe.Pointer(&st.pool), unsafe.Sizeof(st.pool)),
+		line(unsafe.Pointer(&st.nquick), unsafe.Sizeof(st.nquick)))
+	oneLine("the stream's counters",
+		line(unsafe.Pointer(&st.last), unsafe.Sizeof(st.last)),
+		line(unsafe.Pointer(&st.used), unsafe.Sizeof(st.used)),
+		line(unsafe.Pointer(&st.unflushed), unsafe.Sizeof(st.unflushed)),
+		line(unsafe.Pointer(&st.freedPos), unsafe.Sizeof(st.freedPos)),
+		line(unsafe.Pointer(&st.stats), unsafe.Sizeof(st.stats)))
+	oneLine("the stream's quick cache", line(unsafe.Pointer(&st.quick), unsafe.Sizeof(st.quick)))
+	oneLine("the stream's live map and spare descriptors",
+		line(unsafe.Pointer(&st.live), unsafe.Sizeof(st.live)),
+		line(unsafe.Pointer(&st.spare), unsafe.Sizeof(st.spare)))
 }

@@ -58,33 +58,59 @@ type poolPending struct {
 }
 
 type poolStream struct {
-	mu   sync.Mutex // taken with lock, which settles the fast slot
-	id   uint64
-	s    gpu.Stream
-	pool *Pool
+	// Layout: the fields every request reads or writes come first, on
+	// the state's first four cache lines (with the heap's 8-byte header
+	// before an object of this size; TestPoolHotLines checks them): the
+	// fast path's (gated and the fast slot's words) and the locked
+	// path's flags and cache count; the counters a served request
+	// writes; the quick cache; the live map and the spare descriptors.
+	// A call whose caches the host's work evicted (the C ABI inside
+	// PyTorch) misses on each line it touches.
+	mu sync.Mutex // taken with lock, which settles the fast slot
 	// gated: the capture gate covers s (gpu.CaptureGated), so requests
 	// skip asking it for its capture while no capture is in progress.
 	gated bool
+	// pool_walk.go: listed in Pool.dirty; listed in Pool.parked
+	// (parked). pool_largest.go: listed in Pool.lfStale (under mu).
+	dirty, parked, lfStale bool
+	// pool_vhole.go: the pool packs holes (PoolOptions.PackHoles over a
+	// Grower with the lifetime placement; set once, at creation).
+	// pool_vpair.go: with packHoles, the block handed out last is still
+	// cached whole when it is freed (PoolOptions.HolesKeepPair; set once).
+	packHoles, keepPair bool
 
 	// The fast slot (pool_fast.go): fstate, fptr and fowner are read and
 	// swapped without mu; fblock and fepoch change under mu.
+	fowner atomic.Uint32 // the owner of fptr's block, read with it
 	fstate atomic.Uint64
 	fptr   atomic.Uint64
-	fowner atomic.Uint32 // the owner of fptr's block, read with it
-	fblock *poolBlock
-	fepoch uint64
+	pool   *Pool
+	nquick int // pool_quick.go
+
 	// last is the block the stream handed out last (markLive), the one
 	// arm accepts.
 	last *poolBlock
+	// used is the sum of req over live blocks; unflushed is what it
+	// changed by since this stream last added to the pool-wide total
+	// (Pool.usedSum, which drives PeakUsed).
+	used      int64
+	unflushed int64
+	freedPos  uint            // the next slot of freed
+	stats     poolStreamStats // pool_stats.go
+
+	quick      [poolQuick]*poolBlock // pool_quick.go
+	live       ptrMap
+	spare      *poolBlock
+	life       *poolLife // pool_lifetime.go; nil unless over a Grower
+	spareBatch int       // descriptors newBlock allocated last time
+
+	id     uint64
+	s      gpu.Stream
+	fblock *poolBlock
+	fepoch uint64
 
 	small, large tlsf
-	largeShort   tlsf      // free blocks of short-lived growable chunks
-	life         *poolLife // pool_lifetime.go; nil unless over a Grower
-	live         ptrMap
-	quick        [poolQuick]*poolBlock // pool_quick.go
-	nquick       int
-	spare        *poolBlock
-	spareBatch   int // descriptors newBlock allocated last time
+	largeShort   tlsf // free blocks of short-lived growable chunks
 	pendingLists []poolPending
 	pendingBytes int
 	homed        []*poolChunk
@@ -94,43 +120,27 @@ type poolStream struct {
 	working [2]*poolChunk
 	// freed remembers the last pointers freed from this stream's chunks,
 	// to tell a double free from an unknown pointer (diagnose).
-	freed    [poolFreedRing]gpu.DevicePtr
-	freedPos uint
+	freed [poolFreedRing]gpu.DevicePtr
 
-	// used is the sum of req over live blocks; unflushed is what it
-	// changed by since this stream last added to the pool-wide total
-	// (Pool.usedSum, which drives PeakUsed).
-	used      int64
-	unflushed int64
-
-	stats poolStreamStats // pool_stats.go
-
-	// pool_walk.go: listed in Pool.dirty, listed in Pool.cands or
-	// Pool.parked (cand), listed in Pool.parked (parked), forgotten by
-	// Release; seq orders the streams as the pool first saw them.
-	dirty, cand, parked, dropped bool
-	seq                          uint64
+	// pool_walk.go: listed in Pool.cands or Pool.parked (cand),
+	// forgotten by Release; seq orders the streams as the pool first saw
+	// them.
+	cand, dropped bool
+	seq           uint64
 	// The tree of Pool.cands or Pool.parked st is in, and its links
 	// there (pool_candtree.go), under Pool.aux.
 	tree   uint8
 	cl, cr *poolStream
-	// pool_largest.go: listed in Pool.lfStale (under mu); the largest
-	// block filed and the place in Pool.lfHeap, plus one (under Pool.mu).
-	lfStale  bool
+	// pool_largest.go: the largest block filed and the place in
+	// Pool.lfHeap, plus one (under Pool.mu).
 	lf, lfAt int
 	// pool_vborrow.go: the small blocks this stream took from other
 	// streams' small chunks (under Pool.mu).
 	borrows int
-	// pool_vhole.go: the pool packs holes (PoolOptions.PackHoles over a
-	// Grower with the lifetime placement; set once, at creation), and the
-	// free blocks of growable chunks filed lately, where a request
-	// smaller than a granule may fill a hole.
-	packHoles bool
-	holes     [poolHoles]*poolBlock
-	holesPos  int
-	// pool_vpair.go: with packHoles, the block handed out last is still
-	// cached whole when it is freed (PoolOptions.HolesKeepPair; set once).
-	keepPair bool
+	// pool_vhole.go: the free blocks of growable chunks filed lately,
+	// where a request smaller than a granule may fill a hole.
+	holes    [poolHoles]*poolBlock
+	holesPos int
 
 	_ [64]byte // keep the next stream's mutex off this cache line
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestStreamTable adds and drops states across the boundary where lookup
@@ -137,5 +138,33 @@ func TestStreamTableHashedKeys(t *testing.T) {
 	}
 	if s := tab.lookup(12345); s != nil {
 		t.Errorf("lookup of an absent ID = %v", s)
+	}
+}
+
+// TestStreamIndexFirstLine: the first stream's ID and state, which every
+// request of a resource's only stream reads, lie on one cache line of each
+// published index, and are the first stream's.
+func TestStreamIndexFirstLine(t *testing.T) {
+	if n := unsafe.Sizeof(streamIndex[poolStream]{}); n != 192 {
+		t.Fatalf("streamIndex is %d bytes, want 192 (a size class that starts its objects on a line)", n)
+	}
+	var tab streamTable[poolStream]
+	var first *poolStream
+	for id := uint64(1); id <= 3*streamScan; id++ {
+		s := tab.get(id, func() *poolStream { return &poolStream{id: id} })
+		if id == 1 {
+			first = s
+		}
+		for range 3 * streamScan { // lookups publish the states added last
+			tab.lookup(id)
+		}
+		l := tab.cur.Load()
+		at := uintptr(unsafe.Pointer(&l.first))
+		if at/64 != (at+unsafe.Sizeof(l.first)-1)/64 {
+			t.Fatalf("%d streams: the first stream's slot at %#x crosses a cache line", id, at)
+		}
+		if l.first.id != 1 || l.first.v != first {
+			t.Fatalf("%d streams: the first slot holds stream %d, want stream 1", id, l.first.id)
+		}
 	}
 }

@@ -50,6 +50,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/cudagpu"
@@ -107,7 +108,26 @@ type Allocator struct {
 }
 
 // device is the state of one device in use.
+//
+// Layout: a call of the host touches, of this state, only deviceHot, the
+// first 64 bytes, on one cache line. The state is padded to 512 bytes, a
+// size class whose objects the Go heap places at multiples of 512 from a
+// page, with no header before them (TestDeviceHotLine checks both on the
+// running runtime). In the host's process the host's own work between
+// calls evicts the allocator's lines, so each line a call touches is a
+// miss (BENCHMARKS.md, "Cold calls: the lines a call touches").
 type device struct {
+	deviceHot
+	deviceCold
+	_ [deviceSize - unsafe.Sizeof(deviceHot{}) - unsafe.Sizeof(deviceCold{})]byte
+}
+
+// deviceSize is the size of a device's state: see device.
+const deviceSize = 512
+
+// deviceCold is the state of a device that calls served by the pool on
+// the legacy stream do not touch.
+type deviceCold struct {
 	dev  gpu.Device
 	res  mr.Resource // the top of the stack the host calls
 	base mr.Resource // the pool or async resource under the adaptors
@@ -132,19 +152,31 @@ type device struct {
 	log         *mr.Logging
 	closers     []func() error
 
-	live, peakLive atomic.Int64
-	allocs, frees  atomic.Uint64
 	ooms, badFrees atomic.Uint64
-	liveAllocs     atomic.Int64
-	noSize         sizeTable // sizes of allocations freed without one (CuPy)
-	// legacy is the adopted legacy default stream once adopted: the
-	// stream of every PyTorch call on the default stream and of every
-	// CuPy call, served without the adoption's lookup.
-	legacy atomic.Pointer[adopted]
+	legacyMu       sync.Mutex // serializes the keeping of legacy
+	noSize         *sizeTable // sizes of allocations freed without one (CuPy)
 }
 
-// adopted holds an adopted stream, for an atomic pointer.
-type adopted struct{ s gpu.Stream }
+// deviceHot is what every allocation and free of the host reads and
+// writes, on one cache line.
+type deviceHot struct {
+	// top is the pool when it is the top of the stack (no tracking,
+	// logging or test wrapper above it), called directly rather than
+	// through res: no interface table to load. Nil otherwise.
+	top *mr.Pool
+	// legacy is the adopted legacy default stream once hasLegacy is set
+	// (written once, under legacyMu, before hasLegacy): the stream of
+	// every PyTorch call on the default stream and of every CuPy call,
+	// served without the adoption's lookup.
+	hasLegacy atomic.Bool
+	legacy    gpu.Stream
+	// allocs and frees count successful calls (their difference is the
+	// live allocations: a free is counted after its allocation); live
+	// is the bytes of the allocations not yet freed, peakLive its
+	// high-water mark.
+	allocs, frees  atomic.Uint64
+	live, peakLive atomic.Int64
+}
 
 // Default is the allocator of the process, the one the C ABI calls.
 var Default = New()
@@ -259,7 +291,7 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 		return nil, err
 	}
 	c := a.cfg
-	d := &device{dev: gd}
+	d := &device{deviceCold: deviceCold{dev: gd, noSize: new(sizeTable)}}
 	switch c.Kind {
 	case "async":
 		opts := mr.AsyncOptions{ReleaseThreshold: c.ReleaseThreshold}
@@ -298,6 +330,9 @@ func (a *Allocator) openDevice(ordinal int) (*device, error) {
 	}
 	if a.wrap != nil {
 		d.res = a.wrap(d.res)
+	}
+	if d.pool != nil && d.res == mr.Resource(d.pool) {
+		d.top = d.pool
 	}
 	return d, nil
 }
@@ -445,7 +480,13 @@ func (a *Allocator) alloc(d *device, size uint64, s gpu.Stream) uintptr {
 		a.setLastErr(fmt.Errorf("pluggable: alloc %d bytes: %w", size, mr.ErrOutOfMemory))
 		return 0
 	}
-	ptr, err := d.res.Allocate(int(size), s)
+	var ptr gpu.DevicePtr
+	var err error
+	if d.top != nil {
+		ptr, err = d.top.Allocate(int(size), s)
+	} else {
+		ptr, err = d.res.Allocate(int(size), s)
+	}
 	if err != nil {
 		if errors.Is(err, mr.ErrOutOfMemory) {
 			d.ooms.Add(1)
@@ -456,7 +497,6 @@ func (a *Allocator) alloc(d *device, size uint64, s gpu.Stream) uintptr {
 		return 0
 	}
 	d.allocs.Add(1)
-	d.liveAllocs.Add(1)
 	live := d.live.Add(int64(size))
 	for {
 		peak := d.peakLive.Load()
@@ -496,11 +536,16 @@ func (a *Allocator) free(d *device, ptr uintptr, size uint64, s gpu.Stream) erro
 	if size > maxOption {
 		return a.badFree(d, fmt.Errorf("pluggable: free %#x of %d bytes: %w", ptr, size, mr.ErrSizeMismatch))
 	}
-	if err := d.res.Deallocate(gpu.DevicePtr(ptr), int(size), s); err != nil {
+	var err error
+	if d.top != nil {
+		err = d.top.Deallocate(gpu.DevicePtr(ptr), int(size), s)
+	} else {
+		err = d.res.Deallocate(gpu.DevicePtr(ptr), int(size), s)
+	}
+	if err != nil {
 		return a.badFree(d, err)
 	}
 	d.frees.Add(1)
-	d.liveAllocs.Add(-1)
 	d.live.Add(-int64(size))
 	return nil
 }
@@ -589,17 +634,19 @@ func (a *Allocator) legacyStream(ordinal int) (*device, gpu.Stream, error) {
 // never destroyed here, and adopting a handle twice gives the same
 // wrapper, so the kept one is the one AdoptStream would return.
 func (d *device) stream(raw uintptr) (gpu.Stream, error) {
-	if raw != gpu.StreamLegacy {
-		return d.dev.AdoptStream(raw)
-	}
-	if l := d.legacy.Load(); l != nil {
-		return l.s, nil
+	if raw == gpu.StreamLegacy && d.hasLegacy.Load() {
+		return d.legacy, nil
 	}
 	s, err := d.dev.AdoptStream(raw)
-	if err != nil {
-		return nil, err
+	if err != nil || raw != gpu.StreamLegacy {
+		return s, err
 	}
-	d.legacy.CompareAndSwap(nil, &adopted{s})
+	d.legacyMu.Lock()
+	if !d.hasLegacy.Load() {
+		d.legacy = s
+		d.hasLegacy.Store(true)
+	}
+	d.legacyMu.Unlock()
 	return s, nil
 }
 

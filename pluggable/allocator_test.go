@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/google/pprof/profile"
 	"github.com/streamalloc/streamalloc/gpu"
@@ -476,8 +477,8 @@ func TestStreamsAsAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := d.legacy.Load(); l == nil || l.s != legacy {
-		t.Fatalf("kept legacy stream %v, want the adopted %v", l, legacy)
+	if !d.hasLegacy.Load() || d.legacy != legacy {
+		t.Fatalf("kept legacy stream %v, want the adopted %v", d.legacy, legacy)
 	}
 	want := []gpu.Stream{legacy, other, legacy, legacy, other, legacy}
 	if len(rec.streams) != len(want) {
@@ -535,6 +536,59 @@ func TestSimDestroyStreamDefaultStreams(t *testing.T) {
 			}
 			if st := stats(t, a, 0); st.Errors != 0 || st.BadFrees != 0 || st.LiveAllocs != 0 || st.Allocs != 4 || st.Frees != 4 {
 				t.Fatalf("after the refused destroys: %+v", st)
+			}
+		})
+	}
+}
+
+// TestDeviceHotLine: what every call reads and writes of a device's state
+// is its first 64 bytes, on one cache line of the allocated state; the
+// pool is called directly exactly when it is the top of the stack; the
+// counters the line holds stay exact (live allocations as allocations
+// less frees).
+func TestDeviceHotLine(t *testing.T) {
+	if n := unsafe.Sizeof(deviceHot{}); n != 64 {
+		t.Errorf("deviceHot is %d bytes, want 64 (one cache line)", n)
+	}
+	if off := unsafe.Offsetof(device{}.deviceHot); off != 0 {
+		t.Errorf("deviceHot at offset %d, want 0", off)
+	}
+	if n := unsafe.Sizeof(device{}); n != deviceSize {
+		t.Errorf("device is %d bytes, want %d", n, deviceSize)
+	}
+	for _, c := range []struct {
+		conf    string
+		wantTop bool
+	}{
+		{"pool,upstream=vmm,mapped_slack,small_at_peak", true},
+		{"pool", true},
+		{"pool,track", false},
+		{"async", false},
+	} {
+		t.Run(c.conf, func(t *testing.T) {
+			a, _ := newSim(t, c.conf)
+			p := a.Alloc(1000, 0, gpu.StreamLegacy)
+			q := a.Alloc(3000, 0, gpu.StreamLegacy)
+			if p == 0 || q == 0 {
+				t.Fatalf("allocations failed: %s", a.LastError())
+			}
+			d := a.devs[0].Load()
+			if addr := uintptr(unsafe.Pointer(d)); addr%64 != 0 {
+				t.Errorf("device state at %#x, not on a cache line's start", addr)
+			}
+			if got := d.top != nil; got != c.wantTop {
+				t.Errorf("pool called directly: %v, want %v", got, c.wantTop)
+			}
+			if err := a.Free(p, 1000, 0, gpu.StreamLegacy); err != nil {
+				t.Fatal(err)
+			}
+			st := stats(t, a, 0)
+			if st.Allocs != 2 || st.Frees != 1 || st.LiveAllocs != 1 || st.Live != 3000 || st.PeakLive != 4000 {
+				t.Errorf("allocs %d frees %d live allocs %d live %d peak %d, want 2 1 1 3000 4000",
+					st.Allocs, st.Frees, st.LiveAllocs, st.Live, st.PeakLive)
+			}
+			if err := a.Free(q, 3000, 0, gpu.StreamLegacy); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

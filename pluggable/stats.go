@@ -83,8 +83,11 @@ func (a *Allocator) Stats(ordinal int) (st Stats, err error) {
 	}
 	st.VMMFallback = d.vmmFallback != ""
 	st.Live, st.PeakLive = uint64(max(d.live.Load(), 0)), uint64(max(d.peakLive.Load(), 0))
-	st.Allocs, st.Frees = d.allocs.Load(), d.frees.Load()
-	st.LiveAllocs = uint64(max(d.liveAllocs.Load(), 0))
+	// Frees first: each free is counted after its allocation, so allocs
+	// loaded after frees is never below it.
+	st.Frees = d.frees.Load()
+	st.Allocs = d.allocs.Load()
+	st.LiveAllocs = st.Allocs - st.Frees
 	st.OOMs, st.BadFrees = d.ooms.Load(), d.badFrees.Load()
 	return st, nil
 }

@@ -678,4 +678,14 @@ func (a *adoptedStream) CaptureStatus() (gpu.CaptureStatus, error) {
 	return s.CaptureStatus()
 }
 
-var _ gpu.CaptureStream = (*adoptedStream)(nil)
+// CaptureGated reports whether the capture gate covers the stream
+// (gpu.CaptureGated): true for the legacy default stream, false for every
+// other adopted stream, as cudagpu answers for the same handles. Every
+// capture of a simulated stream is counted by the gate, so true would hold
+// for all; answering as the card does makes resources on the simulator
+// take the paths they take there (the pool's hot path on the legacy
+// stream, where PyTorch and CuPy make their calls; the capture check on
+// every request of any other adopted stream).
+func (a *adoptedStream) CaptureGated() bool { return a.key.raw == gpu.StreamLegacy }
+
+var _ gpu.GatedCaptureStream = (*adoptedStream)(nil)

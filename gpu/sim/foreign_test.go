@@ -190,3 +190,50 @@ func wantIs(t *testing.T, what string, err, target error) {
 		t.Errorf("%s: got %v, want an error matching %v", what, err, target)
 	}
 }
+
+// TestAdoptedCaptureGated: the capture gate covers the adopted legacy
+// default stream and no other adopted stream, as on the card; a stream of
+// ours adopted by its raw handle is ours, gated. On the adopted legacy
+// stream a capture opens the gate before the stream reports it.
+func TestAdoptedCaptureGated(t *testing.T) {
+	d := newDevice(t)
+	raw, err := d.NewRawStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		raw  uintptr
+		want bool
+	}{
+		{"legacy default stream", gpu.StreamLegacy, true},
+		{"per-thread default stream", gpu.StreamPerThread, false},
+		{"a raw stream of another library", raw, false},
+		{"a stream of ours by its raw handle", ours.(gpu.RawHandle).Raw(), true},
+	} {
+		s, err := d.AdoptStream(c.raw)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := gpu.CaptureGated(s); got != c.want {
+			t.Errorf("%s: CaptureGated = %v, want %v", c.name, got, c.want)
+		}
+	}
+	legacy, _ := d.AdoptStream(gpu.StreamLegacy)
+	if err := gpu.BeginCapture(legacy, gpu.CaptureRelaxed); err != nil {
+		t.Fatal(err)
+	}
+	if gpu.CaptureID(legacy) == 0 || !gpu.CapturesActive() {
+		t.Errorf("capturing: CaptureID %d, CapturesActive %v: want both set", gpu.CaptureID(legacy), gpu.CapturesActive())
+	}
+	if _, err := gpu.EndCapture(legacy); err != nil {
+		t.Fatal(err)
+	}
+	if gpu.CaptureID(legacy) != 0 {
+		t.Errorf("after EndCapture: CaptureID %d, want 0", gpu.CaptureID(legacy))
+	}
+}

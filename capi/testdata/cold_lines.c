@@ -1,0 +1,174 @@
+/* cold_lines.c: the calls whose memory accesses scripts/cold-lines.sh
+ * counts, under valgrind's lackey, to tell how many distinct cache lines
+ * and pages one call of the C ABI touches: what a call costs when the
+ * host's own work between calls has evicted them (in PyTorch's process,
+ * every call).
+ *
+ * usage: cold_lines INFO [steps]
+ *
+ * Before each measured call it stores to cl_mark[kind], after it to
+ * cl_mark[0]: the trace's stores to those lines (a non-PIE executable, so
+ * their addresses are the ELF symbol's) bound each call's window. INFO
+ * receives the load address of libstreamalloc.so, so that the trace's
+ * code addresses can be named from the library's symbols, and an address
+ * on the calling thread's stack. Kinds, each
+ * after a warm-up of the same calls:
+ *   1, 2  allocation / free of a ring of 64 live blocks of varied sizes
+ *         (capi_bench's ring) on the legacy default stream (NULL);
+ *   3, 4  the same ring on a created stream (the simulator's raw handle,
+ *         adopted by the library as a foreign stream);
+ *   5, 6  allocation / free of 1 MiB on the legacy stream, in pairs;
+ *   7     an empty crossing into Go and back (sa_last_error), the part of
+ *         every call that is the Go runtime's entry and exit. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "streamalloc.h"
+
+volatile unsigned char cl_mark[8][64] __attribute__((aligned(64)));
+
+#define MARK(k) (cl_mark[(k)][0] = 1)
+
+enum { RING = 64 };
+
+typedef struct {
+	void *live[RING];
+	size_t sz[RING];
+	uint64_t x;
+	long i;
+} ring_t;
+
+/* step frees the ring's oldest block and allocates a new one of the next
+ * size; marked: whether the two calls are windows (kinds a, a+1). */
+static int step(ring_t *r, void *s, int marked, int a) {
+	int k = (int)(r->i % RING);
+	if (r->live[k] != NULL) {
+		void *p = r->live[k];
+		size_t n = r->sz[k];
+		if (marked) {
+			MARK(a + 1);
+		}
+		sa_torch_free(p, n, 0, s);
+		if (marked) {
+			MARK(0);
+		}
+	}
+	r->x ^= r->x << 13;
+	r->x ^= r->x >> 7;
+	r->x ^= r->x << 17;
+	size_t n = (size_t)(1 + (r->x >> 11) % (8 << 11)) * 512; /* up to 8 MiB */
+	if ((r->x >> 5) % 4 != 0) {
+		n = (size_t)(1 + (r->x >> 17) % 256) * 512; /* most are small */
+	}
+	r->sz[k] = n;
+	if (marked) {
+		MARK(a);
+	}
+	void *p = sa_torch_alloc(n, 0, s);
+	if (marked) {
+		MARK(0);
+	}
+	r->live[k] = p;
+	r->i++;
+	return p == NULL ? -1 : 0;
+}
+
+static void drain(ring_t *r, void *s) {
+	for (int k = 0; k < RING; k++) {
+		if (r->live[k] != NULL) {
+			sa_torch_free(r->live[k], r->sz[k], 0, s);
+			r->live[k] = NULL;
+		}
+	}
+}
+
+static int rings(void *s, long steps, int a) {
+	ring_t r = {.x = 88172645463325252ull};
+	for (long i = 0; i < 4 * RING; i++) {
+		if (step(&r, s, 0, a) != 0) {
+			return -1;
+		}
+	}
+	for (long i = 0; i < steps; i++) {
+		if (step(&r, s, 1, a) != 0) {
+			return -1;
+		}
+	}
+	drain(&r, s);
+	return 0;
+}
+
+int main(int argc, char **argv) {
+	if (argc < 2) {
+		fprintf(stderr, "usage: cold_lines INFO [steps]\n");
+		return 2;
+	}
+	long steps = argc > 2 ? atol(argv[2]) : 1000;
+	Dl_info di;
+	if (dladdr((void *)sa_torch_alloc, &di) == 0) {
+		fprintf(stderr, "dladdr failed\n");
+		return 1;
+	}
+	FILE *f = fopen(argv[1], "w");
+	if (f == NULL) {
+		perror(argv[1]);
+		return 1;
+	}
+	fprintf(f, "base %p\nlib %s\nstack %p\n", di.dli_fbase, di.dli_fname, (void *)&di);
+	fclose(f);
+	void *cs = sa_sim_stream_create(0);
+	if (cs == NULL) {
+		fprintf(stderr, "sa_sim_stream_create failed (STREAMALLOC_CONF must name backend=sim)\n");
+		return 1;
+	}
+	char msg[256];
+	if (rings(NULL, steps, 1) != 0 || rings(cs, steps, 3) != 0) {
+		sa_last_error(msg, sizeof msg);
+		fprintf(stderr, "ring failed: %s\n", msg);
+		return 1;
+	}
+	for (long i = 0; i < 256 + steps; i++) {
+		int m = i >= 256;
+		if (m) {
+			MARK(5);
+		}
+		void *p = sa_torch_alloc(1 << 20, 0, NULL);
+		if (m) {
+			MARK(0);
+		}
+		if (p == NULL) {
+			return 1;
+		}
+		if (m) {
+			MARK(6);
+		}
+		sa_torch_free(p, 1 << 20, 0, NULL);
+		if (m) {
+			MARK(0);
+		}
+	}
+	for (long i = 0; i < 256 + steps; i++) {
+		int m = i >= 256;
+		if (m) {
+			MARK(7);
+		}
+		sa_last_error(NULL, 0);
+		if (m) {
+			MARK(0);
+		}
+	}
+	sa_stats_t st;
+	if (sa_stats(0, &st) != 0 || st.bad_free_count != 0 || st.error_count != 0 || st.live_allocs != 0) {
+		fprintf(stderr, "stats: bad frees or errors or live allocations left\n");
+		return 1;
+	}
+	if (sa_sim_stream_destroy(0, cs) != 0) {
+		return 1;
+	}
+	printf("cold_lines ok: %llu allocations, %llu frees\n", (unsigned long long)st.allocs,
+	       (unsigned long long)st.frees);
+	return 0;
+}
