@@ -18,9 +18,10 @@ mkdir -p "$out"
 # the monitor, seeing the P's scheduling tick unmoved for 10 ms (a callback
 # never moves it), takes it back, and with every P idle the monitor sleeps:
 # the next call then takes an idle P under the scheduler's lock and wakes
-# the monitor with a futex, 1.5-3 us of a call on the H100 host, a few
-# percent of a GPT-2 or ResNet-50 step (BENCHMARKS.md, "The pluggable path's
-# floor"). The runtime has one switch that keeps the monitor awake, a
+# the monitor with a futex, 1.5-3 us of a call on the H100 host
+# (BENCHMARKS.md, "The C ABI's per-call cost, second pass"; in GPT-2 and
+# ResNet-50 steps the gain was 0-2%, within the spread between groups of
+# processes: "The pluggable path's floor" and the final tree's section). The runtime has one switch that keeps the monitor awake, a
 # schedtrace period, and no //go:debug directive for it, so the period is
 # linked in as the binary's GODEBUG default: 2^31-1 ms, 24.8 days. Its cost:
 # a monitor tick every 10 ms while the process idles; one SCHED line on
