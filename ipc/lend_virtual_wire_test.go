@@ -8,7 +8,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,20 +39,7 @@ func simProcesses() (exp, imp gpu.Device) {
 func newFakeExporter(t *testing.T) (*fakeExporter, *Importer, gpu.Stream) {
 	t.Helper()
 	exp, imp := simProcesses()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	ce, ci := conn(fds[0]), conn(fds[1])
+	ce, ci := unixPair(t)
 	x, err := gpu.IPCOf(exp)
 	if err != nil {
 		t.Fatal(err)
