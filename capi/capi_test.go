@@ -95,6 +95,7 @@ func TestCProgram(t *testing.T) {
 	dir := buildLibrary(t)
 	exe := compile(t, dir, "capi_test.c")
 	compile(t, dir, "capi_bench.c") // the benchmark builds too
+	compile(t, dir, "cold_lines.c") // and the program scripts/cold-lines.sh traces
 	// The pool over cuMemAlloc, then over mapped virtual memory.
 	for _, args := range [][]string{nil, {"upstream=vmm"}} {
 		cmd := exec.Command(exe, args...)

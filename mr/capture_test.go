@@ -79,6 +79,58 @@ func TestCaptureNotBegunThroughMR(t *testing.T) {
 	}
 }
 
+// TestCaptureNotBegunThroughMRAdopted: a pool refuses a stream adopted
+// from another library while a capture not begun with mr is in progress
+// on it, whether the capture gate covers the stream (the legacy default
+// stream, whose requests take the hot path while no capture is in
+// progress) or not (every request asks the stream), also after the pool
+// has served the stream and armed its fast slot; after the capture it
+// serves the stream again.
+func TestCaptureNotBegunThroughMRAdopted(t *testing.T) {
+	dev := simCaptureDevice(t)
+	raw, err := dev.(*sim.Device).NewRawStream()
+	ok(t, err)
+	t.Cleanup(func() { dev.(*sim.Device).DestroyRawStream(raw) })
+	for _, c := range []struct {
+		name  string
+		raw   uintptr
+		gated bool
+	}{
+		{"legacy default stream", gpu.StreamLegacy, true},
+		{"per-thread default stream", gpu.StreamPerThread, false},
+		{"a raw stream of another library", raw, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := dev.AdoptStream(c.raw)
+			ok(t, err)
+			if got := gpu.CaptureGated(s); got != c.gated {
+				t.Fatalf("CaptureGated = %v, want %v", got, c.gated)
+			}
+			pool, err := mr.NewPool(mr.NewDirect(dev), mr.PoolOptions{})
+			ok(t, err)
+			defer func() { ok(t, pool.Close()) }()
+			for range 2 { // the second pair is served by the fast slot
+				p, err := pool.Allocate(4096, s)
+				ok(t, err)
+				ok(t, pool.Deallocate(p, 4096, s))
+			}
+			ok(t, gpu.BeginCapture(s, gpu.CaptureRelaxed))
+			if _, err := pool.Allocate(4096, s); !errors.Is(err, mr.ErrStreamCapturing) {
+				t.Errorf("Pool.Allocate in a capture not begun with mr: %v, want ErrStreamCapturing", err)
+			}
+			if st := captureStatus(t, s); st != gpu.CaptureActive {
+				t.Errorf("capture status %d, want active", st)
+			}
+			g, err := gpu.EndCapture(s)
+			ok(t, err)
+			ok(t, g.Destroy())
+			p, err := pool.Allocate(4096, s)
+			ok(t, err)
+			ok(t, pool.Deallocate(p, 4096, s))
+		})
+	}
+}
+
 // Captures sharing a GraphPool: the second reuses what the first freed,
 // they cannot overlap, and the pool is released after its captures.
 func TestCaptureSharedGraphPool(t *testing.T) {

@@ -593,3 +593,57 @@ func TestDeviceHotLine(t *testing.T) {
 		})
 	}
 }
+
+// staleFree is a resource whose next Allocate, once armed, lets the host
+// free the block it hands out before the allocator has counted it: a
+// stale free of an address the pool has just handed out again (a double
+// free in the host racing the reuse of its address on another thread),
+// which the pool accepts because the address is live. during is called
+// between that free and the allocation's return.
+type staleFree struct {
+	mr.Resource
+	a      *Allocator
+	size   int
+	armed  bool
+	during func()
+}
+
+func (r *staleFree) Allocate(size int, s gpu.Stream) (gpu.DevicePtr, error) {
+	p, err := r.Resource.Allocate(size, s)
+	if err != nil || !r.armed {
+		return p, err
+	}
+	r.armed = false
+	if err := r.a.Free(uintptr(p), uint64(size), 0, gpu.StreamLegacy); err != nil {
+		return p, err
+	}
+	r.during()
+	return p, nil
+}
+
+// TestStatsFreeBeforeItsAllocation: a free counted before the allocation
+// of its address (a host's double free racing the address's reuse) never
+// makes Stats report more live allocations than were made, nor negative
+// live bytes: both read 0 in between, and the counters agree after.
+func TestStatsFreeBeforeItsAllocation(t *testing.T) {
+	a, _ := newSim(t, "")
+	r := &staleFree{a: a}
+	a.wrap = func(up mr.Resource) mr.Resource { r.Resource = up; return r }
+	if p := a.Alloc(1000, 0, gpu.StreamLegacy); p == 0 { // opens the device
+		t.Fatalf("allocation failed: %s", a.LastError())
+	} else if err := a.Free(p, 1000, 0, gpu.StreamLegacy); err != nil {
+		t.Fatal(err)
+	}
+	var between Stats
+	r.armed, r.during = true, func() { between = stats(t, a, 0) }
+	if p := a.Alloc(1000, 0, gpu.StreamLegacy); p == 0 {
+		t.Fatalf("allocation failed: %s", a.LastError())
+	}
+	if between.Allocs != 1 || between.Frees != 2 || between.LiveAllocs != 0 || between.Live != 0 {
+		t.Errorf("between the free and its allocation: allocs %d frees %d live allocs %d live %d, want 1 2 0 0",
+			between.Allocs, between.Frees, between.LiveAllocs, between.Live)
+	}
+	if st := stats(t, a, 0); st.Allocs != 2 || st.Frees != 2 || st.LiveAllocs != 0 || st.Live != 0 {
+		t.Errorf("after: allocs %d frees %d live allocs %d live %d, want 2 2 0 0", st.Allocs, st.Frees, st.LiveAllocs, st.Live)
+	}
+}

@@ -83,11 +83,13 @@ func (a *Allocator) Stats(ordinal int) (st Stats, err error) {
 	}
 	st.VMMFallback = d.vmmFallback != ""
 	st.Live, st.PeakLive = uint64(max(d.live.Load(), 0)), uint64(max(d.peakLive.Load(), 0))
-	// Frees first: each free is counted after its allocation, so allocs
-	// loaded after frees is never below it.
+	// Frees first: a free is counted after its allocation, so allocs
+	// loaded after frees is not below it. A host's double free racing the
+	// reuse of its address on another thread is counted before that
+	// allocation, as the live bytes fall below zero then: both read 0.
 	st.Frees = d.frees.Load()
 	st.Allocs = d.allocs.Load()
-	st.LiveAllocs = st.Allocs - st.Frees
+	st.LiveAllocs = st.Allocs - min(st.Frees, st.Allocs)
 	st.OOMs, st.BadFrees = d.ooms.Load(), d.badFrees.Load()
 	return st, nil
 }

@@ -7,6 +7,9 @@
 # needed: the libraries load libcuda.so.1 at run time.
 #
 # Usage: scripts/build-capi.sh [outdir]     (default build/capi)
+# Environment: SYMBOLS=1 keeps the library's symbol table and DWARF (the
+#   linker's -s left out), for tools that name functions and source lines
+#   (scripts/cold-lines.sh); the code is the same.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +39,9 @@ mkdir -p "$out"
 # without cgo it leaves out capi.go and its directives.
 godebug=$(CGO_ENABLED=1 go list -f '{{.DefaultGODEBUG}}' ./capi)
 godebug=${godebug:+$godebug,}schedtrace=2147483647
-CGO_ENABLED=1 go build -buildmode=c-shared -trimpath "-ldflags=-s -X=runtime.godebugDefault=$godebug" \
+strip=-s
+if [ "${SYMBOLS:-}" = 1 ]; then strip=; fi
+CGO_ENABLED=1 go build -buildmode=c-shared -trimpath "-ldflags=$strip -X=runtime.godebugDefault=$godebug" \
 	-o "$out/libstreamalloc.so" ./capi
 rm -f "$out/libstreamalloc.h" # cgo's own header; streamalloc.h is the public one
 cp capi/streamalloc.h "$out/"

@@ -23,15 +23,10 @@ out=${1:-build/coldlines}
 steps=${2:-1000}
 conf=${CONF:-pool,upstream=vmm,mapped_slack,small_at_peak,backend=sim,sim_capacity=1GiB}
 mkdir -p "$out"
-# As scripts/build-capi.sh links it (the runtime's monitor kept awake), but
-# with symbols and DWARF (no -s, no -w): the report names functions and
+# The library as scripts/build-capi.sh links it (the runtime's monitor
+# kept awake), with symbols and DWARF: the report names functions and
 # source lines.
-godebug=$(CGO_ENABLED=1 go list -f '{{.DefaultGODEBUG}}' ./capi)
-godebug=${godebug:+$godebug,}schedtrace=2147483647
-CGO_ENABLED=1 go build -buildmode=c-shared -trimpath "-ldflags=-X=runtime.godebugDefault=$godebug" \
-	-o "$out/libstreamalloc.so" ./capi
-rm -f "$out/libstreamalloc.h"
-cp capi/streamalloc.h "$out/"
+SYMBOLS=1 scripts/build-capi.sh "$out" >/dev/null
 gcc -O2 -Wall -Wextra -no-pie -o "$out/cold_lines" capi/testdata/cold_lines.c -I "$out" -L "$out" \
 	-lstreamalloc -lpthread -ldl '-Wl,-rpath,$ORIGIN'
 go build -o "$out/coldlines" ./scripts/coldlines

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "ring.h"
 #include "streamalloc.h"
 
 static double now_ns(void) {
@@ -54,20 +55,14 @@ static double ring(void *s, long n) {
 	enum { RING = 64 };
 	void *live[RING] = {0};
 	size_t sz[RING] = {0};
-	uint64_t x = 88172645463325252ull;
+	uint64_t x = RING_SEED;
 	double t0 = now_ns();
 	for (long i = 0; i < n; i++) {
 		int k = (int)(i % RING);
 		if (live[k] != NULL) {
 			sa_torch_free(live[k], sz[k], 0, s);
 		}
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		sz[k] = (size_t)(1 + (x >> 11) % (8 << 11)) * 512; /* up to 8 MiB */
-		if ((x >> 5) % 4 != 0) {
-			sz[k] = (size_t)(1 + (x >> 17) % 256) * 512; /* most are small */
-		}
+		sz[k] = ring_size(&x);
 		live[k] = sa_torch_alloc(sz[k], 0, s);
 		if (live[k] == NULL) {
 			return -1;
@@ -129,13 +124,7 @@ static int cstep(cring_t *r) {
 		sa_torch_free(r->live[k], r->sz[k], 0, NULL);
 		r->free_ns += now_ns() - t0;
 	}
-	r->x ^= r->x << 13;
-	r->x ^= r->x >> 7;
-	r->x ^= r->x << 17;
-	r->sz[k] = (size_t)(1 + (r->x >> 11) % (8 << 11)) * 512;
-	if ((r->x >> 5) % 4 != 0) {
-		r->sz[k] = (size_t)(1 + (r->x >> 17) % 256) * 512;
-	}
+	r->sz[k] = ring_size(&r->x);
 	if (r->evict) {
 		evict_caches();
 	}
@@ -186,7 +175,7 @@ static void *turns(void *arg) {
  * call if evict and spinning idle_ns before each, or on two threads taking
  * turns if two. */
 static int cring_idle(long n, int evict, int two, double idle_ns, const char *name) {
-	cring_t r = {.x = 88172645463325252ull, .n = n, .evict = evict, .idle_ns = idle_ns};
+	cring_t r = {.x = RING_SEED, .n = n, .evict = evict, .idle_ns = idle_ns};
 	if (two) {
 		pthread_t th[2];
 		turn_arg_t a[2] = {{&r, 0, 0}, {&r, 1, 0}};

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ring.h"
 #include "streamalloc.h"
 
 volatile unsigned char cl_mark[8][64] __attribute__((aligned(64)));
@@ -56,13 +57,7 @@ static int step(ring_t *r, void *s, int marked, int a) {
 			MARK(0);
 		}
 	}
-	r->x ^= r->x << 13;
-	r->x ^= r->x >> 7;
-	r->x ^= r->x << 17;
-	size_t n = (size_t)(1 + (r->x >> 11) % (8 << 11)) * 512; /* up to 8 MiB */
-	if ((r->x >> 5) % 4 != 0) {
-		n = (size_t)(1 + (r->x >> 17) % 256) * 512; /* most are small */
-	}
+	size_t n = ring_size(&r->x);
 	r->sz[k] = n;
 	if (marked) {
 		MARK(a);
@@ -86,7 +81,7 @@ static void drain(ring_t *r, void *s) {
 }
 
 static int rings(void *s, long steps, int a) {
-	ring_t r = {.x = 88172645463325252ull};
+	ring_t r = {.x = RING_SEED};
 	for (long i = 0; i < 4 * RING; i++) {
 		if (step(&r, s, 0, a) != 0) {
 			return -1;

@@ -685,7 +685,7 @@ func (a *adoptedStream) CaptureStatus() (gpu.CaptureStatus, error) {
 // for all; answering as the card does makes resources on the simulator
 // take the paths they take there (the pool's hot path on the legacy
 // stream, where PyTorch and CuPy make their calls; the capture check on
-// every request of any other adopted stream).
-func (a *adoptedStream) CaptureGated() bool { return a.key.raw == gpu.StreamLegacy }
+// every request of any other adopted stream). False for a nil stream.
+func (a *adoptedStream) CaptureGated() bool { return a != nil && a.key.raw == gpu.StreamLegacy }
 
 var _ gpu.GatedCaptureStream = (*adoptedStream)(nil)

@@ -202,6 +202,14 @@ func (a *analyzer) read(in io.Reader) error {
 	return sc.Err()
 }
 
+// maxAccess is the most bytes parseAccess accepts of one access: more than
+// any instruction's (XSAVE's area is a few KiB), so that a corrupt line
+// cannot make a window walk a range of lines without end.
+const maxAccess = 1 << 16
+
+// parseAccess parses the "addr,size" of a lackey line after its operation
+// column: hex address, decimal size; ok is false for anything else, a
+// size of 0 or above maxAccess, or an access past the address space's end.
 func parseAccess(b []byte) (addr, size uint64, ok bool) {
 	i := 0
 	for i < len(b) && b[i] == ' ' {
@@ -219,7 +227,7 @@ func parseAccess(b []byte) (addr, size uint64, ok bool) {
 		return 0, 0, false
 	}
 	size, err = strconv.ParseUint(strings.TrimSpace(string(b[j+1:])), 10, 64)
-	if err != nil || size == 0 {
+	if err != nil || size == 0 || size > maxAccess || addr+size-1 < addr {
 		return 0, 0, false
 	}
 	return addr, size, true
