@@ -499,14 +499,18 @@ func (a *Allocator) alloc(d *device, size uint64, s gpu.Stream) uintptr {
 		return 0
 	}
 	d.allocs.Add(1)
-	live := d.live.Add(int64(size))
+	d.raisePeakLive(d.live.Add(int64(size)))
+	return uintptr(ptr)
+}
+
+// raisePeakLive makes the peak of live bytes at least live.
+func (d *device) raisePeakLive(live int64) {
 	for {
 		peak := d.peakLive.Load()
 		if live <= peak || d.peakLive.CompareAndSwap(peak, live) {
-			break
+			return
 		}
 	}
-	return uintptr(ptr)
 }
 
 // Free frees ptr, of size bytes, allocated on device, in stream order on

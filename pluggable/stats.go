@@ -109,7 +109,11 @@ func (a *Allocator) ResetPeaks(ordinal int) (err error) {
 	if d == nil {
 		return nil
 	}
+	// An allocation that compared its live bytes with the peak before
+	// this store skipped raising it; raising again from a fresh reading
+	// leaves the peak no lower than the live bytes.
 	d.peakLive.Store(d.live.Load())
+	d.raisePeakLive(d.live.Load())
 	var errs []error
 	for _, r := range d.peaks {
 		switch r := r.(type) {
