@@ -173,9 +173,8 @@ type deviceHot struct {
 	// allocs and frees count successful calls (their difference is the
 	// live allocations: a free is counted after its allocation, except a
 	// host's stale free racing its address's reuse, which Stats reads as
-	// none live); live
-	// is the bytes of the allocations not yet freed, peakLive its
-	// high-water mark.
+	// none live); live is the bytes of the allocations not yet freed,
+	// peakLive its high-water mark.
 	allocs, frees  atomic.Uint64
 	live, peakLive atomic.Int64
 }
