@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/streamalloc/streamalloc/gpu"
+	"github.com/streamalloc/streamalloc/gpu/kernels"
 )
 
 // RunPhysicalSharing runs the sharing suite as subtests of t: exp
@@ -93,16 +94,7 @@ func testShareRoundTrip(t *testing.T, exp, imp gpu.Device, xe, xi gpu.PhysicalSh
 
 	shareInto(t, xe, xi, h1, pi, g)
 	shareInto(t, xe, xi, h2, pi+gpu.DevicePtr(g), 2*g)
-	must(t, ki.Check(si, pi, words, 7, ci.p))
-	if c := ci.read(t, si); c != 0 {
-		t.Fatalf("importer: %d of %d words differ from the exporter's pattern", c, words)
-	}
-	must(t, ki.Fill(si, pi, words, 1000))
-	must(t, si.Synchronize())
-	must(t, ke.Check(se, pe, words, 1000, ce.p))
-	if c := ce.read(t, se); c != 0 {
-		t.Fatalf("exporter: %d of %d words differ from the importer's pattern", c, words)
-	}
+	exchangeWords(t, side{ke, se, ce, pe}, side{ki, si, ci, pi}, words, 7, 1000)
 	must(t, xi.Unmap(pi, g))
 	must(t, xi.Unmap(pi+gpu.DevicePtr(g), 2*g))
 	must(t, xe.Unmap(pe, g))
@@ -219,17 +211,35 @@ func testShareFabric(t *testing.T, exp, imp gpu.Device, xe, xi gpu.PhysicalShari
 	must(t, xi.Map(pi, g, ih, 0))
 	must(t, xi.ReleasePhysical(ih))
 	must(t, xi.SetAccess(pi, g))
-	must(t, ki.Check(si, pi, words, 31, ci.p))
-	if c := ci.read(t, si); c != 0 {
-		t.Fatalf("importer: %d of %d words through the fabric import differ from the exporter's", c, words)
-	}
-	must(t, ki.Fill(si, pi, words, 32))
-	must(t, si.Synchronize())
-	must(t, ke.Check(se, pe, words, 32, ce.p))
-	if c := ce.read(t, se); c != 0 {
-		t.Fatalf("exporter: %d of %d words differ from the importer's", c, words)
-	}
+	exchangeWords(t, side{ke, se, ce, pe}, side{ki, si, ci, pi}, words, 31, 32)
 	must(t, xi.Unmap(pi, g))
 	must(t, xe.Unmap(pe, g))
 	must(t, xe.ReleasePhysical(h))
+}
+
+// side is one process's view of shared memory: its kernels, stream,
+// mismatch counter and the address where it maps the memory.
+type side struct {
+	k *kernels.Kernels
+	s gpu.Stream
+	c counter
+	p gpu.DevicePtr
+}
+
+// exchangeWords checks, on the importer's side, the words the exporter
+// filled with pattern a (the exporter has synchronized its fill), then
+// fills them with pattern b there and checks them on the exporter's side:
+// the memory carries writes both ways.
+func exchangeWords(t *testing.T, exp, imp side, words int, a, b uint32) {
+	t.Helper()
+	must(t, imp.k.Check(imp.s, imp.p, words, a, imp.c.p))
+	if c := imp.c.read(t, imp.s); c != 0 {
+		t.Fatalf("importer: %d of %d words differ from the exporter's pattern", c, words)
+	}
+	must(t, imp.k.Fill(imp.s, imp.p, words, b))
+	must(t, imp.s.Synchronize())
+	must(t, exp.k.Check(exp.s, exp.p, words, b, exp.c.p))
+	if c := exp.c.read(t, exp.s); c != 0 {
+		t.Fatalf("exporter: %d of %d words differ from the importer's pattern", c, words)
+	}
 }
