@@ -128,7 +128,7 @@ func TestCProgram(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("gcc fake_cuda.c: %v\n%s", err, out)
 		}
-		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"cache", "cache"}, {"bad", "cuda"}} {
+		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"cache", "cache"}, {"cache+go", "cache+go"}, {"bad", "cuda"}} {
 			cmd := exec.Command(exe, c.arg)
 			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 				return strings.HasPrefix(kv, "STREAMALLOC_CONF=") || strings.HasPrefix(kv, "TORCH_CONTROL")

@@ -21,9 +21,11 @@ CFunctionAllocator), cupy-pool (CuPy's MemoryPool), and control
 (libtorch_control.so, capi/testdata/torch_control.c: a pluggable allocator in C
 alone, which times every call; --conf is its mode: async (over
 cuMemAllocAsync), async+go (the same and one call into Go per call), sa:CONF
-(forwarding to streamalloc configured with CONF), or cache (a caching
+(forwarding to streamalloc configured with CONF), cache (a caching
 allocator in C with one free list per stream and size, over cuMemAlloc, that
-makes no driver call once warm: the floor of any pluggable allocator)).
+makes no driver call once warm: the floor of any pluggable allocator), or
+cache+go (the same and one call into Go per call: the floor of any
+pluggable allocator written in Go)).
 streamalloc's --conf is its configuration string; "default" stands for the
 empty one (pluggable.Recommended, what an unset STREAMALLOC_CONF gives).
 
@@ -70,7 +72,8 @@ WORKER = os.path.abspath(__file__)
 class _CtlStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "allocs", "frees", "failures", "alloc_ns", "free_ns", "reserved_high", "used_high")] + [("mode", ctypes.c_int)] + [
-        (name, ctypes.c_uint64) for name in ("device_allocs", "device_frees", "reserved", "zero_allocs", "null_frees")]
+        (name, ctypes.c_uint64) for name in ("device_allocs", "device_frees", "reserved", "zero_allocs", "null_frees",
+                                             "go_calls")]
 
 
 class Control:
@@ -80,7 +83,7 @@ class Control:
         mode, _, inner = conf.partition(":")
         os.environ["TORCH_CONTROL"] = mode
         self.sa = None
-        if mode in ("async+go", "sa"):
+        if mode in ("async+go", "cache+go", "sa"):
             os.environ["TORCH_CONTROL_LIB"] = lib
             sys.path.insert(0, os.path.join(HERE, "..", "python"))
             import streamalloc_torch
@@ -293,7 +296,7 @@ def run_torch(args):
     ctl = alloc if isinstance(alloc, Control) else None
     sa = ctl.sa if ctl is not None else alloc
     if ctl is not None and ctl.mode != "sa":
-        sa = None  # async+go loads the library only to cross into Go
+        sa = None  # async+go and cache+go load the library only to cross into Go
     import torch
     deterministic(torch)
     step, cycle = {"gpt2": workload_gpt2, "resnet50": workload_resnet50,
@@ -340,7 +343,7 @@ def run_torch(args):
         # allocated: the requested bytes of live allocations).
         result.update(peak_reserved=c["reserved_high"], peak_allocated=c["used_high"], allocs=c["allocs"],
                       errors=c["failures"], zero_allocs=c["zero_allocs"], null_frees=c["null_frees"],
-                      allocated_is_driver_used=ctl.mode != "cache")
+                      go_calls=c["go_calls"], allocated_is_driver_used=not ctl.mode.startswith("cache"))
     else:
         st = torch.cuda.memory_stats(0)
         result.update(peak_reserved=torch.cuda.max_memory_reserved(0),

@@ -23,7 +23,8 @@
 #     RUNS='gpt2 native; gpt2 control async+go; gpt2 streamalloc pool GOMAXPROCS=4'
 #   (CONF: streamalloc's configuration string, "default" for the empty one,
 #   pluggable.Recommended; the control's mode: async, async+go, sa:CONF or
-#   cache, the C caching allocator that is the pluggable path's floor)
+#   cache, the C caching allocator that is the pluggable path's floor, or
+#   cache+go, the same crossing into Go on every call)
 #   and INTERLEAVE, the protocol for step times: a list of configurations
 #   separated by ';', each "ALLOCATOR [CONF [VAR=VALUE ...]]", the first the
 #   reference, for example INTERLEAVE='native; streamalloc pool'. For each

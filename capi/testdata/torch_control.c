@@ -22,7 +22,12 @@
  *             or sa_torch_free (configured by STREAMALLOC_CONF)
  *   cache     a caching allocator in C: one free list per (device, stream,
  *             size rounded up to 512 bytes, as PyTorch rounds); see below
- * libstreamalloc.so is loaded from TORCH_CONTROL_LIB in async+go and sa.
+ *   cache+go  the same, and one call into libstreamalloc.so per call, the
+ *             requests for 0 bytes and frees of NULL included (as
+ *             async+go): the cache's floor with the price of entering Go
+ *             that any allocator written in Go pays on every call
+ * libstreamalloc.so is loaded from TORCH_CONTROL_LIB in async+go, cache+go
+ * and sa.
  * The driver is loaded with dlopen (TORCH_CONTROL_DRIVER, default
  * libcuda.so.1; the tests load a fake), so no CUDA toolkit is needed to
  * build:
@@ -92,7 +97,7 @@ typedef void *CUstream;
 typedef void *CUmemoryPool;
 typedef unsigned long long CUdeviceptr;
 
-enum { MODE_ASYNC, MODE_ASYNC_GO, MODE_SA, MODE_CACHE };
+enum { MODE_ASYNC, MODE_ASYNC_GO, MODE_SA, MODE_CACHE, MODE_CACHE_GO };
 enum { MAX_DEVICES = 64 };
 /* CUmemPool_attribute values (cuda.h). */
 enum { ATTR_RELEASE_THRESHOLD = 4, ATTR_RESERVED_MEM_HIGH = 6, ATTR_USED_MEM_HIGH = 8 };
@@ -105,6 +110,7 @@ typedef struct {
 	uint64_t device_allocs, device_frees;  /* driver allocation and free calls made */
 	uint64_t reserved;                     /* cache: the bytes of its blocks now */
 	uint64_t zero_allocs, null_frees;      /* cache: requests for 0 bytes, frees of NULL */
+	uint64_t go_calls;                     /* async+go, cache+go: the crossings into Go made */
 } ctl_stats_t;
 
 static CUresult (*p_cuInit)(unsigned);
@@ -129,7 +135,7 @@ static int detail_on;  /* TORCH_CONTROL_DETAIL was set */
 static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext ctxs[MAX_DEVICES];
 static CUmemoryPool pools[MAX_DEVICES];
-static uint64_t allocs, frees, failures, alloc_ns, free_ns, device_allocs, device_frees, zero_allocs, null_frees;
+static uint64_t allocs, frees, failures, alloc_ns, free_ns, device_allocs, device_frees, zero_allocs, null_frees, go_calls;
 
 static uint64_t now_ns(void) {
 	struct timespec ts;
@@ -138,6 +144,12 @@ static uint64_t now_ns(void) {
 }
 
 static void add(uint64_t *n, uint64_t v) { __atomic_fetch_add(n, v, __ATOMIC_RELAXED); }
+
+/* cross calls into Go and back, doing nothing there, and counts it. */
+static void cross(void) {
+	p_sa_last_error(NULL, 0);
+	add(&go_calls, 1);
+}
 
 enum { DETAIL_SLOTS = 32, HIST_BUCKETS = 40 };
 
@@ -241,11 +253,13 @@ static void setup(void) {
 		want = MODE_SA;
 	} else if (m != NULL && strcmp(m, "cache") == 0) {
 		want = MODE_CACHE;
+	} else if (m != NULL && strcmp(m, "cache+go") == 0) {
+		want = MODE_CACHE_GO;
 	} else if (m != NULL && *m != 0 && strcmp(m, "async") != 0) {
-		fprintf(stderr, "torch_control: TORCH_CONTROL=%s: want async, async+go, sa or cache\n", m);
+		fprintf(stderr, "torch_control: TORCH_CONTROL=%s: want async, async+go, sa, cache or cache+go\n", m);
 		return;
 	}
-	if (want == MODE_ASYNC_GO || want == MODE_SA) {
+	if (want == MODE_ASYNC_GO || want == MODE_CACHE_GO || want == MODE_SA) {
 		const char *lib = getenv("TORCH_CONTROL_LIB");
 		void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_GLOBAL) : NULL;
 		if (h == NULL) {
@@ -271,7 +285,7 @@ static void setup(void) {
 		SYM(h, cuDevicePrimaryCtxRetain);
 		SYM(h, cuCtxGetCurrent);
 		SYM(h, cuCtxSetCurrent);
-		if (want == MODE_CACHE) {
+		if (want == MODE_CACHE || want == MODE_CACHE_GO) {
 			/* cuda.h maps cuMemAlloc and cuMemFree to their _v2
 			 * forms, the ones with 64-bit sizes. */
 			SYMBOL(h, cuMemAlloc, "cuMemAlloc_v2");
@@ -310,7 +324,7 @@ static CUcontext device(int ordinal) {
 			uint64_t max = UINT64_MAX;
 			if (p_cuDeviceGet(&dev, ordinal) == 0 && p_cuDevicePrimaryCtxRetain(&ctx, dev) == 0 &&
 			    p_cuCtxSetCurrent(ctx) == 0 &&
-			    (mode == MODE_CACHE || (p_cuDeviceGetDefaultMemPool(&pool, dev) == 0 &&
+			    (mode == MODE_CACHE || mode == MODE_CACHE_GO || (p_cuDeviceGetDefaultMemPool(&pool, dev) == 0 &&
 			                            p_cuMemPoolSetAttribute(pool, ATTR_RELEASE_THRESHOLD, &max) == 0))) {
 				pools[ordinal] = pool;
 				__atomic_store_n(&ctxs[ordinal], ctx, __ATOMIC_RELEASE);
@@ -603,6 +617,9 @@ void *ctl_alloc(size_t size, int dev, void *stream) {
 	case MODE_SA:
 		p = p_sa_torch_alloc(size, dev, stream);
 		break;
+	case MODE_CACHE_GO:
+		cross();
+		/* fall through */
 	case MODE_CACHE:
 		if (size == 0) {
 			add(&zero_allocs, 1);
@@ -611,7 +628,7 @@ void *ctl_alloc(size_t size, int dev, void *stream) {
 		p = cache_alloc(size, dev, stream);
 		break;
 	case MODE_ASYNC_GO:
-		p_sa_last_error(NULL, 0);
+		cross();
 		/* fall through */
 	case MODE_ASYNC:
 		if (size > 0 && device(dev) != NULL) {
@@ -639,6 +656,9 @@ void ctl_free(void *p, size_t size, int dev, void *stream) {
 		p_sa_torch_free(p, size, dev, stream);
 		ok = 1;
 		break;
+	case MODE_CACHE_GO:
+		cross();
+		/* fall through */
 	case MODE_CACHE:
 		if (p == NULL) {
 			add(&null_frees, 1);
@@ -647,7 +667,7 @@ void ctl_free(void *p, size_t size, int dev, void *stream) {
 		ok = cache_free(p);
 		break;
 	case MODE_ASYNC_GO:
-		p_sa_last_error(NULL, 0);
+		cross();
 		/* fall through */
 	case MODE_ASYNC:
 		ok = p != NULL && device(dev) != NULL && p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, (CUstream)stream) == 0;
@@ -679,7 +699,8 @@ int ctl_stats(ctl_stats_t *out) {
 	out->device_frees = __atomic_load_n(&device_frees, __ATOMIC_RELAXED);
 	out->zero_allocs = __atomic_load_n(&zero_allocs, __ATOMIC_RELAXED);
 	out->null_frees = __atomic_load_n(&null_frees, __ATOMIC_RELAXED);
-	if (mode == MODE_CACHE) {
+	out->go_calls = __atomic_load_n(&go_calls, __ATOMIC_RELAXED);
+	if (mode == MODE_CACHE || mode == MODE_CACHE_GO) {
 		pthread_mutex_lock(&cache_mu);
 		out->reserved = cache_reserved;
 		out->reserved_high = cache_reserved_high;

@@ -2,12 +2,13 @@
  * sa its calls reach libstreamalloc.so (configured with backend=sim by the
  * test) and are counted; in mode cache it runs over fake_cuda.c (loaded
  * through TORCH_CONTROL_DRIVER, its limit FAKE_CUDA_LIMIT set by the test)
- * and must reuse blocks on their own stream only, make no driver call
+ * (in cache+go too, crossing into libstreamalloc.so on every call) and
+ * must reuse blocks on their own stream only, make no driver call
  * once warm, count bad frees, give its cached blocks back when the driver
  * is out of memory, and keep its reserved bytes equal to what the driver
  * holds for it; a bad mode refuses every call. Built with torch_control.c;
  * run by capi_test.go as
- *   torch_control_test sa|cache|bad
+ *   torch_control_test sa|cache|cache+go|bad
  * It prints "torch_control test ok" when every check passed. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@ typedef struct {
 	uint64_t device_allocs, device_frees;
 	uint64_t reserved;
 	uint64_t zero_allocs, null_frees;
+	uint64_t go_calls;
 } ctl_stats_t;
 
 void *ctl_alloc(size_t size, int dev, void *stream);
@@ -37,7 +39,7 @@ int ctl_stats(ctl_stats_t *out);
 		}                                                           \
 	} while (0)
 
-enum { MODE_SA = 2, MODE_CACHE = 3 };
+enum { MODE_SA = 2, MODE_CACHE = 3, MODE_CACHE_GO = 4 };
 
 /* Three streams, as PyTorch passes them: raw handles (never dereferenced). */
 #define STREAM_A ((void *)0x1000)
@@ -71,13 +73,25 @@ static uint64_t driver_holds(counts_fn counts) {
 	return held;
 }
 
-static int test_cache(void) {
+/* crossings checks the crossings into Go the control made: one for every
+ * call in cache+go (a counted failure, a request for 0 bytes and a free of
+ * NULL included), none in cache. */
+static int crossings(const ctl_stats_t *st, int mode) {
+	uint64_t calls = st->allocs + st->frees + st->failures + st->zero_allocs + st->null_frees;
+	CHECK(st->mode == mode);
+	CHECK(st->go_calls == (mode == MODE_CACHE_GO ? calls : 0));
+	return 0;
+}
+
+/* test_cache runs the cache's checks in mode (cache or cache+go: the same
+ * cache, with a crossing into Go on every call). */
+static int test_cache(int mode) {
 	ctl_stats_t st;
 	/* An allocation takes a block from the driver, rounded to 512. */
 	void *p = ctl_alloc(1000, 0, STREAM_A);
 	CHECK(p != NULL && (uintptr_t)p % 512 == 0);
 	CHECK(ctl_stats(&st) == 0);
-	CHECK(st.mode == MODE_CACHE && st.allocs == 1 && st.device_allocs == 1);
+	CHECK(st.mode == mode && st.allocs == 1 && st.device_allocs == 1);
 	CHECK(st.reserved == 1024 && st.reserved_high == 1024 && st.used_high == 1000);
 	counts_fn counts = (counts_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "fake_cuda_counts");
 	CHECK(counts != NULL); /* the fake driver was loaded, with RTLD_GLOBAL */
@@ -116,6 +130,7 @@ static int test_cache(void) {
 	ctl_free(NULL, 0, 0, STREAM_A);
 	CHECK(ctl_stats(&st) == 0 && st.failures == 3 && st.frees == 4 && st.allocs == 6);
 	CHECK(st.zero_allocs == 1 && st.null_frees == 1);
+	CHECK(crossings(&st, mode) == 0);
 	CHECK(ctl_alloc(1536, 0, STREAM_A) == other); /* the double free pushed it once */
 	CHECK(ctl_alloc(1536, 0, STREAM_A) != other);
 	CHECK(ctl_stats(&st) == 0 && st.device_allocs == 4);
@@ -169,6 +184,7 @@ static int test_cache(void) {
 	ctl_stats_t after;
 	CHECK(ctl_stats(&after) == 0 && after.failures == 3 && after.device_allocs == st.device_allocs + 21);
 	CHECK(after.allocs - st.allocs == 4 * THREAD_PAIRS && after.frees - st.frees == 4 * THREAD_PAIRS);
+	CHECK(crossings(&after, mode) == 0);
 
 	/* Out of memory: the driver refuses what the cache holds plus the
 	 * request (the test sets the fake's limit to 3 GiB), so the cache
@@ -195,6 +211,7 @@ static int test_cache(void) {
 	ctl_free(big, (size_t)1 << 30, 0, STREAM_A);
 	CHECK(ctl_alloc((size_t)1 << 30, 0, STREAM_A) == big);
 	CHECK(ctl_stats(&after) == 0 && after.device_allocs == st.device_allocs);
+	CHECK(crossings(&after, mode) == 0);
 	CHECK(ctl_stats(NULL) == -1);
 	return 0;
 }
@@ -202,8 +219,8 @@ static int test_cache(void) {
 int main(int argc, char **argv) {
 	CHECK(argc == 2);
 	ctl_stats_t st;
-	if (strcmp(argv[1], "cache") == 0) {
-		if (test_cache() != 0) {
+	if (strcmp(argv[1], "cache") == 0 || strcmp(argv[1], "cache+go") == 0) {
+		if (test_cache(strcmp(argv[1], "cache") == 0 ? MODE_CACHE : MODE_CACHE_GO) != 0) {
 			return 1;
 		}
 		puts("torch_control test ok");
@@ -226,7 +243,7 @@ int main(int argc, char **argv) {
 	}
 	CHECK(ctl_alloc(0, 0, NULL) == NULL); /* streamalloc returns NULL for 0 bytes */
 	CHECK(ctl_stats(&st) == 0);
-	CHECK(st.mode == MODE_SA && st.allocs == 4 && st.frees == 4 && st.failures == 1);
+	CHECK(st.mode == MODE_SA && st.allocs == 4 && st.frees == 4 && st.failures == 1 && st.go_calls == 0);
 	CHECK(st.alloc_ns > 0 && st.free_ns > 0);
 	CHECK(ctl_stats(NULL) == -1);
 	puts("torch_control test ok");
