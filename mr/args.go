@@ -108,11 +108,13 @@ func streamOK(dev gpu.Device, s gpu.Stream) bool { return s != nil && s.Device()
 // The errors of the checks are built out of line, so that the checks are
 // small enough to be inlined into their callers.
 
-// streamError is the error of a nil stream or one of another device.
+// streamError is the error of a nil stream or one of another device. A
+// stream with no device is a nil stream too: a backend's nil stream
+// (a nil *cudagpu.Stream) in a non-nil interface.
 //
 //go:noinline
 func streamError(name, op string, s gpu.Stream) error {
-	if s == nil {
+	if s == nil || s.Device() == nil {
 		return fmt.Errorf("%s: %s: nil stream: %w", name, op, gpu.ErrInvalidHandle)
 	}
 	return fmt.Errorf("%s: %s: stream %d: %w", name, op, s.ID(), gpu.ErrWrongDevice)

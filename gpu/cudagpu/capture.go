@@ -196,8 +196,9 @@ func (s *Stream) joinCapture(e *Event) {
 	s.capt.Store(c)
 }
 
-// CaptureID is the driver's ID of the capture s is part of, or 0. For a
-// stream of ours it is the capture tracked in Go (an atomic load). An
+// CaptureID is the driver's ID of the capture s is part of, or 0 (0 too
+// for a nil *Stream). For a stream of ours it is the capture tracked in
+// Go (an atomic load). An
 // adopted stream belongs to code that may begin a capture on it behind
 // our back (PyTorch capturing a CUDA graph on the stream it hands its
 // allocator), so it asks the driver (cuStreamGetCaptureInfo, one cgo
@@ -205,6 +206,9 @@ func (s *Stream) joinCapture(e *Event) {
 // mr.ErrStreamCapturing instead of being served from free lists whose
 // addresses the graph would keep.
 func (s *Stream) CaptureID() uint64 {
+	if s == nil {
+		return 0
+	}
 	if c := s.capt.Load(); c != nil {
 		return c.id
 	}
@@ -221,9 +225,9 @@ func (s *Stream) CaptureID() uint64 {
 // for a stream of ours, whose captures begin and end here, and for an
 // adopted legacy default stream, which the driver never lets capture;
 // false for any other adopted stream, whose owner may capture it through
-// the driver.
+// the driver, and for a nil *Stream (whose every use is then refused).
 func (s *Stream) CaptureGated() bool {
-	return !(queryForeignCapture && s.borrowed && !s.legacy())
+	return s != nil && !(queryForeignCapture && s.borrowed && !s.legacy())
 }
 
 // legacy reports whether s is the legacy default stream, which the driver

@@ -46,11 +46,24 @@ func (d *Device) NewStream() (gpu.Stream, error) {
 // directly; it is invalid once the stream is destroyed.
 func (s *Stream) Handle() cuda.Stream { return s.h }
 
-// ID is unique among the streams of the process and never zero.
-func (s *Stream) ID() uint64 { return s.id }
+// ID is unique among the streams of the process and never zero; 0 for a
+// nil *Stream.
+func (s *Stream) ID() uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.id
+}
 
-// Device is the device the stream was created on.
-func (s *Stream) Device() gpu.Device { return s.dev }
+// Device is the device the stream was created on; nil for a nil *Stream,
+// which every resource then refuses as a nil stream
+// (gpu.ErrInvalidHandle).
+func (s *Stream) Device() gpu.Device {
+	if s == nil {
+		return nil
+	}
+	return s.dev
+}
 
 func (s *Stream) live(op string) error {
 	if s == nil {
