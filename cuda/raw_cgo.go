@@ -400,8 +400,8 @@ func rawMemSetAccess(c Context, p DevicePtr, size uint64, d Device) Result {
 	return Result(C.sa_mem_set_access(C.uintptr_t(c), C.uint64_t(p), C.uint64_t(size), C.int(d)))
 }
 
-func rawMemGetAllocationGranularity(c Context, d Device, opt GranularityOption) (Result, uint64) {
-	r := C.sa_mem_get_allocation_granularity(C.uintptr_t(c), C.int(d), C.int(opt))
+func rawMemGetAllocationGranularity(c Context, d Device, opt GranularityOption, handles HandleType) (Result, uint64) {
+	r := C.sa_mem_get_allocation_granularity(C.uintptr_t(c), C.int(d), C.int(opt), C.int(handles))
 	return Result(r.r), uint64(r.v)
 }
 

@@ -133,7 +133,7 @@ func rawMemMap(Context, DevicePtr, uint64, uint64, MemHandle) Result {
 }
 func rawMemUnmap(Context, DevicePtr, uint64) Result             { return ErrNotInitialized }
 func rawMemSetAccess(Context, DevicePtr, uint64, Device) Result { return ErrNotInitialized }
-func rawMemGetAllocationGranularity(Context, Device, GranularityOption) (Result, uint64) {
+func rawMemGetAllocationGranularity(Context, Device, GranularityOption, HandleType) (Result, uint64) {
 	return ErrNotInitialized, 0
 }
 

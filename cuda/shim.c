@@ -1065,10 +1065,10 @@ int sa_mem_set_access(uintptr_t ctx, uint64_t p, uint64_t size, int dev) {
 	return p_cuMemSetAccess(p, size, &d, 1);
 }
 
-sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option) {
+sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option, int handle_types) {
 	NEEDR(sa_ret, cuMemGetAllocationGranularity);
 	BINDR(sa_ret, ctx);
-	sa_alloc_prop prop = sa_device_prop(dev, SA_MEM_HANDLE_TYPE_NONE);
+	sa_alloc_prop prop = sa_device_prop(dev, handle_types);
 	size_t g = 0;
 	sa_ret out = {p_cuMemGetAllocationGranularity(&g, &prop, option), 0};
 	out.v = g;

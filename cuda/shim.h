@@ -186,7 +186,7 @@ int sa_mem_release(uintptr_t ctx, uint64_t h);
 int sa_mem_map(uintptr_t ctx, uint64_t p, uint64_t size, uint64_t offset, uint64_t h);
 int sa_mem_unmap(uintptr_t ctx, uint64_t p, uint64_t size);
 int sa_mem_set_access(uintptr_t ctx, uint64_t p, uint64_t size, int dev);
-sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option);
+sa_ret sa_mem_get_allocation_granularity(uintptr_t ctx, int dev, int option, int handle_types);
 
 // The managed-memory wing: cuMemPrefetchAsync_v2 (flags 0) and
 // cuMemAdvise_v2 with the location as (type, id); pools of a given

@@ -135,10 +135,18 @@ func (c Context) MemSetAccess(p DevicePtr, size uint64, d Device) error {
 // MemAllocationGranularity is the minimum or recommended granularity of
 // pinned device memory on d.
 func (c Context) MemAllocationGranularity(d Device, opt GranularityOption) (uint64, error) {
+	return c.MemAllocationGranularityExportable(d, opt, HandleNone)
+}
+
+// MemAllocationGranularityExportable is the minimum or recommended
+// granularity of pinned device memory on d exportable as the handle types
+// given, the properties MemCreateExportable makes it with (HandleNone:
+// MemAllocationGranularity).
+func (c Context) MemAllocationGranularityExportable(d Device, opt GranularityOption, handles HandleType) (uint64, error) {
 	if err := c.ok(); err != nil {
 		return 0, err
 	}
-	r, g := rawMemGetAllocationGranularity(c, d, opt)
+	r, g := rawMemGetAllocationGranularity(c, d, opt, handles)
 	if r != Success {
 		return 0, &Error{Op: "cuMemGetAllocationGranularity", Code: r}
 	}

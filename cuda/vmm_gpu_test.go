@@ -286,3 +286,25 @@ func BenchmarkVMMCallsBusy(b *testing.B) {
 		}
 	}
 }
+
+// TestVMMGranularityExportable: the granularity asked with the handle
+// types an exportable allocation is made with. With none it is
+// MemAllocationGranularity's; with POSIX descriptors (which every Linux
+// device offers) it is a granule the driver then makes with those
+// properties.
+func TestVMMGranularityExportable(t *testing.T) {
+	dev, ctx := needGPU(t)
+	g := vmmGranule(t, dev, ctx)
+	if got := testdev.Must(ctx.MemAllocationGranularityExportable(dev, cuda.GranularityMinimum, cuda.HandleNone))(t); got != g {
+		t.Errorf("granularity with no handle types: %d, want MemAllocationGranularity's %d", got, g)
+	}
+	gp := testdev.Must(ctx.MemAllocationGranularityExportable(dev, cuda.GranularityMinimum, cuda.HandlePOSIX))(t)
+	if gp == 0 || gp&(gp-1) != 0 {
+		t.Fatalf("granularity of POSIX-exportable memory: %d, want a power of two", gp)
+	}
+	h := testdev.Must(ctx.MemCreateExportable(dev, gp, cuda.HandlePOSIX))(t)
+	if err := ctx.MemRelease(h); err != nil {
+		t.Error(err)
+	}
+	t.Logf("granularity: %d; POSIX-exportable: %d", g, gp)
+}

@@ -25,5 +25,8 @@ func vmmEntryPoints() []entryPoint {
 		{"Context.MemAllocationGranularity", func() error {
 			return first(ctx.MemAllocationGranularity(dev, cuda.GranularityRecommended))
 		}},
+		{"Context.MemAllocationGranularityExportable", func() error {
+			return first(ctx.MemAllocationGranularityExportable(dev, cuda.GranularityMinimum, cuda.HandlePOSIX))
+		}},
 	}
 }

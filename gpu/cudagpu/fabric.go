@@ -11,7 +11,9 @@
 // may make fabric memory.
 //
 // The question is cuMemCreate of one granule of pinned device memory
-// requesting fabric handles, released at once. Its answers:
+// requesting fabric handles, released at once; the granule's size is the
+// granularity of memory with those properties, and the driver's refusal
+// to give it is read as cuMemCreate's would be. Its answers:
 //
 //   - CUDA_SUCCESS: the process may make fabric memory (an IMEX channel);
 //     the granule is released, and a release that fails is returned and
@@ -75,21 +77,30 @@ func (d *Device) fabricPermitted() error {
 // definite says whether err is the driver's word on fabric memory (nil:
 // permitted; or refused for good) rather than a failure of the question.
 func (d *Device) askFabric() (definite bool, err error) {
-	g, err := d.Granularity(false)
+	fabric := cuda.HandleType(gpu.HandleFabric)
+	g, err := d.ctx.MemAllocationGranularityExportable(d.dev, cuda.GranularityMinimum, fabric)
 	if err != nil {
-		return false, fmt.Errorf("fabric memory: granularity: %w", err)
+		return d.fabricRefusal("granularity", err)
 	}
-	h, err := d.ctx.MemCreateExportable(d.dev, g, cuda.HandleType(gpu.HandleFabric))
-	switch {
-	case errors.Is(err, gpu.ErrNotPermitted):
-		return true, fmt.Errorf("fabric memory: no IMEX channel in this process: %w", err)
-	case errors.Is(err, gpu.ErrNotSupported), errors.Is(err, gpu.ErrInvalidValue):
-		return true, fmt.Errorf("fabric memory: the driver makes none on device %d (%v): %w", d.ordinal, err, gpu.ErrNotSupported)
-	case err != nil:
-		return false, fmt.Errorf("fabric memory: asking the driver: %w", err)
+	h, err := d.ctx.MemCreateExportable(d.dev, g, fabric)
+	if err != nil {
+		return d.fabricRefusal("a granule", err)
 	}
 	if err := d.ctx.MemRelease(h); err != nil {
 		return false, fmt.Errorf("fabric memory: releasing the granule asked with: %w", err)
 	}
 	return true, nil
+}
+
+// fabricRefusal reads the driver's refusal of what askFabric asked (the
+// granularity of fabric memory, or a granule of it): definite for the
+// answers the file comment lists, else a failure of the question.
+func (d *Device) fabricRefusal(what string, err error) (definite bool, _ error) {
+	switch {
+	case errors.Is(err, gpu.ErrNotPermitted):
+		return true, fmt.Errorf("fabric memory: %s: no IMEX channel in this process: %w", what, err)
+	case errors.Is(err, gpu.ErrNotSupported), errors.Is(err, gpu.ErrInvalidValue):
+		return true, fmt.Errorf("fabric memory: %s: the driver makes none on device %d (%v): %w", what, d.ordinal, err, gpu.ErrNotSupported)
+	}
+	return false, fmt.Errorf("fabric memory: %s: asking the driver: %w", what, err)
 }
