@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The three calls' step pairs in one table. Call 1's GPT-2 groups are left
+# The four calls' step pairs in one table. Call 1's GPT-2 groups are left
 # out: its two cache processes did not fit the card together, and the one
 # that grew last gave its blocks back and took them again all run long
 # (146,000 driver calls in 450 steps), a load on the card and the host that
 # every process of that group shared. Each call's groups of processes are
-# renumbered (call 1: +0, call 2: +10, call 3: +20) so that they stay
+# renumbered (call N: + 10 (N - 1)) so that they stay
 # apart, then scripts/torch-bench.py lockstep-table against native and
 # against the control in cache mode.
 # Run from the repository's root: bash docs/bench/h100-2026-11-25-crossing/combine.sh
@@ -12,7 +12,7 @@ set -euo pipefail
 d=docs/bench/h100-2026-11-25-crossing
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-for c in 1 2 3; do
+for c in 1 2 3 4; do
 	zcat "$d/call$c/blocks.jsonl.gz" | python3 -c '
 import json, sys
 call = int(sys.argv[1])
