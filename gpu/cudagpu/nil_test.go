@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/streamalloc/streamalloc/buf"
+	"github.com/streamalloc/streamalloc/devarena"
 	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/cudagpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
@@ -30,6 +32,7 @@ func TestNilHandlesRefused(t *testing.T) {
 	pool, err := mr.NewPool(mr.NewDirect(dev), mr.PoolOptions{})
 	ok(t, err)
 	defer pool.Close()
+	var s *cudagpu.Stream
 	var p *cudagpu.MemPool
 	for _, c := range []struct {
 		name string
@@ -39,6 +42,20 @@ func TestNilHandlesRefused(t *testing.T) {
 			r, err := mr.NewAsync(dev, mr.AsyncOptions{Pool: p})
 			if r != nil {
 				r.Close()
+			}
+			return err
+		}},
+		{"buf.New", func() error {
+			b, err := buf.New(pool, 1024, s)
+			if b != nil {
+				b.Close()
+			}
+			return err
+		}},
+		{"devarena.New", func() error {
+			a, err := devarena.New(pool, s, devarena.Config{Size: 1 << 20})
+			if a != nil {
+				a.Close()
 			}
 			return err
 		}},
