@@ -194,8 +194,12 @@ func (c *core) closeOn(s gpu.Stream) error {
 	return nil
 }
 
+// checkStream refuses a nil stream (gpu.ErrInvalidHandle), a stream with
+// no device counting as one (a backend's nil stream, such as a nil
+// *cudagpu.Stream, in a non-nil interface), and a stream of another device
+// (gpu.ErrWrongDevice).
 func checkStream(dev gpu.Device, s gpu.Stream) error {
-	if s == nil {
+	if s == nil || s.Device() == nil {
 		return fmt.Errorf("nil stream: %w", gpu.ErrInvalidHandle)
 	}
 	if s.Device() != dev {

@@ -128,15 +128,22 @@ func TestCProgram(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("gcc fake_cuda.c: %v\n%s", err, out)
 		}
-		for _, c := range []struct{ arg, mode string }{{"sa", "sa"}, {"cache", "cache"}, {"cache+go", "cache+go"}, {"bad", "cuda"}} {
+		// A mode that crosses into Go without TORCH_CONTROL_LIB serves
+		// nothing, as a bad mode does.
+		for _, c := range []struct {
+			arg, mode string
+			lib       bool
+		}{{"sa", "sa", true}, {"cache", "cache", true}, {"cache+go", "cache+go", true}, {"bad", "cuda", true}, {"bad", "cache+go", false}} {
 			cmd := exec.Command(exe, c.arg)
 			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 				return strings.HasPrefix(kv, "STREAMALLOC_CONF=") || strings.HasPrefix(kv, "TORCH_CONTROL")
 			}),
-				"TORCH_CONTROL="+c.mode, "TORCH_CONTROL_LIB="+filepath.Join(dir, "libstreamalloc.so"),
-				"STREAMALLOC_CONF=pool,backend=sim", "TORCH_CONTROL_DRIVER="+fake, "FAKE_CUDA_LIMIT=3221225472")
+				"TORCH_CONTROL="+c.mode, "STREAMALLOC_CONF=pool,backend=sim", "TORCH_CONTROL_DRIVER="+fake, "FAKE_CUDA_LIMIT=3221225472")
+			if c.lib {
+				cmd.Env = append(cmd.Env, "TORCH_CONTROL_LIB="+filepath.Join(dir, "libstreamalloc.so"))
+			}
 			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "torch_control test ok") {
-				t.Fatalf("torch_control_test %s: %v\n%s", c.arg, err, out)
+				t.Fatalf("torch_control_test %s (TORCH_CONTROL=%s): %v\n%s", c.arg, c.mode, err, out)
 			}
 		}
 	})

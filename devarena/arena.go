@@ -108,7 +108,7 @@ func New(res mr.Resource, s gpu.Stream, cfg Config) (*Arena, error) {
 		return nil, fmt.Errorf("%s: nil resource: %w", op, gpu.ErrInvalidHandle)
 	}
 	dev := res.Device()
-	if s == nil {
+	if s == nil || s.Device() == nil { // no device: a backend's nil stream
 		return nil, fmt.Errorf("%s: nil stream: %w", op, gpu.ErrInvalidHandle)
 	}
 	if s.Device() != dev {

@@ -231,6 +231,11 @@ func NewAsync(dev gpu.Device, opts AsyncOptions) (*Async, error) {
 		return nil, fmt.Errorf("async: OwnPool, Pool, CurrentPool and ManagedPool are exclusive: %w", gpu.ErrInvalidValue)
 	}
 	if opts.Pool != nil && opts.Pool.Device() != dev {
+		// A pool with no device is a backend's nil pool (a nil
+		// *cudagpu.MemPool) in a non-nil interface.
+		if opts.Pool.Device() == nil {
+			return nil, fmt.Errorf("async: nil pool: %w", gpu.ErrInvalidHandle)
+		}
 		return nil, fmt.Errorf("async: pool of device %d: %w", opts.Pool.Device().Ordinal(), gpu.ErrWrongDevice)
 	}
 	r := &Async{dev: dev, own: opts.OwnPool || opts.ManagedPool, fromPool: choices == 1, returnWait: !opts.NoReturnWait, events: newEventCache(dev), pending: opts.Pending}

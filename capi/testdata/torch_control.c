@@ -63,11 +63,12 @@
  * failures (an allocation that returns NULL, a free of a pointer the mode
  * does not hold), the driver's allocation and free calls, and reserved and
  * used high-water marks: the default pool's in the async modes, the
- * cache's own in cache (reserved: the bytes of its blocks; used: the
- * requested bytes of its live allocations). In cache mode a request for 0
- * bytes (PyTorch makes them for empty tensors) returns NULL and a free of
- * NULL does nothing; each is counted apart (zero_allocs, null_frees), not
- * as a failure.
+ * cache's own in cache and cache+go (reserved: the bytes of its blocks;
+ * used: the requested bytes of its live allocations), and the crossings
+ * into Go made (go_calls). In cache and cache+go a request for 0 bytes
+ * (PyTorch makes them for empty tensors) returns NULL and a free of NULL
+ * does nothing; each is counted apart (zero_allocs, null_frees), not as a
+ * failure, and not timed (in cache+go its crossing is made all the same).
  *
  * Detail (ctl_detail_reset, ctl_detail_write; recorded only when
  * TORCH_CONTROL_DETAIL is set at the first call, so that a run that does
@@ -105,11 +106,11 @@ enum { ATTR_RELEASE_THRESHOLD = 4, ATTR_RESERVED_MEM_HIGH = 6, ATTR_USED_MEM_HIG
 typedef struct {
 	uint64_t allocs, frees, failures;
 	uint64_t alloc_ns, free_ns;            /* time spent in the calls */
-	uint64_t reserved_high, used_high;     /* device 0's default pool; the cache's own in cache */
+	uint64_t reserved_high, used_high;     /* device 0's default pool; the cache's own in cache, cache+go */
 	int mode;
 	uint64_t device_allocs, device_frees;  /* driver allocation and free calls made */
-	uint64_t reserved;                     /* cache: the bytes of its blocks now */
-	uint64_t zero_allocs, null_frees;      /* cache: requests for 0 bytes, frees of NULL */
+	uint64_t reserved;                     /* cache, cache+go: the bytes of its blocks now */
+	uint64_t zero_allocs, null_frees;      /* cache, cache+go: requests for 0 bytes, frees of NULL */
 	uint64_t go_calls;                     /* async+go, cache+go: the crossings into Go made */
 } ctl_stats_t;
 
@@ -346,7 +347,8 @@ static CUcontext device(int ordinal) {
 	return ctx;
 }
 
-/* The cache (mode cache). Every field below is guarded by cache_mu.
+/* The cache (modes cache and cache+go). Every field below is guarded by
+ * cache_mu.
  *
  * A block is one cuMemAlloc: its bytes, its class (the device, stream
  * and rounded size it serves), and, while free, its place on the class's

@@ -6,7 +6,8 @@
  * must reuse blocks on their own stream only, make no driver call
  * once warm, count bad frees, give its cached blocks back when the driver
  * is out of memory, and keep its reserved bytes equal to what the driver
- * holds for it; a bad mode refuses every call. Built with torch_control.c;
+ * holds for it; a bad mode, or cache+go without the library, refuses
+ * every call. Built with torch_control.c;
  * run by capi_test.go as
  *   torch_control_test sa|cache|cache+go|bad
  * It prints "torch_control test ok" when every check passed. */
@@ -75,10 +76,13 @@ static uint64_t driver_holds(counts_fn counts) {
 
 /* crossings checks the crossings into Go the control made: one for every
  * call in cache+go (a counted failure, a request for 0 bytes and a free of
- * NULL included), none in cache. */
+ * NULL included), none in cache; and that cache+go, and only it, loaded
+ * libstreamalloc.so (with RTLD_GLOBAL: its export is then found from
+ * here), the library the crossings enter. */
 static int crossings(const ctl_stats_t *st, int mode) {
 	uint64_t calls = st->allocs + st->frees + st->failures + st->zero_allocs + st->null_frees;
 	CHECK(st->mode == mode);
+	CHECK((dlsym(RTLD_DEFAULT, "sa_last_error") != NULL) == (mode == MODE_CACHE_GO));
 	CHECK(st->go_calls == (mode == MODE_CACHE_GO ? calls : 0));
 	return 0;
 }
@@ -227,8 +231,11 @@ int main(int argc, char **argv) {
 		return 0;
 	}
 	if (strcmp(argv[1], "bad") == 0) {
-		/* TORCH_CONTROL names no mode: nothing is served. */
+		/* TORCH_CONTROL names no mode, or one that crosses into Go
+		 * without TORCH_CONTROL_LIB: nothing is served, and a free
+		 * changes nothing. */
 		CHECK(ctl_alloc(1 << 20, 0, NULL) == NULL);
+		ctl_free((void *)0x1000, 1 << 20, 0, NULL);
 		CHECK(ctl_stats(&st) == -1);
 		puts("torch_control test ok");
 		return 0;

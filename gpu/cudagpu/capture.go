@@ -198,13 +198,12 @@ func (s *Stream) joinCapture(e *Event) {
 
 // CaptureID is the driver's ID of the capture s is part of, or 0 (0 too
 // for a nil *Stream). For a stream of ours it is the capture tracked in
-// Go (an atomic load). An
-// adopted stream belongs to code that may begin a capture on it behind
-// our back (PyTorch capturing a CUDA graph on the stream it hands its
-// allocator), so it asks the driver (cuStreamGetCaptureInfo, one cgo
-// call): a capture that the resources do not know is then refused with
-// mr.ErrStreamCapturing instead of being served from free lists whose
-// addresses the graph would keep.
+// Go (an atomic load). An adopted stream belongs to code that may begin a
+// capture on it behind our back (PyTorch capturing a CUDA graph on the
+// stream it hands its allocator), so it asks the driver
+// (cuStreamGetCaptureInfo, one cgo call): a capture that the resources do
+// not know is then refused with mr.ErrStreamCapturing instead of being
+// served from free lists whose addresses the graph would keep.
 func (s *Stream) CaptureID() uint64 {
 	if s == nil {
 		return 0

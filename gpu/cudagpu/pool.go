@@ -31,8 +31,14 @@ type MemPool struct {
 // Handle is the driver's CUmemoryPool.
 func (p *MemPool) Handle() cuda.MemPool { return p.h }
 
-// Device is the pool's device.
-func (p *MemPool) Device() gpu.Device { return p.dev }
+// Device is the pool's device; nil for a nil *MemPool, which every
+// resource then refuses as a nil pool (gpu.ErrInvalidHandle).
+func (p *MemPool) Device() gpu.Device {
+	if p == nil {
+		return nil
+	}
+	return p.dev
+}
 
 func (p *MemPool) live(op string) error {
 	if p == nil {

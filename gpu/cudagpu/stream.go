@@ -160,8 +160,13 @@ func (d *Device) NewEvent(timing bool) (gpu.Event, error) {
 // Handle is the driver's CUevent.
 func (e *Event) Handle() cuda.Event { return e.h }
 
-// Device is the device the event was created on.
-func (e *Event) Device() gpu.Device { return e.dev }
+// Device is the device the event was created on; nil for a nil *Event.
+func (e *Event) Device() gpu.Device {
+	if e == nil {
+		return nil
+	}
+	return e.dev
+}
 
 func (e *Event) live(op string) error {
 	if e == nil {
