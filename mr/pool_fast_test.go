@@ -221,6 +221,9 @@ func TestPoolHotLines(t *testing.T) {
 	oneLine("the stream's live map and spare descriptors",
 		line(unsafe.Pointer(&st.live), unsafe.Sizeof(st.live)),
 		line(unsafe.Pointer(&st.spare), unsafe.Sizeof(st.spare)))
+	oneLine("the stream's lifetimes and working chunks",
+		line(unsafe.Pointer(&st.life), unsafe.Sizeof(st.life)),
+		line(unsafe.Pointer(&st.working), unsafe.Sizeof(st.working)))
 }
 
 // TestTlsfLevelLines: each first level of a stream's tlsf indexes, its
