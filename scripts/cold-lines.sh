@@ -25,7 +25,7 @@
 #   accesses at 16 GiB, so each trace takes minutes under lackey.
 #   Writes outdir/report.txt (and report-NAME.txt per trace) and prints
 #   them. Needs valgrind and gcc; takes about a minute for 1000 steps and
-#   two for each of the default traces.
+#   5-8 for each of the default traces.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +36,7 @@ conf=${CONF:-pool,upstream=vmm,mapped_slack,small_at_peak,backend=sim,sim_capaci
 seqconf=${SEQCONF:-${conf/sim_capacity=1GiB/sim_capacity=16GiB}}
 seqs=${SEQS-pluggable/testdata/torch-train-gpt2-h100.csv.gz pluggable/testdata/torch-train-resnet50-h100.csv.gz}
 mkdir -p "$out"
+tree=$(git describe --always --dirty) # the tree the library is built from
 # The library as scripts/build-capi.sh links it (the runtime's monitor
 # kept awake), with symbols and DWARF: the report names functions and
 # source lines.
@@ -54,14 +55,14 @@ cd "$out"
 STREAMALLOC_CONF=$conf valgrind --tool=lackey --trace-mem=yes --log-file=/dev/stdout \
 	./cold_lines info "$steps" |
 	./coldlines -exe cold_lines -lib libstreamalloc.so -info info -detail "${DETAIL:-0}" >report.txt
-echo "cold-lines: $(git -C "$root" describe --always --dirty), $steps steps, STREAMALLOC_CONF=$conf" |
+echo "cold-lines: $tree, $steps steps, STREAMALLOC_CONF=$conf" |
 	cat - report.txt >report.tmp && mv report.tmp report.txt
 cat report.txt
 for n in "${names[@]}"; do
 	STREAMALLOC_CONF=$seqconf valgrind --tool=lackey --trace-mem=yes --log-file=/dev/stdout \
 		./cold_lines "info-$n" -seq "$n.seq" |
 		./coldlines -exe cold_lines -lib libstreamalloc.so -info "info-$n" -detail "${DETAIL:-0}" >"report-$n.txt"
-	echo "cold-lines: $(git -C "$root" describe --always --dirty), sequence $n, STREAMALLOC_CONF=$seqconf" |
+	echo "cold-lines: $tree, sequence $n, STREAMALLOC_CONF=$seqconf" |
 		cat - "report-$n.txt" >report.tmp && mv report.tmp "report-$n.txt"
 	cat "report-$n.txt"
 done
