@@ -137,7 +137,8 @@ func TestPoolStreamStateSize(t *testing.T) {
 	size := int(unsafe.Sizeof(*st))
 	rows := 0
 	for _, x := range []*tlsf{&st.small, &st.large} {
-		for _, r := range x.heads {
+		for _, lv := range x.lv {
+			r := lv.row
 			if r != nil {
 				rows++
 				size += int(unsafe.Sizeof(*r))

@@ -235,17 +235,17 @@ func (st *poolStream) check(idx *spanIndex[*poolChunk]) error {
 	}{{&st.small, freeSmall}, {&st.large, freeLarge}, {&st.largeShort, freeShort}} {
 		n, bytes := 0, 0
 		for fl := range tlsfFL {
-			if (x.t.flMap&(1<<fl) != 0) != (x.t.slMap[fl] != 0) {
+			if (x.t.flMap&(1<<fl) != 0) != (x.t.lv[fl].slMap != 0) {
 				return fmt.Errorf("tlsf first-level bit %d wrong", fl)
 			}
 			// Only the lists the bitmaps name are walked: a list whose
 			// bit is clear would leave its blocks uncounted below.
-			for m := x.t.slMap[fl]; m != 0; m &= m - 1 {
+			for m := x.t.lv[fl].slMap; m != 0; m &= m - 1 {
 				sl := bits.TrailingZeros32(m)
-				if x.t.heads[fl][sl] == nil {
+				if x.t.lv[fl].row[sl] == nil {
 					return fmt.Errorf("tlsf bit (%d,%d) set on an empty list", fl, sl)
 				}
-				for b := x.t.heads[fl][sl]; b != nil; b = b.lnext {
+				for b := x.t.lv[fl].row[sl]; b != nil; b = b.lnext {
 					if f, s := tlsfClass(b.size); f != fl || s != sl {
 						return fmt.Errorf("block of %d bytes in class (%d,%d)", b.size, fl, sl)
 					}

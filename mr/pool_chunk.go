@@ -47,9 +47,11 @@ const (
 // The fields that coalescing reads of a neighbour and that a tlsf reads of
 // the blocks it scans or unlinks (state, class, size, links) come first,
 // in 48 bytes: of a free, most of a descriptor's cache misses are on
-// neighbours and list members, and with those fields together half the
-// descriptors of a batch (80 bytes each, from a 64-byte boundary) serve
-// them from one cache line instead of two.
+// neighbours and list members, and with those fields together some
+// descriptors of a batch (80 bytes each) serve them from one cache line
+// instead of two: half of a batch that starts on a line (the first, of
+// 4), one in four of a larger one, which the heap places 8 or 56 bytes
+// past a line (after its header). c lies on the second line of most.
 type poolBlock struct {
 	state  poolBlockState
 	handed bool   // ptr was handed out by Allocate (for diagnose)

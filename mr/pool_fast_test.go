@@ -221,4 +221,27 @@ func TestPoolHotLines(t *testing.T) {
 	oneLine("the stream's live map and spare descriptors",
 		line(unsafe.Pointer(&st.live), unsafe.Sizeof(st.live)),
 		line(unsafe.Pointer(&st.spare), unsafe.Sizeof(st.spare)))
+	oneLine("the stream's lifetimes and working chunks",
+		line(unsafe.Pointer(&st.life), unsafe.Sizeof(st.life)),
+		line(unsafe.Pointer(&st.working), unsafe.Sizeof(st.working)))
+}
+
+// TestTlsfLevelLines: each first level of a stream's tlsf indexes, its
+// bitmap and its row of heads, lies on one cache line, so that a search
+// of a class reads one line of the index (pool_tlsf.go).
+func TestTlsfLevelLines(t *testing.T) {
+	p, _, s := quickPool(t, PoolOptions{})
+	mustFree(t, p, mustAlloc(t, p, 4096, s), 4096, s)
+	st := p.streams.first(s.ID())
+	if st == nil {
+		t.Fatal("the stream's state is not the table's first")
+	}
+	for name, x := range map[string]*tlsf{"small": &st.small, "large": &st.large, "largeShort": &st.largeShort} {
+		for fl := range x.lv {
+			a := uintptr(unsafe.Pointer(&x.lv[fl]))
+			if a/64 != (a+unsafe.Sizeof(x.lv[fl])-1)/64 {
+				t.Errorf("%s: level %d at %#x spans two cache lines", name, fl, a)
+			}
+		}
+	}
 }

@@ -228,7 +228,8 @@ func settleFast(st *poolStream) {
 // count returns the number of blocks filed in t and their total size,
 // walking its lists.
 func (t *tlsf) count() (n, bytes int) {
-	for _, row := range t.heads {
+	for _, lv := range t.lv {
+		row := lv.row
 		if row == nil {
 			continue
 		}

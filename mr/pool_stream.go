@@ -63,8 +63,9 @@ type poolStream struct {
 	// before an object of this size; TestPoolHotLines checks them): the
 	// fast path's (gated and the fast slot's words) and the locked
 	// path's flags and cache count; the counters a served request
-	// writes; the quick cache; the live map and the spare descriptors.
-	// A call whose caches the host's work evicted (the C ABI inside
+	// writes; the quick cache; the live map and the spare descriptors;
+	// then, on a fifth, life and the working chunks, which every served
+	// request reads. A call whose caches the host's work evicted (the C ABI inside
 	// PyTorch) misses on each line it touches.
 	mu sync.Mutex // taken with lock, which settles the fast slot
 	// gated: the capture gate covers s (gpu.CaptureGated), so requests
@@ -104,10 +105,15 @@ type poolStream struct {
 	life       *poolLife // pool_lifetime.go; nil unless over a Grower
 	spareBatch int       // descriptors newBlock allocated last time
 
-	id     uint64
-	s      gpu.Stream
-	fblock *poolBlock
-	fepoch uint64
+	id uint64
+	// working holds the chunks the last small and large allocations came
+	// from; other streams leave them alone unless memory is short. Every
+	// allocation reads it (markLive), so it shares the line of life, which
+	// markLive and unlisted read too, rather than one of its own.
+	working [2]*poolChunk
+	fblock  *poolBlock
+	fepoch  uint64
+	s       gpu.Stream
 
 	small, large tlsf
 	largeShort   tlsf // free blocks of short-lived growable chunks
@@ -115,9 +121,6 @@ type poolStream struct {
 	pendingBytes int
 	homed        []*poolChunk
 	events       []gpu.Event
-	// working holds the chunks the last small and large allocations came
-	// from; other streams leave them alone unless memory is short.
-	working [2]*poolChunk
 	// freed remembers the last pointers freed from this stream's chunks,
 	// to tell a double free from an unknown pointer (diagnose).
 	freed [poolFreedRing]gpu.DevicePtr

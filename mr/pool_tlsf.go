@@ -21,10 +21,17 @@
 // cost grows with the number of rejected blocks met on the way (the pool
 // rejects only the free blocks of a few large chunks).
 //
+// Layout: a first level's second-level bitmap and its row of list heads
+// sit side by side (tlsfLevel, 16 bytes, each on one cache line), so that
+// a search, an insert into an empty class or a remove that empties one
+// reads one line of the tlsf where separate arrays of bitmaps and rows
+// spread it over two. (A call whose caches the host's work evicted, the C
+// ABI inside PyTorch, misses on each line; TestTlsfLevelLines pins it.)
+//
 // Invariants: a block is in a tlsf iff its state is blockFree; it is in the
 // list of class mapping(b.size), which insert records in b.fl, b.sl so that
 // remove need not compute it again; bit (fl, sl) of the bitmaps is set iff
-// heads[fl][sl] != nil. (It keeps no count of its blocks or bytes: the
+// lv[fl].row[sl] != nil. (It keeps no count of its blocks or bytes: the
 // pool reads none, and two counters cost every insert and remove.)
 // A first level's row of list heads is allocated when a block is first
 // filed in it, so an idle stream costs hundreds of bytes, not the 10 KiB
@@ -39,9 +46,11 @@ const (
 	tlsfSLBits = 5
 	tlsfSL     = 1 << tlsfSLBits
 	// tlsfFL first levels cover sizes below 2^(tlsfFL+tlsfSLBits+7)
-	// bytes (4 PiB), far beyond any device; larger sizes share the top
+	// bytes (2 PiB), far beyond any device; larger sizes share the top
 	// class (tlsfClass clamps), where find checks each block's size.
-	tlsfFL = 40
+	// (39, not 40: a stream's three tlsfs then fit its state in 4 KiB
+	// with their levels 16 bytes each, TestPoolStreamStateSize.)
+	tlsfFL = 39
 	// tlsfScan bounds the blocks find examines in the request's own
 	// class before it falls back to the next class.
 	tlsfScan = 8
@@ -49,8 +58,18 @@ const (
 
 type tlsf struct {
 	flMap uint64
-	slMap [tlsfFL]uint32
-	heads [tlsfFL]*[tlsfSL]*poolBlock // nil until a block is filed in the row
+	// lv lies on a 16-byte boundary of memory where poolStream holds the
+	// tlsfs (after the heap's 8-byte header and the fields before them),
+	// so that no level spans two lines; pad keeps a tlsf a multiple of 16
+	// bytes, so that the stream's next tlsf's levels are placed alike.
+	lv  [tlsfFL]tlsfLevel
+	pad uint64
+}
+
+// tlsfLevel is a first level: its second-level bitmap and list heads.
+type tlsfLevel struct {
+	slMap uint32
+	row   *[tlsfSL]*poolBlock // nil until a block is filed in the row
 }
 
 // tlsfClass returns the class of a block of size bytes (a positive multiple
@@ -72,10 +91,11 @@ func tlsfClass(size int) (fl, sl int) {
 func (t *tlsf) insert(b *poolBlock) {
 	fl, sl := tlsfClass(b.size)
 	b.fl, b.sl = uint8(fl), uint8(sl)
-	row := t.heads[fl]
+	lv := &t.lv[fl]
+	row := lv.row
 	if row == nil {
 		row = new([tlsfSL]*poolBlock)
-		t.heads[fl] = row
+		lv.row = row
 	}
 	h := row[sl]
 	b.lprev, b.lnext = nil, h
@@ -83,7 +103,7 @@ func (t *tlsf) insert(b *poolBlock) {
 		h.lprev = b
 	} else { // the class was empty: its bits were clear
 		t.flMap |= 1 << fl
-		t.slMap[fl] |= 1 << sl
+		lv.slMap |= 1 << sl
 	}
 	row[sl] = b
 }
@@ -94,10 +114,11 @@ func (t *tlsf) remove(b *poolBlock) {
 	if b.lprev != nil {
 		b.lprev.lnext = b.lnext
 	} else {
-		t.heads[fl][sl] = b.lnext
+		lv := &t.lv[fl]
+		lv.row[sl] = b.lnext
 		if b.lnext == nil {
-			t.slMap[fl] &^= 1 << sl
-			if t.slMap[fl] == 0 {
+			lv.slMap &^= 1 << sl
+			if lv.slMap == 0 {
 				t.flMap &^= 1 << fl
 			}
 		}
@@ -112,13 +133,13 @@ func (t *tlsf) remove(b *poolBlock) {
 // remove it.
 func (t *tlsf) find(size int) *poolBlock {
 	fl, sl := tlsfClass(size)
-	if t.slMap[fl]&(1<<sl) != 0 {
+	if lv := &t.lv[fl]; lv.slMap&(1<<sl) != 0 {
 		// The request's own class (exact for small classes, otherwise
 		// its blocks may be smaller or larger than size), or the top
 		// class, which holds all the largest sizes.
 		var best *poolBlock
 		i := 0
-		for b := t.heads[fl][sl]; b != nil && (i < tlsfScan || fl == tlsfFL-1); b = b.lnext {
+		for b := lv.row[sl]; b != nil && (i < tlsfScan || fl == tlsfFL-1); b = b.lnext {
 			if b.size == size {
 				return b
 			}
@@ -133,7 +154,7 @@ func (t *tlsf) find(size int) *poolBlock {
 	}
 	// Every block of a class above the request's fits.
 	if fl, sl, ok := t.nextClass(fl, sl); ok {
-		return t.heads[fl][sl]
+		return t.lv[fl].row[sl]
 	}
 	return nil
 }
@@ -147,7 +168,7 @@ func (t *tlsf) largest() int {
 	}
 	fl := bits.Len64(t.flMap) - 1
 	best := 0
-	for b := t.heads[fl][bits.Len32(t.slMap[fl])-1]; b != nil; b = b.lnext {
+	for b := t.lv[fl].row[bits.Len32(t.lv[fl].slMap)-1]; b != nil; b = b.lnext {
 		best = max(best, b.size)
 	}
 	return best
@@ -163,14 +184,14 @@ func (t *tlsf) nextClass(fl, sl int) (int, int, bool) {
 	if fl >= tlsfFL {
 		return 0, 0, false
 	}
-	slm := t.slMap[fl] & (^uint32(0) << sl)
+	slm := t.lv[fl].slMap & (^uint32(0) << sl)
 	if slm == 0 {
 		flm := t.flMap & (^uint64(0) << (fl + 1))
 		if flm == 0 {
 			return 0, 0, false
 		}
 		fl = bits.TrailingZeros64(flm)
-		slm = t.slMap[fl]
+		slm = t.lv[fl].slMap
 	}
 	return fl, bits.TrailingZeros32(slm), true
 }
@@ -184,7 +205,7 @@ func (t *tlsf) findFit(size int, ok func(*poolBlock) bool) *poolBlock {
 	var best *poolBlock
 	found := 0 // candidates met in the request's class
 	var head *poolBlock
-	if row := t.heads[fl]; row != nil { // rows are allocated on use
+	if row := t.lv[fl].row; row != nil { // rows are allocated on use
 		head = row[sl]
 	}
 	for b := head; b != nil && (found < tlsfScan || fl == tlsfFL-1); b = b.lnext {
@@ -204,7 +225,7 @@ func (t *tlsf) findFit(size int, ok func(*poolBlock) bool) *poolBlock {
 		if fl, sl, more = t.nextClass(fl, sl); !more {
 			return nil
 		}
-		for b := t.heads[fl][sl]; b != nil; b = b.lnext {
+		for b := t.lv[fl].row[sl]; b != nil; b = b.lnext {
 			if ok(b) {
 				return b
 			}

@@ -10,6 +10,10 @@
 // needs no quiet machine, and runs of the same binaries agree to a line or
 // two (where the heap places objects).
 //
+// "coldlines seq TRACE OUT" converts a recorded allocation trace into the
+// flat call sequence cold_lines.c replays ("cold_lines INFO -seq OUT"),
+// so that the calls counted are a real program's (seq.go).
+//
 // scripts/cold-lines.sh builds the library and the program and runs it;
 // by hand:
 //
@@ -35,6 +39,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -42,7 +47,8 @@ import (
 	"strings"
 )
 
-// kindNames are cold_lines.c's kinds, by mark.
+// kindNames are cold_lines.c's kinds, by mark; the program's INFO file
+// names the others (a replayed sequence's, infoKinds).
 var kindNames = map[int]string{
 	1: "alloc, ring, legacy stream",
 	2: "free, ring, legacy stream",
@@ -61,6 +67,17 @@ var background = []string{
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "seq" {
+		if len(os.Args) != 4 {
+			fmt.Fprintln(os.Stderr, "usage: coldlines seq TRACE OUT")
+			os.Exit(2)
+		}
+		if err := convertSeq(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintln(os.Stderr, "coldlines:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	exe := flag.String("exe", "", "the marking program (non-PIE), for cl_mark's address")
 	lib := flag.String("lib", "", "libstreamalloc.so, not stripped (symbols and DWARF)")
 	info := flag.String("info", "", "the program's INFO file: the library's load address")
@@ -164,6 +181,41 @@ type analyzer struct {
 	lastSite           int
 	siteOf             map[uint64]int // code address -> site index
 	detail             int
+	names              map[int]string // kinds' names, kindNames and the INFO file's (read with sym)
+}
+
+// markKinds is how many cache lines cl_mark spans: kinds 1 to markKinds-1.
+const markKinds = 16
+
+var (
+	errKindLine = errors.New(`bad kind line (want "kind K NAME", 1 <= K < 16)`)
+	errKindDup  = errors.New("kind named twice")
+)
+
+// infoKinds returns kindNames with the kinds the INFO file names added,
+// from its lines "kind K NAME" (cold_lines.c writes them for a replayed
+// sequence's calls); other lines are not its business.
+func infoKinds(b []byte) (map[int]string, error) {
+	names := maps.Clone(kindNames)
+	seen := map[int]bool{}
+	for i, ln := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(ln, "kind ")
+		if !ok {
+			continue
+		}
+		ks, name, _ := strings.Cut(rest, " ")
+		k, err := strconv.Atoi(ks)
+		name = strings.TrimSpace(name)
+		if err != nil || k < 1 || k >= markKinds || name == "" {
+			return nil, fmt.Errorf("line %d: %q: %w", i+1, ln, errKindLine)
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("line %d: kind %d: %w", i+1, k, errKindDup)
+		}
+		seen[k] = true
+		names[k] = name
+	}
+	return names, nil
 }
 
 func (a *analyzer) read(in io.Reader) error {
@@ -180,11 +232,14 @@ func (a *analyzer) read(in io.Reader) error {
 		} else if b[0] != ' ' {
 			continue
 		}
+		if a.cur == nil && op != 'S' && op != 'M' {
+			continue // outside a window only a mark's store matters
+		}
 		addr, size, ok := parseAccess(b[3:])
 		if !ok {
 			continue
 		}
-		if (op == 'S' || op == 'M') && addr >= a.mark && addr < a.mark+8*64 {
+		if (op == 'S' || op == 'M') && addr >= a.mark && addr < a.mark+markKinds*64 {
 			if err := a.marked(int((addr - a.mark) / 64)); err != nil {
 				return err
 			}
@@ -235,9 +290,17 @@ func parseAccess(b []byte) (addr, size uint64, ok bool) {
 
 func (a *analyzer) marked(k int) error {
 	if a.sym == nil {
+		// The program writes INFO before its first mark.
 		s, err := newSymbolizer(a.libPath, a.infoPath)
 		if err != nil {
 			return err
+		}
+		b, err := os.ReadFile(a.infoPath)
+		if err != nil {
+			return err
+		}
+		if a.names, err = infoKinds(b); err != nil {
+			return fmt.Errorf("%s: %w", a.infoPath, err)
 		}
 		a.sym, a.siteOf = s, map[uint64]int{}
 	}
@@ -337,7 +400,7 @@ func (a *analyzer) report(out io.Writer, top int) {
 	fmt.Fprintf(out, "%-34s %7s %7s | %13s %13s | %13s %13s\n", "", "", "", "median mean", "median mean", "median mean", "median mean")
 	for _, k := range ks {
 		s := a.kinds[k]
-		fmt.Fprintf(out, "%-34s %7d %7d | %s %s | %s %s\n", kindNames[k], s.windows, s.dropped,
+		fmt.Fprintf(out, "%-34s %7d %7d | %s %s | %s %s\n", a.names[k], s.windows, s.dropped,
 			medmean(s.dl), medmean(s.dp), medmean(s.il), medmean(s.ip))
 	}
 	for _, k := range ks {
@@ -346,7 +409,7 @@ func (a *analyzer) report(out io.Writer, top int) {
 		if n == 0 {
 			continue
 		}
-		fmt.Fprintf(out, "\n== %s: per call, mean\n", kindNames[k])
+		fmt.Fprintf(out, "\n== %s: per call, mean\n", a.names[k])
 		fmt.Fprintf(out, "data lines by who first touches them:")
 		for _, c := range sortedKeys(s.byCat) {
 			fmt.Fprintf(out, " %s %.1f;", c, float64(s.byCat[c])/n)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 )
@@ -55,6 +56,57 @@ func FuzzParseAccess(f *testing.F) {
 		a2, s2, ok2 := parseAccess(fmt.Appendf(nil, "%x,%d", addr, size))
 		if !ok2 || a2 != addr || s2 != size {
 			t.Fatalf("%#x,%d written and read back: %#x, %d, %v", addr, size, a2, s2, ok2)
+		}
+	})
+}
+
+// TestInfoKinds: the INFO file's "kind K NAME" lines name kinds beside
+// kindNames; other lines are passed by; a kind out of cl_mark's range,
+// without a name or not a number, and a kind named twice are refused.
+func TestInfoKinds(t *testing.T) {
+	names, err := infoKinds([]byte("base 0x7f00\nkind 8 alloc, gpt2 sequence\nkind 9  free, gpt2 sequence \nstack 0x1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names[8] != "alloc, gpt2 sequence" || names[9] != "free, gpt2 sequence" || names[1] != kindNames[1] {
+		t.Errorf("names = %v", names)
+	}
+	if kindNames[8] != "" {
+		t.Errorf("infoKinds changed kindNames: %q", kindNames[8])
+	}
+	for _, c := range []struct {
+		in   string
+		want error
+	}{
+		{"kind 0 zero\n", errKindLine},
+		{"kind 16 past the marks\n", errKindLine},
+		{"kind -1 negative\n", errKindLine},
+		{"kind x name\n", errKindLine},
+		{"kind 8\n", errKindLine},
+		{"kind 8 \n", errKindLine},
+		{"kind 8 a\nkind 8 b\n", errKindDup},
+	} {
+		if _, err := infoKinds([]byte(c.in)); !errors.Is(err, c.want) {
+			t.Errorf("infoKinds(%q) = %v, want %v", c.in, err, c.want)
+		}
+	}
+}
+
+// FuzzInfoKinds: infoKinds never panics, and what it accepts names only
+// kinds cl_mark has, each with a non-empty name.
+func FuzzInfoKinds(f *testing.F) {
+	for _, s := range []string{"kind 8 alloc, x sequence\n", "base 0x1\nkind 15 y\n", "kind 8 a\nkind 8 b\n", "kind 99999999999999999999 z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		names, err := infoKinds([]byte(s))
+		if err != nil {
+			return
+		}
+		for k, n := range names {
+			if k < 1 || k >= markKinds || n == "" {
+				t.Fatalf("infoKinds(%q) named kind %d %q", s, k, n)
+			}
 		}
 	})
 }
