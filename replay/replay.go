@@ -242,6 +242,10 @@ func Run(ctx context.Context, tr trace.Reader, dev gpu.Device, res mr.Resource, 
 		r.peakRes = max(r.peakRes, r.rep.Usage().PeakReserved)
 	}
 	r.r.PeakReservedBytes = r.peakRes
+	if p, ok := r.res.(interface{ Stats() mr.PoolStats }); ok {
+		st := p.Stats()
+		r.r.Pool = &st
+	}
 	if r.r.PeakLiveBytes > 0 {
 		r.r.Fragmentation = float64(r.r.PeakReservedBytes) / float64(r.r.PeakLiveBytes)
 	}

@@ -11,6 +11,8 @@ package replay
 import (
 	"errors"
 	"time"
+
+	"github.com/streamalloc/streamalloc/mr"
 )
 
 // Options tune a replay. The zero value replays with no series and no
@@ -176,6 +178,12 @@ type Result struct {
 	TimedKernels int64         `json:"timed_kernels,omitempty"`
 	TimedWork    time.Duration `json:"timed_work_ns,omitempty"`
 	TimedBehind  time.Duration `json:"timed_behind_ns,omitempty"`
+	// Pool is how the replayed resource served the trace, when it is a
+	// Pool (or exposes one's counters: a method Stats() mr.PoolStats),
+	// read after the replay freed what the trace left live and released
+	// what the pool caches: how many allocations its quick cache served,
+	// its growths, steals and decommits. Nil for any other resource.
+	Pool *mr.PoolStats `json:"pool,omitempty"`
 	// Timeline is the event-by-event record, if Options.Timeline asked
 	// for it. It is not part of the JSON: a report embeds it in its own
 	// form.

@@ -2,9 +2,11 @@ package replay
 
 import (
 	"context"
+	"io"
 	"math"
 	"testing"
 
+	"github.com/streamalloc/streamalloc/gpu"
 	"github.com/streamalloc/streamalloc/gpu/sim"
 	"github.com/streamalloc/streamalloc/mr"
 	"github.com/streamalloc/streamalloc/trace"
@@ -77,5 +79,98 @@ func TestNoUpstreamTimer(t *testing.T) {
 	}
 	if r.Upstream != "" || r.UpstreamCalls != 0 || r.UpstreamNsPerEvent != 0 || r.OwnNsPerEvent != r.NsPerEvent || r.PeakUpstreamReservedBytes != 0 {
 		t.Errorf("%+v", r)
+	}
+}
+
+// A Pool's counters come with its replay (Result.Pool): every allocation
+// the trace made is one the pool served, each freed (the replay frees
+// what the trace left live), some from the quick cache, and the frees of
+// the trace's frees on another stream than the allocation's counted as
+// cross-stream. A resource that is not a Pool has none.
+func TestPoolStatsInResult(t *testing.T) {
+	replayOn := func(t *testing.T, file string, res func(gpu.Device) mr.Resource) *Result {
+		t.Helper()
+		dev, err := sim.New(sim.Config{}).Device(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := trace.Open(file, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		r, err := Run(context.Background(), f, dev, res(dev), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, tc := range sharedTraces {
+		t.Run(tc.file, func(t *testing.T) {
+			var pool *mr.Pool
+			r := replayOn(t, tc.file, func(d gpu.Device) mr.Resource {
+				p, err := mr.NewPool(mr.NewDirect(d), mr.PoolOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pool = p
+				return p
+			})
+			defer pool.Close()
+			ps := r.Pool
+			if ps == nil {
+				t.Fatal("no pool counters in the result of a Pool's replay")
+			}
+			if want := uint64(tc.allocs); ps.Allocations != want || ps.Frees != want {
+				t.Errorf("pool served %d allocations and %d frees, want %d each", ps.Allocations, ps.Frees, want)
+			}
+			if ps.QuickHits == 0 || ps.QuickHits > ps.Allocations {
+				t.Errorf("quick hits %d of %d allocations", ps.QuickHits, ps.Allocations)
+			}
+			if want := crossStreamFrees(t, tc.file); ps.CrossStreamFrees != want {
+				t.Errorf("%d cross-stream frees, the trace has %d", ps.CrossStreamFrees, want)
+			}
+			if ps.Growths == 0 || ps.Releases == 0 {
+				t.Errorf("growths %d, releases %d: the replay grew the pool and released it at the end", ps.Growths, ps.Releases)
+			}
+			if got := *ps; got != pool.Stats() {
+				t.Errorf("result's counters %+v, the pool's own %+v", got, pool.Stats())
+			}
+		})
+	}
+	r := replayOn(t, sharedTraces[0].file, func(d gpu.Device) mr.Resource { return mr.NewDirect(d) })
+	if r.Pool != nil {
+		t.Errorf("a resource that is not a pool has pool counters: %+v", *r.Pool)
+	}
+}
+
+// crossStreamFrees counts the frees of file on another stream than their
+// block's allocation.
+func crossStreamFrees(t *testing.T, file string) uint64 {
+	t.Helper()
+	f, err := trace.Open(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	on := map[uint64]uint64{}
+	var n uint64
+	for {
+		ev, err := f.Next()
+		if err == io.EOF {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Op {
+		case trace.Alloc:
+			on[ev.Ptr] = ev.Stream
+		case trace.Free:
+			if s, ok := on[ev.Ptr]; ok && s != ev.Stream {
+				n++
+			}
+			delete(on, ev.Ptr)
+		}
 	}
 }
