@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The four calls' step pairs in one table. Call 1's GPT-2 groups are left
+# Calls 1-4 and 6's step pairs in one table (call 5's configurations are its own). Call 1's GPT-2 groups are left
 # out: its two cache processes did not fit the card together, and the one
 # that grew last gave its blocks back and took them again all run long
 # (146,000 driver calls in 450 steps), a load on the card and the host that
@@ -12,7 +12,7 @@ set -euo pipefail
 d=docs/bench/h100-2026-11-25-crossing
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-for c in 1 2 3 4; do
+for c in 1 2 3 4 6; do
 	zcat "$d/call$c/blocks.jsonl.gz" | python3 -c '
 import json, sys
 call = int(sys.argv[1])

@@ -68,8 +68,12 @@ if [ "$t" -ge 60 ]; then
 	nvidia-smi --query-gpu=memory.used --format=csv,noheader >>"$out/machine.txt" 2>&1
 fi
 # 3. ResNet-50 with what is left (20 s kept for the tables and the
-#    archive), at most RESNET_SECONDS when generation follows.
-t=$(($(left) - 20)); [ -n "${GEN_ARMS:-}" ] && [ "$t" -gt "${RESNET_SECONDS:-240}" ] && t=${RESNET_SECONDS:-240}
+#    archive), at most RESNET_SECONDS (RESNET_SECONDS=0 skips it; unset,
+#    240 when generation follows, else all that is left).
+t=$(($(left) - 20))
+if [ -n "${RESNET_SECONDS:-}" ] || [ -n "${GEN_ARMS:-}" ]; then
+	[ "$t" -gt "${RESNET_SECONDS:-240}" ] && t=${RESNET_SECONDS:-240}
+fi
 if [ "$t" -ge 60 ]; then
 	timeout "$t" python3 scripts/torch-bench.py lockstep resnet50 --configs "$RESNET_ARMS" --out "$out/ls.jsonl" \
 		--blocks-out "$out/blocks.jsonl" --lib "$L" --control-lib "$C" --warmup 12 --block-steps 1 \
